@@ -1,0 +1,14 @@
+use burn::prelude::*;
+use burn::tensor::activation::softmax;
+
+/// `cumax(x) = cumsum(softmax(x))` along the last axis (MODELS.md §1; ON-LSTM eq. 6).
+///
+/// The result is non-decreasing along the last axis, lies in `[0, 1]`, and its last entry is 1
+/// up to rounding. ON-LSTM-style cells use `f̃ = cumax(·)` and `ĩ = 1 − cumax(·)`.
+///
+/// # Shapes
+/// - `x`: `[..., n]`
+/// - output: `[..., n]`
+pub fn cumax<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    softmax(x, D - 1).cumsum(D - 1)
+}

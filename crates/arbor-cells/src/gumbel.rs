@@ -1,0 +1,171 @@
+//! Straight-through Gumbel-softmax (MODELS.md §1; Jang et al. 2017, Choi et al. 2018 §3.2).
+
+use burn::prelude::*;
+use burn::tensor::{Distribution, TensorData};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+/// Smallest uniform sample used for Gumbel noise. `−log(−log(u))` is finite for every `u` in
+/// `[U_MIN, U_MAX]`; the authors' `1e-20` epsilon underflows in half precision.
+const U_MIN: f64 = 1e-10;
+/// Largest uniform sample used for Gumbel noise (strictly below 1 in f32).
+const U_MAX: f64 = 1.0 - 1e-7;
+/// Fill value for invalid entries before a max/argmax.
+const NEG_BIG: f64 = -1e30;
+
+/// A source of Gumbel(0, 1) noise `g = −log(−log(u))`, `u ~ U(0, 1)`.
+///
+/// Either the backend's own generator ([`GumbelSampler::backend`], seeded globally with
+/// `B::seed`) or a private seeded generator ([`GumbelSampler::seeded`]), whose noise is
+/// identical on every backend and independent of anything else that draws random numbers.
+/// Tests that need exact noise can skip the sampler and pass the noise tensor directly to
+/// [`st_gumbel_softmax`].
+#[derive(Debug)]
+pub struct GumbelSampler {
+    rng: Option<StdRng>,
+}
+
+impl GumbelSampler {
+    /// Draws from the backend's random generator.
+    pub fn backend() -> Self {
+        Self { rng: None }
+    }
+
+    /// Draws from a private generator seeded with `seed` (reproducible on every backend).
+    pub fn seeded(seed: u64) -> Self {
+        Self {
+            rng: Some(StdRng::seed_from_u64(seed)),
+        }
+    }
+
+    /// Gumbel noise of the given shape; every entry is finite.
+    ///
+    /// # Shapes
+    /// - output: `shape`
+    pub fn sample<B: Backend, const D: usize>(
+        &mut self,
+        shape: [usize; D],
+        device: &B::Device,
+    ) -> Tensor<B, D> {
+        match &mut self.rng {
+            Some(rng) => {
+                let n: usize = shape.iter().product();
+                let values: Vec<f32> = (0..n)
+                    .map(|_| {
+                        let u: f64 = rng.random::<f64>().clamp(U_MIN, U_MAX);
+                        (-(-u.ln()).ln()) as f32
+                    })
+                    .collect();
+                Tensor::from_data(TensorData::new(values, shape), device)
+            }
+            None => {
+                let u = Tensor::<B, D>::random(shape, Distribution::Uniform(0.0, 1.0), device)
+                    .clamp(U_MIN, U_MAX);
+                u.log().neg().log().neg()
+            }
+        }
+    }
+}
+
+/// The result of selecting one entry per row.
+#[derive(Debug, Clone)]
+pub struct Selection<B: Backend> {
+    /// The straight-through selection: its forward value is `one_hot(argmax)`, its gradient is
+    /// that of [`Selection::soft`] (`y_hard − y.detach() + y`). At evaluation it is the plain
+    /// one-hot with no gradient path.
+    pub hard: Tensor<B, 2>,
+    /// The soft distribution `y` over the valid entries (zeros on invalid entries).
+    pub soft: Tensor<B, 2>,
+    /// The selected index of each row.
+    pub index: Tensor<B, 1, Int>,
+}
+
+/// Softmax over the valid entries of each row; invalid entries get probability 0.
+///
+/// A row with no valid entry yields all zeros (never NaN). Gradients never flow into invalid
+/// entries.
+///
+/// # Shapes
+/// - `logits`: `[rows, k]`
+/// - `mask`: `[rows, k]`, true where an entry is valid (`None`: all valid)
+/// - output: `[rows, k]`
+pub fn masked_softmax<B: Backend>(
+    logits: Tensor<B, 2>,
+    mask: Option<Tensor<B, 2, Bool>>,
+) -> Tensor<B, 2> {
+    match mask {
+        None => burn::tensor::activation::softmax(logits, 1),
+        Some(mask) => {
+            let invalid = mask.clone().bool_not();
+            let filled = logits.mask_fill(invalid.clone(), NEG_BIG);
+            let max = filled.clone().max_dim(1).detach();
+            // Invalid entries become exp(0)·0 = 0, so they neither overflow nor receive gradient.
+            let shifted = filled.sub(max).mask_fill(invalid, 0.0);
+            let e = shifted.exp().mul(mask.float());
+            let z = e.clone().sum_dim(1).clamp_min(1e-12);
+            e.div(z)
+        }
+    }
+}
+
+fn masked_argmax<B: Backend>(
+    scores: Tensor<B, 2>,
+    mask: Option<Tensor<B, 2, Bool>>,
+) -> Tensor<B, 1, Int> {
+    let scores = match mask {
+        Some(mask) => scores.mask_fill(mask.bool_not(), NEG_BIG),
+        None => scores,
+    };
+    scores.argmax(1).squeeze_dim(1)
+}
+
+/// Straight-through Gumbel-softmax selection of one entry per row (training mode).
+///
+/// `y = softmax((logits + g)/τ)` over the valid entries; the forward value of
+/// [`Selection::hard`] is `one_hot(argmax y)` and its backward pass is the gradient of the soft
+/// `y`. `noise` is the Gumbel noise `g` (draw it with a [`GumbelSampler`] or pass any tensor for
+/// deterministic tests); `None` means no noise, which gives the straight-through softmax.
+///
+/// # Shapes
+/// - `logits`: `[rows, k]`
+/// - `mask`: `[rows, k]`, true where an entry may be selected (`None`: all valid)
+/// - `noise`: `[rows, k]`
+/// - output tensors: `hard`, `soft` `[rows, k]`; `index` `[rows]`
+pub fn st_gumbel_softmax<B: Backend>(
+    logits: Tensor<B, 2>,
+    mask: Option<Tensor<B, 2, Bool>>,
+    tau: f64,
+    noise: Option<Tensor<B, 2>>,
+) -> Selection<B> {
+    let [_, k] = logits.dims();
+    let perturbed = match noise {
+        Some(g) => logits.add(g),
+        None => logits,
+    };
+    let scores = perturbed.div_scalar(tau);
+    let soft = masked_softmax(scores.clone(), mask.clone());
+    let index = masked_argmax(scores.detach(), mask);
+    let one_hot: Tensor<B, 2> = index.clone().one_hot(k).float();
+    let hard = one_hot.sub(soft.clone().detach()).add(soft.clone());
+    Selection { hard, soft, index }
+}
+
+/// Evaluation-mode selection: a plain argmax over the valid entries with no noise.
+///
+/// [`Selection::hard`] is the one-hot of the argmax (no gradient path) and
+/// [`Selection::soft`] the masked softmax of the logits, for inspection.
+///
+/// # Shapes
+/// - `logits`: `[rows, k]`
+/// - `mask`: `[rows, k]` (`None`: all valid)
+/// - output tensors: `hard`, `soft` `[rows, k]`; `index` `[rows]`
+pub fn argmax_select<B: Backend>(
+    logits: Tensor<B, 2>,
+    mask: Option<Tensor<B, 2, Bool>>,
+) -> Selection<B> {
+    let [_, k] = logits.dims();
+    let soft = masked_softmax(logits.clone(), mask.clone()).detach();
+    let index = masked_argmax(logits.detach(), mask);
+    let hard = index.clone().one_hot(k).float();
+    Selection { hard, soft, index }
+}

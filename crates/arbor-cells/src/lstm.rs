@@ -1,0 +1,88 @@
+//! A plain LSTM cell with fused gates.
+
+use burn::nn::{Linear, LinearConfig};
+use burn::prelude::*;
+use burn::tensor::activation::{sigmoid, tanh};
+
+use crate::runner::{CellStep, RecurrentCell};
+use crate::LstmState;
+
+/// Configuration of an [`LstmCell`].
+#[derive(Config, Debug)]
+pub struct LstmCellConfig {
+    /// Input width.
+    pub d_input: usize,
+    /// Hidden width `H`.
+    pub d_hidden: usize,
+}
+
+/// LSTM cell (Hochreiter & Schmidhuber 1997) with one fused matmul per input.
+///
+/// ```text
+/// [i, f, g, o] = W x_t + b + U h_{t-1}
+/// c_t = σ(f) ⊙ c_{t-1} + σ(i) ⊙ tanh(g) ;  h_t = σ(o) ⊙ tanh(c_t)
+/// ```
+/// **Gate order** `i, f, g, o` (PyTorch's `LSTMCell` order), each block `H` wide.
+#[derive(Module, Debug)]
+pub struct LstmCell<B: Backend> {
+    /// `x_t → [i, f, g, o]` with bias.
+    pub input: Linear<B>,
+    /// `h_{t-1} → [i, f, g, o]`, no bias.
+    pub hidden: Linear<B>,
+    /// Hidden width `H`.
+    pub d_hidden: usize,
+}
+
+impl LstmCellConfig {
+    /// Builds the cell on `device`.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> LstmCell<B> {
+        let h = self.d_hidden;
+        LstmCell {
+            input: LinearConfig::new(self.d_input, 4 * h).init(device),
+            hidden: LinearConfig::new(h, 4 * h).with_bias(false).init(device),
+            d_hidden: h,
+        }
+    }
+}
+
+/// The LSTM update from gate pre-activations `[i, f, g, o]`.
+pub(crate) fn lstm_update<B: Backend>(
+    gates: Tensor<B, 2>,
+    c_prev: Tensor<B, 2>,
+) -> LstmState<B, 2> {
+    let mut g = gates.chunk(4, 1);
+    let o = g.pop().expect("4 gates");
+    let u = g.pop().expect("4 gates");
+    let f = g.pop().expect("4 gates");
+    let i = g.pop().expect("4 gates");
+    let c = sigmoid(f).mul(c_prev).add(sigmoid(i).mul(tanh(u)));
+    let h = sigmoid(o).mul(tanh(c.clone()));
+    LstmState { h, c }
+}
+
+impl<B: Backend> RecurrentCell<B> for LstmCell<B> {
+    fn d_input(&self) -> usize {
+        self.input.weight.dims()[0]
+    }
+
+    fn d_hidden(&self) -> usize {
+        self.d_hidden
+    }
+
+    fn n_chunks(&self) -> Option<usize> {
+        None
+    }
+
+    /// `W x_t + b` for every step: `[B, T, d_in] → [B, T, 4H]`.
+    fn precompute(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        self.input.forward(x)
+    }
+
+    fn step(&self, xp: Tensor<B, 2>, state: LstmState<B, 2>) -> CellStep<B> {
+        let gates = xp.add(self.hidden.forward(state.h));
+        CellStep {
+            state: lstm_update(gates, state.c),
+            master_forget: None,
+        }
+    }
+}

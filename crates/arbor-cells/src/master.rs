@@ -1,0 +1,105 @@
+//! Master gates shared by the ON-LSTM/FastTrees family (MODELS.md §5).
+
+use burn::prelude::*;
+
+use crate::{cumax, LstmState};
+
+/// The chunk-level master gates `f̃ = cumax(·)` and `ĩ = 1 − cumax(·)`.
+#[derive(Debug, Clone)]
+pub struct MasterGates<B: Backend, const D: usize> {
+    /// Master forget gate `f̃`, non-decreasing over chunks; its top chunk is 1.
+    pub forget: Tensor<B, D>,
+    /// Master input gate `ĩ`, non-increasing over chunks; its top chunk is 0.
+    pub input: Tensor<B, D>,
+}
+
+impl<B: Backend, const D: usize> MasterGates<B, D> {
+    /// Applies the activations to pre-activations `[f̃ logits; ĩ logits]` (last axis `2C`).
+    ///
+    /// # Shapes
+    /// - `logits`: `[..., 2C]`
+    /// - output `forget`, `input`: `[..., C]`
+    pub fn from_logits(logits: Tensor<B, D>) -> Self {
+        let mut parts = logits.chunk(2, D - 1);
+        let input_logits = parts.pop().expect("two halves");
+        let forget_logits = parts.pop().expect("two halves");
+        Self {
+            forget: cumax(forget_logits),
+            input: cumax(input_logits).neg().add_scalar(1.0),
+        }
+    }
+
+    /// `[f̃; ĩ]` along the last axis.
+    pub fn concat(self) -> Tensor<B, D> {
+        Tensor::cat(vec![self.forget, self.input], D - 1)
+    }
+
+    /// Splits `[f̃; ĩ]` (already activated) back into the two gates.
+    pub fn split(both: Tensor<B, D>) -> Self {
+        let mut parts = both.chunk(2, D - 1);
+        let input = parts.pop().expect("two halves");
+        let forget = parts.pop().expect("two halves");
+        Self { forget, input }
+    }
+}
+
+impl<B: Backend> MasterGates<B, 2> {
+    /// Combines the master gates with the ordinary (already σ-activated) gates `f`, `i`:
+    /// `ω = f̃ ⊙ ĩ`, `f̂ = f ⊙ ω + (f̃ − ω)`, `î = i ⊙ ω + (ĩ − ω)` (ON-LSTM eq. 9–12), each
+    /// master entry broadcast over its chunk of `H / C` neurons. Returns `(f̂, î)`.
+    ///
+    /// # Shapes
+    /// - `self.forget`, `self.input`: `[N, C]`
+    /// - `f`, `i`: `[N, H]`
+    /// - output: two `[N, H]`
+    pub fn combine(self, f: Tensor<B, 2>, i: Tensor<B, 2>) -> (Tensor<B, 2>, Tensor<B, 2>) {
+        let [n, h] = f.dims();
+        let [_, c] = self.forget.dims();
+        let s = h / c;
+        let ft: Tensor<B, 3> = self.forget.unsqueeze_dim(2);
+        let it: Tensor<B, 3> = self.input.unsqueeze_dim(2);
+        let omega = ft.clone().mul(it.clone());
+        let f = f.reshape([n, c, s]);
+        let i = i.reshape([n, c, s]);
+        let f_hat = f.mul(omega.clone()).add(ft.sub(omega.clone()));
+        let i_hat = i.mul(omega.clone()).add(it.sub(omega));
+        (f_hat.reshape([n, h]), i_hat.reshape([n, h]))
+    }
+}
+
+/// Syntactic distance `d_t = 1 − mean(f̃_t)` over the chunks (MODELS.md §5).
+///
+/// # Shapes
+/// - `master_forget`: `[..., C]`
+/// - output: `[..., 1]`
+pub fn syntactic_distance<B: Backend, const D: usize>(master_forget: Tensor<B, D>) -> Tensor<B, D> {
+    master_forget.mean_dim(D - 1).neg().add_scalar(1.0)
+}
+
+/// The ON-LSTM cell update from master gates and ordinary gate pre-activations `[i, f, g, o]`:
+/// `c_t = f̂ ⊙ c_{t-1} + î ⊙ tanh(g)`, `h_t = σ(o) ⊙ tanh(c_t)`.
+pub(crate) fn ordered_update<B: Backend>(
+    master: MasterGates<B, 2>,
+    gates: Tensor<B, 2>,
+    c_prev: Tensor<B, 2>,
+) -> LstmState<B, 2> {
+    use burn::tensor::activation::{sigmoid, tanh};
+    let mut g = gates.chunk(4, 1);
+    let o = g.pop().expect("4 gates");
+    let u = g.pop().expect("4 gates");
+    let f = g.pop().expect("4 gates");
+    let i = g.pop().expect("4 gates");
+    let (f_hat, i_hat) = master.combine(sigmoid(f), sigmoid(i));
+    let c = f_hat.mul(c_prev).add(i_hat.mul(tanh(u)));
+    let h = sigmoid(o).mul(tanh(c.clone()));
+    LstmState { h, c }
+}
+
+/// Checks `d_hidden` against `chunk_size` and returns the number of chunks `C`.
+pub(crate) fn n_chunks(d_hidden: usize, chunk_size: usize) -> usize {
+    assert!(
+        chunk_size > 0 && d_hidden % chunk_size == 0,
+        "d_hidden ({d_hidden}) must be a positive multiple of chunk_size ({chunk_size})"
+    );
+    d_hidden / chunk_size
+}

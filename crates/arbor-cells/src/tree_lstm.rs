@@ -1,0 +1,99 @@
+//! Binary Tree-LSTM composition (Tai et al. 2015; MODELS.md §1).
+
+use burn::module::Param;
+use burn::nn::{Linear, LinearConfig};
+use burn::prelude::*;
+use burn::tensor::activation::{sigmoid, tanh};
+
+use crate::LstmState;
+
+/// Configuration of a [`BinaryTreeLstm`].
+#[derive(Config, Debug)]
+pub struct BinaryTreeLstmConfig {
+    /// Width `D` of `h` and `c`.
+    pub d_hidden: usize,
+    /// Width of the optional external input `e` (SPINN's tracking state); 0 for none.
+    #[config(default = 0)]
+    pub d_external: usize,
+    /// Initial value of the two forget-gate biases (MODELS.md §1: 1).
+    #[config(default = 1.0)]
+    pub forget_bias: f64,
+}
+
+/// Binary Tree-LSTM composition of a left and a right child, with an optional external input.
+///
+/// ```text
+/// [i, f_l, f_r, o, g] = W [h_l; h_r] + V e + b
+/// c = σ(f_l) ⊙ c_l + σ(f_r) ⊙ c_r + σ(i) ⊙ tanh(g)
+/// h = σ(o) ⊙ tanh(c)
+/// ```
+///
+/// **Gate order** of the fused weight (`W` is `[2D, 5D]` in Burn's `[in, out]` layout, `V` is
+/// `[D_e, 5D]`): `i, f_l, f_r, o, g` — the same as SPINN's release. Gumbel Tree-LSTM's release
+/// uses `i, f_l, f_r, u, o`, i.e. swap our blocks 3 and 4 when importing its weights.
+/// The forget-gate biases start at 1 (the Gumbel authors' constant `+1` inside σ, in trainable
+/// form). "Left" is the earlier span in the sentence.
+#[derive(Module, Debug)]
+pub struct BinaryTreeLstm<B: Backend> {
+    /// Fused `[h_l; h_r] → [i, f_l, f_r, o, g]`, with the bias `b`.
+    pub children: Linear<B>,
+    /// Fused `e → [i, f_l, f_r, o, g]` (no bias), when the cell has an external input.
+    pub external: Option<Linear<B>>,
+    /// Width `D`.
+    pub d_hidden: usize,
+}
+
+impl BinaryTreeLstmConfig {
+    /// Builds the module on `device`.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> BinaryTreeLstm<B> {
+        let d = self.d_hidden;
+        let mut children = LinearConfig::new(2 * d, 5 * d).init(device);
+        let mut bias = vec![0f32; 5 * d];
+        for b in &mut bias[d..3 * d] {
+            *b = self.forget_bias as f32;
+        }
+        children.bias = Some(Param::from_tensor(Tensor::from_floats(bias.as_slice(), device)));
+        let external = (self.d_external > 0).then(|| {
+            LinearConfig::new(self.d_external, 5 * d)
+                .with_bias(false)
+                .init(device)
+        });
+        BinaryTreeLstm {
+            children,
+            external,
+            d_hidden: d,
+        }
+    }
+}
+
+impl<B: Backend> BinaryTreeLstm<B> {
+    /// Composes `left` and `right` into their parent.
+    ///
+    /// `e` is the external input; it is ignored by a cell built with `d_external = 0`.
+    ///
+    /// # Shapes
+    /// - `left.h`, `left.c`, `right.h`, `right.c`: `[..., D]`
+    /// - `e`: `[..., D_e]`
+    /// - output `h`, `c`: `[..., D]`
+    pub fn forward<const N: usize>(
+        &self,
+        left: LstmState<B, N>,
+        right: LstmState<B, N>,
+        e: Option<Tensor<B, N>>,
+    ) -> LstmState<B, N> {
+        let hh = Tensor::cat(vec![left.h, right.h], N - 1);
+        let mut gates = self.children.forward(hh);
+        if let (Some(ext), Some(e)) = (&self.external, e) {
+            gates = gates.add(ext.forward(e));
+        }
+        let d = self.d_hidden;
+        let g = |k: usize| gates.clone().narrow(N - 1, k * d, d);
+        let (i, f_l, f_r, o, u) = (g(0), g(1), g(2), g(3), g(4));
+        let c = sigmoid(f_l)
+            .mul(left.c)
+            .add(sigmoid(f_r).mul(right.c))
+            .add(sigmoid(i).mul(tanh(u)));
+        let h = sigmoid(o).mul(tanh(c.clone()));
+        LstmState { h, c }
+    }
+}

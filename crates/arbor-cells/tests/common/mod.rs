@@ -1,0 +1,108 @@
+//! Helpers shared by the cell tests.
+#![allow(dead_code)]
+
+use burn::backend::{Autodiff, NdArray};
+use burn::prelude::*;
+use burn::tensor::TensorData;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+/// f64 backend for finite-difference checks.
+pub type F64 = NdArray<f64>;
+/// Autodiff over [`F64`].
+pub type Ad64 = Autodiff<F64>;
+
+/// Seeded normal-ish values in `[-scale, scale]`.
+pub fn values(n: usize, scale: f64, seed: u64) -> Vec<f64> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..n).map(|_| (rng.random::<f64>() * 2.0 - 1.0) * scale).collect()
+}
+
+/// A tensor of seeded values.
+pub fn tensor<B: Backend, const D: usize>(
+    shape: [usize; D],
+    scale: f64,
+    seed: u64,
+    device: &B::Device,
+) -> Tensor<B, D> {
+    let n = shape.iter().product();
+    Tensor::from_data(TensorData::new(values(n, scale, seed), shape), device)
+}
+
+/// All values of a float tensor as f64.
+pub fn to_vec<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
+    t.into_data()
+        .convert::<f64>()
+        .to_vec::<f64>()
+        .expect("float data")
+}
+
+/// Asserts two vectors agree to an absolute-plus-relative tolerance.
+pub fn assert_close(a: &[f64], b: &[f64], tol: f64, what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths differ");
+    for (k, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!(
+            (x - y).abs() <= tol * (1.0 + x.abs().max(y.abs())),
+            "{what}: entry {k}: {x} vs {y} (tol {tol})"
+        );
+    }
+}
+
+/// Checks the autodiff gradient of `f` against central finite differences in f64.
+///
+/// `inputs` are rank-3 tensors given as (values, shape); `f` maps them to any tensor, which is
+/// reduced to a scalar by a fixed random projection so that every output entry matters.
+pub fn check_gradients<const D: usize>(
+    inputs: &[(Vec<f64>, [usize; 3])],
+    f: impl Fn(&[Tensor<Ad64, 3>]) -> Tensor<Ad64, D>,
+) {
+    let device = Default::default();
+    let make = |vals: &[(Vec<f64>, [usize; 3])]| -> Vec<Tensor<Ad64, 3>> {
+        vals.iter()
+            .map(|(v, s)| Tensor::from_data(TensorData::new(v.clone(), *s), &device))
+            .collect()
+    };
+    // Fixed projection of the output.
+    let probe = f(&make(inputs));
+    let n_out: usize = probe.dims().iter().product();
+    let weights = Tensor::<Ad64, 1>::from_data(TensorData::new(values(n_out, 1.0, 99), [n_out]), &device);
+    let loss = |out: Tensor<Ad64, D>| -> Tensor<Ad64, 1> {
+        out.reshape([n_out]).mul(weights.clone()).sum()
+    };
+    let scalar = |vals: &[(Vec<f64>, [usize; 3])]| -> f64 {
+        loss(f(&make(vals))).into_scalar().elem::<f64>()
+    };
+
+    let tensors: Vec<_> = make(inputs).into_iter().map(|t| t.require_grad()).collect();
+    let grads = loss(f(&tensors)).backward();
+    // Burn 0.21 evaluates `sigmoid` through f32 even on an f64 backend, so values carry ~1e-8
+    // rounding. A larger step with Richardson extrapolation (error O(eps^4)) keeps the finite
+    // difference accurate to ~1e-5 in spite of that.
+    let eps = 1e-2;
+    let central = |k: usize, j: usize, h: f64| -> f64 {
+        let mut plus = inputs.to_vec();
+        plus[k].0[j] += h;
+        let mut minus = inputs.to_vec();
+        minus[k].0[j] -= h;
+        (scalar(&plus) - scalar(&minus)) / (2.0 * h)
+    };
+    let mut checked = 0;
+    for (k, (vals, _)) in inputs.iter().enumerate() {
+        let analytic = to_vec(
+            tensors[k]
+                .grad(&grads)
+                .map(|g| Tensor::<F64, 3>::from_data(g.into_data(), &Default::default()))
+                .unwrap_or_else(|| Tensor::zeros(inputs[k].1, &Default::default())),
+        );
+        for j in 0..vals.len() {
+            let numeric = (4.0 * central(k, j, eps / 2.0) - central(k, j, eps)) / 3.0;
+            let a = analytic[j];
+            assert!(
+                (a - numeric).abs() <= 2e-5 + 1e-3 * numeric.abs().max(a.abs()),
+                "input {k} entry {j}: autodiff {a} vs finite difference {numeric}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 0, "nothing was checked");
+}

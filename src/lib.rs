@@ -1,0 +1,1 @@
+pub use arbor_cells as cells;
