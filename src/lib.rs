@@ -1,1 +1,23 @@
+//! # arbor
+//!
+//! Tree-inducing sentence encoders on [Burn](https://burn.dev): SPINN, Gumbel Tree-LSTM, R2D2,
+//! ON-LSTM/FastTrees and Transformer+FastTrees blocks, with the heads, tasks and benchmark they
+//! are judged on. This facade re-exports the member crates:
+//!
+//! - [`cells`]: cumax, straight-through Gumbel-softmax, the binary Tree-LSTM composition and the
+//!   recurrent cells (LSTM, ON-LSTM, FastTrees, Faster FastTrees, Conv FastTrees) with a
+//!   padded-sequence runner.
+//! - [`data`]: trees, transitions, corpus readers, vocabularies, batching, downloads and the
+//!   evaluation metrics (accuracy, perplexity, PPPL, unsupervised parsing F1). Burn-free.
+//! - [`device`]: picking a backend from a `--device` string.
+//!
+//! Everything model-related is generic over `B: Backend`; the backends are cargo features:
+//! `flex` (default, pure-Rust CPU), `ndarray`, `cuda`.
+
+#![warn(missing_docs)]
+
 pub use arbor_cells as cells;
+pub use arbor_data as data;
+pub use burn;
+
+pub mod device;

@@ -75,9 +75,7 @@ pub(crate) fn precomputed_master_step<B: Backend>(
 ) -> CellStep<B> {
     let c2 = 2 * n_chunks;
     let master = MasterGates::split(xp.clone().narrow(1, 0, c2));
-    let gates = xp
-        .narrow(1, c2, 4 * d_hidden)
-        .add(hidden.forward(state.h));
+    let gates = xp.narrow(1, c2, 4 * d_hidden).add(hidden.forward(state.h));
     let forget = master.forget.clone();
     CellStep {
         state: ordered_update(master, gates, state.c),

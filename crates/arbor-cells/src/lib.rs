@@ -46,8 +46,8 @@ pub use faster_fast_trees::{FasterFastTreesCell, FasterFastTreesCellConfig};
 pub use gumbel::{argmax_select, masked_softmax, st_gumbel_softmax, GumbelSampler, Selection};
 pub use lstm::{LstmCell, LstmCellConfig};
 pub use master::{syntactic_distance, MasterGates};
-pub use runner::CellStep;
 pub use on_lstm::{OnLstmCell, OnLstmCellConfig};
+pub use runner::CellStep;
 pub use runner::{
     length_mask, run_sequence, AnyCell, CellKind, RecurrentCell, RecurrentStack,
     RecurrentStackConfig, SequenceOutput, StackOutput,

@@ -98,7 +98,7 @@ pub(crate) fn ordered_update<B: Backend>(
 /// Checks `d_hidden` against `chunk_size` and returns the number of chunks `C`.
 pub(crate) fn n_chunks(d_hidden: usize, chunk_size: usize) -> usize {
     assert!(
-        chunk_size > 0 && d_hidden % chunk_size == 0,
+        chunk_size > 0 && d_hidden.is_multiple_of(chunk_size),
         "d_hidden ({d_hidden}) must be a positive multiple of chunk_size ({chunk_size})"
     );
     d_hidden / chunk_size

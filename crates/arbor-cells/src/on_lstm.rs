@@ -49,7 +49,9 @@ impl OnLstmCellConfig {
         let c = n_chunks(h, self.chunk_size);
         OnLstmCell {
             input: LinearConfig::new(self.d_input, 4 * h + 2 * c).init(device),
-            hidden: LinearConfig::new(h, 4 * h + 2 * c).with_bias(false).init(device),
+            hidden: LinearConfig::new(h, 4 * h + 2 * c)
+                .with_bias(false)
+                .init(device),
             d_hidden: h,
             n_chunks: c,
         }

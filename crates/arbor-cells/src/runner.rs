@@ -71,7 +71,10 @@ pub fn length_mask<B: Backend>(
 ) -> Tensor<B, 2, Bool> {
     let mut values = Vec::with_capacity(lengths.len() * time);
     for &len in lengths {
-        assert!(len <= time, "length {len} exceeds the padded time axis {time}");
+        assert!(
+            len <= time,
+            "length {len} exceeds the padded time axis {time}"
+        );
         values.extend((0..time).map(|t| t < len));
     }
     Tensor::from_data(TensorData::new(values, [lengths.len(), time]), device)
@@ -110,7 +113,10 @@ pub fn run_sequence<B: Backend, C: RecurrentCell<B> + ?Sized>(
     let mut outputs = Vec::with_capacity(time);
     let mut distances = Vec::with_capacity(time);
     for t in 0..time {
-        let xp_t = xp.clone().slice([0..batch, t..t + 1, 0..width]).reshape([batch, width]);
+        let xp_t = xp
+            .clone()
+            .slice([0..batch, t..t + 1, 0..width])
+            .reshape([batch, width]);
         let step = cell.step(xp_t, state.clone());
         let mut d_t = step.master_forget.map(syntactic_distance);
         let mut h_t = step.state.h.clone();

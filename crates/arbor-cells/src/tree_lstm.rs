@@ -52,7 +52,10 @@ impl BinaryTreeLstmConfig {
         for b in &mut bias[d..3 * d] {
             *b = self.forget_bias as f32;
         }
-        children.bias = Some(Param::from_tensor(Tensor::from_floats(bias.as_slice(), device)));
+        children.bias = Some(Param::from_tensor(Tensor::from_floats(
+            bias.as_slice(),
+            device,
+        )));
         let external = (self.d_external > 0).then(|| {
             LinearConfig::new(self.d_external, 5 * d)
                 .with_bias(false)

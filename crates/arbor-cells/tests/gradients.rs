@@ -24,10 +24,7 @@ fn seq_inputs() -> Vec<(Vec<f64>, [usize; 3])> {
 /// every output, the final states and (for cumax cells) the distances, so the check covers all
 /// of them.
 fn run_all<C: RecurrentCell<Ad64>>(cell: &C, t: &[Tensor<Ad64, 3>]) -> Tensor<Ad64, 2> {
-    let init = LstmState::new(
-        t[1].clone().reshape([B, H]),
-        t[2].clone().reshape([B, H]),
-    );
+    let init = LstmState::new(t[1].clone().reshape([B, H]), t[2].clone().reshape([B, H]));
     let out = run_sequence(cell, t[0].clone(), Some(&[3, 2]), Some(init));
     let mut parts = vec![out.outputs.reshape([B, T * H]), out.last.h, out.last.c];
     if let Some(d) = out.distances {
@@ -87,7 +84,9 @@ fn tree_lstm_gradients_with_external_input() {
 
 #[test]
 fn cumax_gradients() {
-    check_gradients(&[(values(2 * 3 * 5, 2.0, 5), [2, 3, 5])], |t| cumax(t[0].clone()));
+    check_gradients(&[(values(2 * 3 * 5, 2.0, 5), [2, 3, 5])], |t| {
+        cumax(t[0].clone())
+    });
 }
 
 #[test]
@@ -97,7 +96,10 @@ fn st_gumbel_backward_is_the_soft_jacobian() {
     let noise = (values(2 * 4, 1.0, 8), [1, 2, 4]);
     let mask = || {
         Tensor::<Ad64, 2, Bool>::from_data(
-            burn::tensor::TensorData::new(vec![true, true, true, true, true, true, true, false], [2, 4]),
+            burn::tensor::TensorData::new(
+                vec![true, true, true, true, true, true, true, false],
+                [2, 4],
+            ),
             &Default::default(),
         )
     };
@@ -114,10 +116,16 @@ fn st_gumbel_backward_is_the_soft_jacobian() {
     });
     let device = Default::default();
     let lt = || {
-        Tensor::<Ad64, 2>::from_data(burn::tensor::TensorData::new(logits.0.clone(), [2, 4]), &device)
-            .require_grad()
+        Tensor::<Ad64, 2>::from_data(
+            burn::tensor::TensorData::new(logits.0.clone(), [2, 4]),
+            &device,
+        )
+        .require_grad()
     };
-    let nt = Tensor::<Ad64, 2>::from_data(burn::tensor::TensorData::new(noise.0.clone(), [2, 4]), &device);
+    let nt = Tensor::<Ad64, 2>::from_data(
+        burn::tensor::TensorData::new(noise.0.clone(), [2, 4]),
+        &device,
+    );
     let w = tensor::<Ad64, 2>([2, 4], 1.0, 3, &device);
     let (a, b) = (lt(), lt());
     let ga = st_gumbel_softmax(a.clone(), Some(mask()), 0.7, Some(nt.clone()))
@@ -133,6 +141,9 @@ fn st_gumbel_backward_is_the_soft_jacobian() {
     let ga = to_vec(a.grad(&ga).unwrap());
     let gb = to_vec(b.grad(&gb).unwrap());
     assert_close(&ga, &gb, 1e-12, "ST gradient vs soft gradient");
-    assert!(ga.iter().any(|g| g.abs() > 1e-4), "gradient must not vanish");
+    assert!(
+        ga.iter().any(|g| g.abs() > 1e-4),
+        "gradient must not vanish"
+    );
     assert_eq!(ga[7], 0.0, "no gradient into a masked entry");
 }

@@ -1,0 +1,286 @@
+//! Propositional-logic inference data (Bowman et al. 2015).
+//!
+//! Each line is `relation<TAB>left<TAB>right`. Relations are the seven of natural logic,
+//! `< > = ^ | v #`; formulas are fully bracketed binary trees over variables `a`–`f` and the
+//! operators `not`, `and`, `or` (which are leaves of the tree too: `( not c )`,
+//! `( d ( and e ) )`). The operator count of a pair is the larger of the two formulas' counts,
+//! which is the number in the data file names (`train3` holds pairs with 3 operators).
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+
+use crate::error::{DataError, Loaded, ReadOptions, RecordError};
+use crate::io::{open, read_lines, LineOutcome};
+use crate::tree::BinaryTree;
+
+/// The seven natural-logic relations, with class ids in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Relation {
+    /// `<` forward entailment (id 0).
+    Forward,
+    /// `>` reverse entailment (id 1).
+    Reverse,
+    /// `=` equivalence (id 2).
+    Equivalent,
+    /// `^` negation (id 3).
+    Negation,
+    /// `|` alternation (id 4).
+    Alternation,
+    /// `v` cover (id 5).
+    Cover,
+    /// `#` independence (id 6).
+    Independent,
+}
+
+impl Relation {
+    /// All relations in id order.
+    pub const ALL: [Relation; 7] = [
+        Relation::Forward,
+        Relation::Reverse,
+        Relation::Equivalent,
+        Relation::Negation,
+        Relation::Alternation,
+        Relation::Cover,
+        Relation::Independent,
+    ];
+
+    /// Class id 0–6.
+    pub fn id(self) -> usize {
+        self as usize
+    }
+
+    /// The symbol used in the files.
+    pub fn symbol(self) -> &'static str {
+        ["<", ">", "=", "^", "|", "v", "#"][self as usize]
+    }
+
+    /// Parses a symbol.
+    pub fn from_symbol(s: &str) -> Option<Self> {
+        Relation::ALL.into_iter().find(|r| r.symbol() == s)
+    }
+}
+
+/// The operator words.
+pub const OPERATORS: [&str; 3] = ["not", "and", "or"];
+
+/// One formula: its tokens (variables and operators) and its binary tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Formula {
+    /// Leaves, left to right.
+    pub tokens: Vec<String>,
+    /// The bracketing.
+    pub tree: BinaryTree,
+}
+
+impl Formula {
+    /// Number of operator tokens (`not`, `and`, `or`).
+    pub fn operators(&self) -> usize {
+        self.tokens
+            .iter()
+            .filter(|t| OPERATORS.contains(&t.as_str()))
+            .count()
+    }
+}
+
+/// One labelled pair of formulas.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogicPair {
+    /// The relation between left and right.
+    pub relation: Relation,
+    /// Left formula.
+    pub left: Formula,
+    /// Right formula.
+    pub right: Formula,
+    /// max(operators(left), operators(right)).
+    pub operators: usize,
+}
+
+fn formula(s: &str) -> Result<Formula, RecordError> {
+    if s.trim().is_empty() {
+        return Err(RecordError::EmptySentence);
+    }
+    let (tree, tokens) = BinaryTree::parse(s)?;
+    Ok(Formula { tokens, tree })
+}
+
+/// Parses one `relation<TAB>left<TAB>right` line.
+pub fn parse_logic_line(line: &str) -> Result<LogicPair, RecordError> {
+    let cols: Vec<&str> = line.split('\t').collect();
+    if cols.len() != 3 {
+        return Err(RecordError::ColumnCount {
+            expected: 3,
+            found: cols.len(),
+        });
+    }
+    let rel = cols[0].trim();
+    let relation =
+        Relation::from_symbol(rel).ok_or_else(|| RecordError::UnknownLabel(rel.into()))?;
+    let left = formula(cols[1])?;
+    let right = formula(cols[2])?;
+    let operators = left.operators().max(right.operators());
+    Ok(LogicPair {
+        relation,
+        left,
+        right,
+        operators,
+    })
+}
+
+/// Reads one logic data file (blank lines are filtered).
+pub fn read_logic(
+    path: impl AsRef<Path>,
+    opts: ReadOptions,
+) -> Result<Loaded<LogicPair>, DataError> {
+    let path = path.as_ref();
+    parse_logic(open(path)?, path, opts)
+}
+
+/// Reads logic data from any reader; `name` appears in errors.
+pub fn parse_logic<R: BufRead>(
+    reader: R,
+    name: impl AsRef<Path>,
+    opts: ReadOptions,
+) -> Result<Loaded<LogicPair>, DataError> {
+    read_lines(reader, name.as_ref(), opts, |_, line| {
+        if line.trim().is_empty() {
+            return Ok(LineOutcome::Filtered);
+        }
+        parse_logic_line(line).map(LineOutcome::Record)
+    })
+}
+
+/// The files of a logic data directory: `train0..trainK` and `test0..testK`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LogicData {
+    /// Training pairs from every `trainK` file, in file order (`train0` first).
+    pub train: Vec<LogicPair>,
+    /// Test pairs from every `testK` file, in file order.
+    pub test: Vec<LogicPair>,
+    /// `(K, path, count)` of each file read, train files then test files.
+    pub files: Vec<(usize, PathBuf, usize)>,
+    /// Malformed lines skipped in all files.
+    pub skipped: usize,
+}
+
+/// Reads every `train<K>` and `test<K>` file of `dir` (K = 0, 1, …, consecutive from 0 until a
+/// number is missing). Fails if there is no `train0`.
+pub fn read_logic_dir(dir: impl AsRef<Path>, opts: ReadOptions) -> Result<LogicData, DataError> {
+    let dir = dir.as_ref();
+    let mut data = LogicData::default();
+    for (prefix, is_train) in [("train", true), ("test", false)] {
+        for k in 0.. {
+            let path = dir.join(format!("{prefix}{k}"));
+            if !path.is_file() {
+                if k == 0 && is_train {
+                    return Err(DataError::Missing(format!(
+                        "no logic data: expected {} (files train0..train6, test0..test6; see \
+                         datasets/README.md)",
+                        path.display()
+                    )));
+                }
+                break;
+            }
+            let loaded = read_logic(&path, opts)?;
+            data.skipped += loaded.skipped;
+            data.files.push((k, path, loaded.len()));
+            if is_train {
+                data.train.extend(loaded.records);
+            } else {
+                data.test.extend(loaded.records);
+            }
+        }
+    }
+    Ok(data)
+}
+
+/// Deterministic seeded split: shuffles `items` with `seed` and moves `valid_fraction` of them
+/// (rounded down) to the second list, e.g. `0.1` for the usual 90/10 train/validation split.
+pub fn train_valid_split<T>(mut items: Vec<T>, valid_fraction: f64, seed: u64) -> (Vec<T>, Vec<T>) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    items.shuffle(&mut rng);
+    let frac = if valid_fraction.is_finite() {
+        valid_fraction.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let n_valid = (items.len() as f64 * frac).floor() as usize;
+    let valid = items.split_off(items.len() - n_valid);
+    (items, valid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::transitions_to_string;
+
+    #[test]
+    fn parses_lines() {
+        let p = parse_logic_line("|\t( not ( e ( or ( not c ) ) ) )\t( d ( and e ) )").unwrap();
+        assert_eq!(p.relation, Relation::Alternation);
+        assert_eq!(p.relation.id(), 4);
+        assert_eq!(
+            (p.left.operators(), p.right.operators(), p.operators),
+            (3, 1, 3)
+        );
+        assert_eq!(
+            transitions_to_string(&p.right.tree.to_transitions()),
+            "S S S R R"
+        );
+        let q = parse_logic_line("#\td\t( not ( ( f ( or e ) ) ( and c ) ) )").unwrap();
+        assert_eq!(q.left.tokens, ["d"]);
+        assert_eq!(q.operators, 3);
+    }
+
+    #[test]
+    fn bad_lines() {
+        assert_eq!(
+            parse_logic_line("<\ta").unwrap_err(),
+            RecordError::ColumnCount {
+                expected: 3,
+                found: 2
+            }
+        );
+        assert_eq!(
+            parse_logic_line("?\ta\tb").unwrap_err(),
+            RecordError::UnknownLabel("?".into())
+        );
+        assert_eq!(
+            parse_logic_line("<\t\tb").unwrap_err(),
+            RecordError::EmptySentence
+        );
+        assert!(matches!(
+            parse_logic_line("<\t( a b\tb"),
+            Err(RecordError::Tree(_))
+        ));
+        assert!(matches!(
+            parse_logic_line("<\t( a b c )\tb"),
+            Err(RecordError::Tree(_))
+        ));
+    }
+
+    #[test]
+    fn directory_and_split() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("train0"), "=\ta\ta\n<\ta\t( a ( or b ) )\n").unwrap();
+        std::fs::write(dir.path().join("train1"), "^\ta\t( not a )\n").unwrap();
+        std::fs::write(dir.path().join("test0"), "=\tb\tb\n").unwrap();
+        std::fs::write(dir.path().join("train3"), "bad\n").unwrap(); // not consecutive: ignored
+        let d = read_logic_dir(dir.path(), ReadOptions::strict()).unwrap();
+        assert_eq!((d.train.len(), d.test.len(), d.files.len()), (3, 1, 3));
+        assert_eq!(d.train[1].operators, 1);
+        let (tr, va) = train_valid_split((0..100).collect::<Vec<_>>(), 0.1, 42);
+        assert_eq!((tr.len(), va.len()), (90, 10));
+        let (tr2, va2) = train_valid_split((0..100).collect::<Vec<_>>(), 0.1, 42);
+        assert_eq!((tr, va), (tr2, va2));
+        let mut all: Vec<i32> = train_valid_split((0..10).collect(), 0.3, 1).0;
+        all.extend(train_valid_split((0..10).collect::<Vec<i32>>(), 0.3, 1).1);
+        all.sort();
+        assert_eq!(all, (0..10).collect::<Vec<_>>());
+        let empty = tempfile::tempdir().unwrap();
+        let e = read_logic_dir(empty.path(), ReadOptions::strict()).unwrap_err();
+        assert!(e.to_string().contains("train0"));
+    }
+}

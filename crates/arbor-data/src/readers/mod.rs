@@ -1,0 +1,16 @@
+//! Dataset readers. Every reader comes in two forms: `read_*(path, opts)` for a file and
+//! `parse_*(reader, name, opts)` for any [`std::io::BufRead`] (`name` is used in errors).
+//! Malformed records are errors naming the file, the 1-based line and what is wrong, or, with
+//! [`crate::ReadOptions::skip_bad`], are skipped and counted in [`crate::Loaded::skipped`].
+
+pub mod lm;
+pub mod logic;
+pub mod snli;
+pub mod sst;
+pub mod treebank;
+
+pub use lm::{read_lm, split_sentences, LmCorpus, SentenceOptions};
+pub use logic::{read_logic, read_logic_dir, LogicData, LogicPair, Relation};
+pub use snli::{read_snli, NliLabel, SnliPair};
+pub use sst::{read_sst2_tsv, read_sst_trees, sst2_from_trees, Sst2Example, SstTree};
+pub use treebank::read_treebank;

@@ -1,0 +1,122 @@
+//! Property tests: trees round-trip through brackets and transitions; every reader returns
+//! `Ok` or `Err` on arbitrary bytes, never panics.
+
+use arbor_data::readers::{lm, logic, snli, sst, treebank};
+use arbor_data::tree::{
+    validate_transitions, Binarization, BinaryTree, BracketStyle, PieceBranching, Tree,
+};
+use arbor_data::vocab::{parse_text_vectors, Vocab, VocabConfig};
+use arbor_data::ReadOptions;
+use proptest::prelude::*;
+
+/// Random binary trees over n leaves through random layer indices.
+fn binary_tree() -> impl Strategy<Value = BinaryTree> {
+    (1usize..40).prop_flat_map(|n| {
+        let idx: Vec<BoxedStrategy<usize>> = (1..n).rev().map(|m| (0..m).boxed()).collect();
+        idx.prop_map(move |ix| BinaryTree::from_layer_indices(n, &ix).unwrap())
+    })
+}
+
+fn word() -> impl Strategy<Value = String> {
+    "[a-zA-Z0-9'.,-]{1,6}"
+}
+
+/// Random labelled n-ary trees (treebank-like: every leaf tagged; an untagged leaf alone under
+/// a label would print as a tagged leaf, which the bracket format cannot tell apart).
+fn labelled_tree() -> impl Strategy<Value = Tree> {
+    let leaf = ("[A-Z]{1,3}", word()).prop_map(|(tag, word)| Tree::Leaf {
+        word,
+        tag: Some(tag),
+    });
+    leaf.prop_recursive(6, 40, 4, |inner| {
+        ("[A-Z]{1,4}", prop::collection::vec(inner, 1..4))
+            .prop_map(|(label, children)| Tree::Node { label, children })
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn brackets_roundtrip(t in binary_tree(), seed_words in prop::collection::vec(word(), 40)) {
+        let n = t.num_leaves();
+        let words = &seed_words[..n];
+        let s = t.to_bracketed(words);
+        let (back, ws) = BinaryTree::parse(&s).unwrap();
+        prop_assert_eq!(&back, &t);
+        prop_assert_eq!(ws, words.to_vec());
+    }
+
+    #[test]
+    fn transitions_roundtrip(t in binary_tree()) {
+        let ts = t.to_transitions();
+        prop_assert_eq!(ts.len(), 2 * t.num_leaves() - 1);
+        prop_assert_eq!(validate_transitions(&ts), Ok(t.num_leaves()));
+        prop_assert_eq!(BinaryTree::from_transitions(&ts).unwrap(), t.clone());
+        let back = BinaryTree::from_spans(t.num_leaves(), &t.spans(), Binarization::Left).unwrap();
+        prop_assert_eq!(back, t);
+    }
+
+    #[test]
+    fn labelled_roundtrip(t in labelled_tree()) {
+        let s = t.to_bracketed();
+        prop_assert_eq!(Tree::parse(&s).unwrap(), t.clone());
+        let c = t.collapse_unary();
+        prop_assert_eq!(c.words(), t.words());
+        let mut a = c.spans();
+        a.retain(|s| s.len() >= 2);
+        let mut b = t.spans();
+        b.retain(|s| s.len() >= 2);
+        prop_assert_eq!(a, b);
+        let bin = t.to_binary(Binarization::Right);
+        prop_assert_eq!(bin.num_leaves(), t.num_leaves());
+    }
+
+    #[test]
+    fn pieces_keep_words_together(t in binary_tree(), counts in prop::collection::vec(1usize..4, 40)) {
+        let n = t.num_leaves();
+        let p = t.to_pieces(&counts[..n], PieceBranching::Right).unwrap();
+        prop_assert_eq!(p.num_leaves(), counts[..n].iter().sum::<usize>());
+        let spans = arbor_data::tree::spans_to_pieces(&t.spans(), &counts[..n]).unwrap();
+        let ps = p.spans();
+        for s in spans {
+            prop_assert!(ps.contains(&s));
+        }
+    }
+
+    #[test]
+    fn parsers_never_panic(s in "[()a-z \\t]{0,60}") {
+        let _ = Tree::parse(&s);
+        let _ = Tree::parse_with(&s, BracketStyle::Labelled);
+        let _ = BinaryTree::parse(&s);
+    }
+
+    #[test]
+    fn readers_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..400)) {
+        let lenient = ReadOptions::lenient();
+        let strict = ReadOptions::strict();
+        for opts in [strict, lenient] {
+            let _ = snli::parse_snli(&bytes[..], "f", opts);
+            let _ = sst::parse_sst2_tsv(&bytes[..], "f", opts);
+            let _ = sst::parse_sst_trees(&bytes[..], "f", opts);
+            let _ = logic::parse_logic(&bytes[..], "f", opts);
+            let _ = lm::parse_lm(&bytes[..], "f", opts);
+            let _ = treebank::parse_treebank(&bytes[..], "f", BracketStyle::Auto, opts);
+        }
+        let v = Vocab::build(["a", "b"], &VocabConfig::default());
+        let _ = parse_text_vectors(&bytes[..], "f", &v, 0.1, 0);
+    }
+
+    #[test]
+    fn structured_garbage_never_panics(lines in prop::collection::vec("[()<>=^|v#a-z{}\":,\\t 0-9-]{0,40}", 0..8)) {
+        let text = lines.join("\n");
+        let b = text.as_bytes();
+        let o = ReadOptions::lenient();
+        let _ = snli::parse_snli(b, "f", o);
+        let _ = sst::parse_sst2_tsv(b, "f", o);
+        let _ = sst::parse_sst_trees(b, "f", o);
+        let l = logic::parse_logic(b, "f", o).unwrap();
+        prop_assert_eq!(l.len() + l.skipped + l.filtered, text.lines().count());
+        let _ = treebank::parse_treebank(b, "f", BracketStyle::Auto, o);
+    }
+}
