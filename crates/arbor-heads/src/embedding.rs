@@ -1,0 +1,70 @@
+use burn::module::Param;
+use burn::nn::{Embedding, EmbeddingConfig, Initializer};
+use burn::prelude::*;
+use burn::tensor::TensorData;
+
+/// Configuration of a [`TokenEmbedding`].
+#[derive(Config, Debug)]
+pub struct TokenEmbeddingConfig {
+    /// Vocabulary size.
+    pub n_tokens: usize,
+    /// Embedding width.
+    pub d_embed: usize,
+    /// Standard deviation of the random initialisation.
+    #[config(default = 0.1)]
+    pub init_std: f64,
+}
+
+/// A token-id → vector lookup, optionally initialised from pretrained vectors.
+#[derive(Module, Debug)]
+pub struct TokenEmbedding<B: Backend> {
+    /// The lookup table `[n_tokens, d_embed]`.
+    pub embedding: Embedding<B>,
+}
+
+impl TokenEmbeddingConfig {
+    /// Builds a randomly initialised embedding on `device`.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> TokenEmbedding<B> {
+        TokenEmbedding {
+            embedding: EmbeddingConfig::new(self.n_tokens, self.d_embed)
+                .with_initializer(Initializer::Normal {
+                    mean: 0.0,
+                    std: self.init_std,
+                })
+                .init(device),
+        }
+    }
+
+    /// Builds an embedding whose rows are `vectors` (row-major `[n_tokens, d_embed]`, e.g.
+    /// `arbor_data::vocab::Embeddings::data`).
+    ///
+    /// # Panics
+    /// If `vectors.len() != n_tokens · d_embed`.
+    pub fn init_pretrained<B: Backend>(
+        &self,
+        vectors: Vec<f32>,
+        device: &B::Device,
+    ) -> TokenEmbedding<B> {
+        assert_eq!(
+            vectors.len(),
+            self.n_tokens * self.d_embed,
+            "pretrained matrix must be n_tokens × d_embed"
+        );
+        let mut e = self.init(device);
+        let w = Tensor::from_data(
+            TensorData::new(vectors, [self.n_tokens, self.d_embed]),
+            device,
+        );
+        e.embedding.weight = Param::from_tensor(w);
+        e
+    }
+}
+
+impl<B: Backend> TokenEmbedding<B> {
+    /// # Shapes
+    /// - `ids`: `[batch, time]`
+    /// - output: `[batch, time, d_embed]`
+    pub fn forward(&self, ids: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        self.embedding.forward(ids)
+    }
+}

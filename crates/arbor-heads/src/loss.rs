@@ -1,0 +1,33 @@
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::prelude::*;
+
+/// Mean cross-entropy of `logits` against integer `targets`.
+///
+/// # Shapes
+/// - `logits`: `[batch, classes]`
+/// - `targets`: `[batch]`
+/// - output: `[1]`
+pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+    CrossEntropyLossConfig::new()
+        .init(&logits.device())
+        .forward(logits, targets)
+}
+
+/// The arg-max class of every row.
+///
+/// # Shapes
+/// - `logits`: `[batch, classes]`
+/// - output: `[batch]`
+pub fn predictions<B: Backend>(logits: Tensor<B, 2>) -> Tensor<B, 1, Int> {
+    logits.argmax(1).squeeze_dim(1)
+}
+
+/// How many rows' arg-max equals the target (one device read).
+pub fn count_correct<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int>) -> usize {
+    predictions(logits)
+        .equal(targets)
+        .int()
+        .sum()
+        .into_scalar()
+        .elem::<i64>() as usize
+}

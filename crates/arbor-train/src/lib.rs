@@ -1,0 +1,33 @@
+//! # arbor-train
+//!
+//! The training engine every arbor example uses:
+//!
+//! - a loop generic over the backend with Adam or AdamW, global-norm gradient clipping,
+//!   learning-rate decay on plateau, and per-step seeding, so the same seed on the same device
+//!   gives the same numbers and a resumed run continues exactly where it stopped;
+//! - evaluation every N steps with exact accuracy over a whole split (never a mean of batch
+//!   accuracies), run without autodiff (`model.valid()`), and best-checkpoint keeping;
+//! - atomic single-file checkpoints (model, optimizer, step, position in the epoch, learning
+//!   rate, configuration and any task metadata such as the vocabulary), refused with a clear
+//!   error when truncated or corrupt;
+//! - progress bars (loss, accuracy, sentences/s, ETA), a JSON-lines metrics log and a summary
+//!   table.
+//!
+//! Burn's own `Learner` evaluates once per epoch, does not checkpoint atomically, and cannot
+//! resume in the middle of an epoch or restore the Gumbel noise stream; this engine uses Burn's
+//! optimizers, gradients and records, and writes only that loop by hand.
+
+#![warn(missing_docs)]
+
+mod checkpoint;
+mod clip;
+mod engine;
+mod log;
+
+pub use checkpoint::{CheckpointError, CheckpointFile};
+pub use clip::{clip_global_norm, global_grad_norm};
+pub use engine::{
+    load_model, seed_everything, step_seed, train, EvalReport, OptimizerKind, StepOutput, Task,
+    TrainConfig, TrainError, TrainOutcome, TrainState,
+};
+pub use log::{MetricsLog, MetricsRecord};
