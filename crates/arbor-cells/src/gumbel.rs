@@ -108,6 +108,16 @@ pub fn masked_softmax<B: Backend>(
     }
 }
 
+/// `one_hot(index)` over `k` entries (Burn's `one_hot` needs `k ≥ 2`; one entry is all ones).
+fn one_hot<B: Backend>(index: Tensor<B, 1, Int>, k: usize) -> Tensor<B, 2> {
+    if k == 1 {
+        let rows = index.dims()[0];
+        Tensor::ones([rows, 1], &index.device())
+    } else {
+        index.one_hot(k).float()
+    }
+}
+
 fn masked_argmax<B: Backend>(
     scores: Tensor<B, 2>,
     mask: Option<Tensor<B, 2, Bool>>,
@@ -145,8 +155,9 @@ pub fn st_gumbel_softmax<B: Backend>(
     let scores = perturbed.div_scalar(tau);
     let soft = masked_softmax(scores.clone(), mask.clone());
     let index = masked_argmax(scores.detach(), mask);
-    let one_hot: Tensor<B, 2> = index.clone().one_hot(k).float();
-    let hard = one_hot.sub(soft.clone().detach()).add(soft.clone());
+    let hard = one_hot(index.clone(), k)
+        .sub(soft.clone().detach())
+        .add(soft.clone());
     Selection { hard, soft, index }
 }
 
@@ -166,6 +177,6 @@ pub fn argmax_select<B: Backend>(
     let [_, k] = logits.dims();
     let soft = masked_softmax(logits.clone(), mask.clone()).detach();
     let index = masked_argmax(logits.detach(), mask);
-    let hard = index.clone().one_hot(k).float();
+    let hard = one_hot(index.clone(), k);
     Selection { hard, soft, index }
 }

@@ -382,3 +382,24 @@ fn stack_runs_layers_and_reports_distances_per_layer() {
     }
     assert!("gru".parse::<CellKind>().is_err());
 }
+
+#[test]
+fn a_single_candidate_is_always_selected() {
+    let logits = tensor::<Fx, 2>([3, 1], 2.0, 5, &dev());
+    for s in [
+        st_gumbel_softmax(
+            logits.clone(),
+            None,
+            1.0,
+            Some(tensor::<Fx, 2>([3, 1], 1.0, 6, &dev())),
+        ),
+        argmax_select(logits, None),
+    ] {
+        assert_close(&to_vec(s.hard), &[1.0; 3], 1e-6, "hard");
+        assert_close(&to_vec(s.soft), &[1.0; 3], 1e-6, "soft");
+        assert_eq!(
+            s.index.to_data().convert::<i64>().to_vec::<i64>().unwrap(),
+            vec![0; 3]
+        );
+    }
+}

@@ -101,7 +101,10 @@ impl<B: Backend, E: SentenceEncoder<B>> NliClassifier<B, E> {
     /// If `pairs` holds an odd number of sentences.
     pub fn forward(&self, pairs: SentenceBatch<B>, decisions: Decisions<'_>) -> NliOutput<B> {
         let n = pairs.len();
-        assert!(n.is_multiple_of(2), "pairs must hold premises then hypotheses");
+        assert!(
+            n.is_multiple_of(2),
+            "pairs must hold premises then hypotheses"
+        );
         let x = self.dropout.forward(self.embedding.forward(pairs.ids));
         let mut input = EncoderInput::new(x, pairs.lengths);
         input.transitions = pairs.transitions;

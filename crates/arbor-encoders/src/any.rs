@@ -1,0 +1,229 @@
+//! Every encoder behind one configuration and one module type.
+//!
+//! To add an encoder: a variant in [`EncoderKind`] (with its name in [`EncoderKind::name`] and
+//! [`EncoderKind::ALL`]), a variant in [`Encoder`], an arm in [`EncoderConfig::init`], and a
+//! line in the `dispatch!` macro.
+
+use std::fmt;
+use std::str::FromStr;
+
+use burn::prelude::*;
+
+use crate::{
+    Decisions, EncoderInput, EncoderOutput, GumbelTreeLstm, GumbelTreeLstmConfig, LeafKind,
+    LstmEncoder, LstmEncoderConfig, SentenceEncoder,
+};
+
+/// The sentence encoders arbor provides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EncoderKind {
+    /// [`GumbelTreeLstm`].
+    Gumbel,
+    /// [`LstmEncoder`].
+    Lstm,
+}
+
+impl EncoderKind {
+    /// Every kind, in a fixed order.
+    pub const ALL: [EncoderKind; 2] = [EncoderKind::Gumbel, EncoderKind::Lstm];
+
+    /// The kind's command-line (and serde) name: `gumbel`, `lstm`.
+    pub fn name(self) -> &'static str {
+        match self {
+            EncoderKind::Gumbel => "gumbel",
+            EncoderKind::Lstm => "lstm",
+        }
+    }
+
+    /// Whether the encoder induces a tree of its own (and returns it in
+    /// [`EncoderOutput::trees`]).
+    pub fn induces_trees(self) -> bool {
+        match self {
+            EncoderKind::Gumbel => true,
+            EncoderKind::Lstm => false,
+        }
+    }
+}
+
+impl fmt::Display for EncoderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for EncoderKind {
+    type Err = String;
+
+    /// Parses a name as printed by [`EncoderKind::name`]; case and `_`/`-` are not significant.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let key = s.trim().to_ascii_lowercase().replace('_', "-");
+        EncoderKind::ALL
+            .into_iter()
+            .find(|k| k.name() == key)
+            .ok_or_else(|| {
+                let names: Vec<_> = EncoderKind::ALL.iter().map(|k| k.name()).collect();
+                format!(
+                    "unknown encoder `{s}`; expected one of {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// Configuration of any [`Encoder`]. Fields a kind does not use are ignored by it.
+#[derive(Config, Debug)]
+pub struct EncoderConfig {
+    /// Which encoder.
+    pub kind: EncoderKind,
+    /// Width of the word embeddings.
+    pub d_input: usize,
+    /// Hidden width (the sentence vector's width for every current kind).
+    pub d_hidden: usize,
+    /// Gumbel Tree-LSTM: how words become leaves.
+    #[config(default = "LeafKind::Lstm")]
+    pub leaf: LeafKind,
+    /// LSTM: number of stacked layers.
+    #[config(default = 1)]
+    pub n_layers: usize,
+    /// LSTM: dropout between stacked layers. (Gumbel Tree-LSTM has none inside the encoder;
+    /// as in the released code, dropout on embeddings and classifier belongs to the task
+    /// model.)
+    #[config(default = 0.0)]
+    pub dropout: f64,
+    /// Gumbel Tree-LSTM: Gumbel-softmax temperature τ.
+    #[config(default = 1.0)]
+    pub tau: f64,
+}
+
+impl EncoderConfig {
+    /// Builds the configured encoder on `device`.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> Encoder<B> {
+        match self.kind {
+            EncoderKind::Gumbel => Encoder::Gumbel(
+                GumbelTreeLstmConfig::new(self.d_input, self.d_hidden)
+                    .with_leaf(self.leaf)
+                    .with_tau(self.tau)
+                    .init(device),
+            ),
+            EncoderKind::Lstm => Encoder::Lstm(
+                LstmEncoderConfig::new(self.d_input, self.d_hidden)
+                    .with_n_layers(self.n_layers)
+                    .with_dropout(self.dropout)
+                    .init(device),
+            ),
+        }
+    }
+}
+
+/// Any of the sentence encoders, as one module type.
+#[derive(Module, Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum Encoder<B: Backend> {
+    /// Gumbel Tree-LSTM.
+    Gumbel(GumbelTreeLstm<B>),
+    /// Plain LSTM.
+    Lstm(LstmEncoder<B>),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $enc:ident => $e:expr) => {
+        match $self {
+            Encoder::Gumbel($enc) => $e,
+            Encoder::Lstm($enc) => $e,
+        }
+    };
+}
+
+impl<B: Backend> Encoder<B> {
+    /// Which encoder this is.
+    pub fn kind(&self) -> EncoderKind {
+        match self {
+            Encoder::Gumbel(_) => EncoderKind::Gumbel,
+            Encoder::Lstm(_) => EncoderKind::Lstm,
+        }
+    }
+}
+
+impl<B: Backend> SentenceEncoder<B> for Encoder<B> {
+    fn d_output(&self) -> usize {
+        dispatch!(self, e => e.d_output())
+    }
+
+    fn encode(&self, input: EncoderInput<B>, decisions: Decisions<'_>) -> EncoderOutput<B> {
+        dispatch!(self, e => e.encode(input, decisions))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::Flex;
+
+    #[test]
+    fn kinds_round_trip_through_their_names() {
+        for kind in EncoderKind::ALL {
+            assert_eq!(kind.to_string().parse::<EncoderKind>(), Ok(kind));
+            assert_eq!(kind.name().to_uppercase().parse::<EncoderKind>(), Ok(kind));
+            let json = serde_json::to_string(&kind).unwrap();
+            assert_eq!(json, format!("\"{}\"", kind.name()));
+            assert_eq!(serde_json::from_str::<EncoderKind>(&json).unwrap(), kind);
+        }
+        assert_eq!("gumbel".parse(), Ok(EncoderKind::Gumbel));
+        assert_eq!("lstm".parse(), Ok(EncoderKind::Lstm));
+        let err = "spinn-x".parse::<EncoderKind>().unwrap_err();
+        assert!(
+            err.contains("spinn-x") && err.contains("gumbel, lstm"),
+            "{err}"
+        );
+        for leaf in LeafKind::ALL {
+            assert_eq!(leaf.to_string().parse::<LeafKind>(), Ok(leaf));
+        }
+        assert!("tree"
+            .parse::<LeafKind>()
+            .unwrap_err()
+            .contains("affine, lstm"));
+    }
+
+    #[test]
+    fn init_builds_every_kind_with_the_configured_width() {
+        let device = Default::default();
+        for kind in EncoderKind::ALL {
+            for leaf in LeafKind::ALL {
+                let config = EncoderConfig::new(kind, 3, 7)
+                    .with_leaf(leaf)
+                    .with_n_layers(2);
+                let enc: Encoder<Flex> = config.init(&device);
+                assert_eq!(enc.kind(), kind);
+                assert_eq!(enc.d_output(), 7);
+                let x = Tensor::<Flex, 3>::ones([2, 4, 3], &device);
+                let out = enc.encode(EncoderInput::new(x, vec![4, 2]), Decisions::Argmax);
+                assert_eq!(out.sentence.dims(), [2, 7]);
+                assert_eq!(out.trees.is_some(), kind.induces_trees());
+            }
+        }
+        let enc: Encoder<Flex> = EncoderConfig::new(EncoderKind::Gumbel, 3, 7).init(&device);
+        let Encoder::Gumbel(g) = enc else {
+            panic!("a Gumbel encoder")
+        };
+        assert!(
+            matches!(g.leaf, crate::Leaf::Lstm(_)),
+            "the leaf LSTM is the default"
+        );
+    }
+
+    #[test]
+    fn the_config_serialises_with_kebab_case_names() {
+        let config = EncoderConfig::new(EncoderKind::Gumbel, 3, 7).with_leaf(LeafKind::Affine);
+        let json = serde_json::to_string(&config).unwrap();
+        assert!(
+            json.contains("\"gumbel\"") && json.contains("\"affine\""),
+            "{json}"
+        );
+        let back: EncoderConfig = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            (back.kind, back.leaf, back.d_hidden),
+            (config.kind, config.leaf, 7)
+        );
+    }
+}

@@ -1,0 +1,122 @@
+//! Helpers the example programs share.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use arbor_data::tree::BinaryTree;
+use arbor_data::vocab::{load_text_vectors, Vocab, VocabConfig};
+use arbor_encoders::{Decisions, Encoder, EncoderInput, SentenceEncoder};
+use arbor_heads::{SentenceBatch, TokenEmbedding, TokenEmbeddingConfig};
+use burn::prelude::*;
+
+/// The checkpoint to load from a run directory (or a checkpoint file): `best.ckpt` when it
+/// exists, else `last.ckpt`.
+pub fn checkpoint_in(path: &Path) -> Result<PathBuf> {
+    if path.is_file() {
+        return Ok(path.to_path_buf());
+    }
+    for name in ["best.ckpt", "last.ckpt"] {
+        let p = path.join(name);
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    bail!(
+        "no checkpoint in {} (expected best.ckpt or last.ckpt; train first, or pass --checkpoint)",
+        path.display()
+    )
+}
+
+/// Builds a vocabulary from training sentences (every word seen at least once).
+pub fn build_vocab<'a>(sentences: impl Iterator<Item = &'a [String]>) -> Vocab {
+    Vocab::build(
+        sentences.flat_map(|s| s.iter()),
+        &VocabConfig {
+            min_freq: 1,
+            max_size: None,
+            extra_specials: Vec::new(),
+        },
+    )
+}
+
+/// The word embedding: random, or from pretrained vectors (whose width wins).
+pub fn embedding<B: Backend>(
+    vocab: &Vocab,
+    d_embed: usize,
+    glove: Option<&Path>,
+    device: &B::Device,
+) -> Result<(TokenEmbeddingConfig, TokenEmbedding<B>)> {
+    match glove {
+        None => {
+            let config = TokenEmbeddingConfig::new(vocab.len(), d_embed);
+            let e = config.init(device);
+            Ok((config, e))
+        }
+        Some(path) => {
+            let vectors = load_text_vectors(path, vocab, 0.1, 0)
+                .with_context(|| format!("loading vectors from {}", path.display()))?;
+            eprintln!(
+                "{}: {} of {} vocabulary words covered ({:.1}%), width {}",
+                path.display(),
+                vectors.coverage.exact + vectors.coverage.lowercase,
+                vocab.len(),
+                100.0 * vectors.coverage.fraction(),
+                vectors.dim
+            );
+            let config = TokenEmbeddingConfig::new(vocab.len(), vectors.dim);
+            let e = config.init_pretrained(vectors.data, device);
+            Ok((config, e))
+        }
+    }
+}
+
+/// Splits raw text into tokens the way the corpora are tokenised: on white space, with
+/// punctuation at word edges split off.
+pub fn tokenize(text: &str, lowercase: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    for word in text.split_whitespace() {
+        let word = if lowercase {
+            word.to_lowercase()
+        } else {
+            word.to_string()
+        };
+        let start = word
+            .find(|c: char| c.is_alphanumeric())
+            .unwrap_or(word.len());
+        let end = word
+            .rfind(|c: char| c.is_alphanumeric())
+            .map_or(start, |i| {
+                i + word[i..].chars().next().map_or(1, char::len_utf8)
+            });
+        out.extend(word[..start].chars().map(String::from));
+        if start < end {
+            out.push(word[start..end].to_string());
+        }
+        if end < word.len() && end >= start {
+            out.extend(word[end..].chars().map(String::from));
+        }
+    }
+    out
+}
+
+/// The tree an encoder builds for one sentence (argmax decisions), or `None` when it builds
+/// none.
+pub fn parse_one<B: Backend>(
+    embedding: &TokenEmbedding<B>,
+    encoder: &Encoder<B>,
+    ids: &[u32],
+    device: &B::Device,
+) -> Option<BinaryTree> {
+    let batch = SentenceBatch::<B>::from_ids(&[ids], 0, device);
+    let x = embedding.forward(batch.ids);
+    let out = encoder.encode(EncoderInput::new(x, batch.lengths), Decisions::Argmax);
+    out.trees.and_then(|mut t| t.pop())
+}
+
+/// Prints trees for people: bracketed and as an indented drawing.
+pub fn print_tree(title: &str, tree: &BinaryTree, words: &[String]) {
+    println!("{title}: {}", tree.to_bracketed(words));
+    for line in tree.to_ascii(words).lines() {
+        println!("    {line}");
+    }
+}

@@ -1,0 +1,6 @@
+//! The examples' programs, as library code so they can be tested: each `examples/<name>.rs`
+//! parses its arguments and calls `run` here.
+
+pub mod common;
+pub mod snli;
+pub mod sst;

@@ -1,0 +1,396 @@
+//! `cargo run --release --example snli`: train a (latent-)tree sentence encoder on SNLI.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use arbor_data::download::{ensure_snli_from, DownloadOptions, SnliPaths};
+use arbor_data::readers::snli::{read_snli, NliLabel, SnliPair};
+use arbor_data::vocab::Vocab;
+use arbor_data::ReadOptions;
+use arbor_heads::NliClassifierConfig;
+use arbor_train::{load_model, seed_everything, train, CheckpointFile};
+use burn::backend::Autodiff;
+use burn::module::AutodiffModule;
+use burn::prelude::*;
+use clap::Parser;
+
+use super::common::{build_vocab, checkpoint_in, embedding, parse_one, print_tree, tokenize};
+use crate::cli::TrainArgs;
+use crate::device::{run_on, BackendJob};
+use crate::tasks::{evaluate_nli, ModelConfig, ModelMeta, NliData, NliTask};
+
+/// The official SNLI 1.0 archive.
+pub const SNLI_URL: &str = "https://nlp.stanford.edu/projects/snli/snli_1.0.zip";
+
+/// Train, evaluate or parse with an NLI model on SNLI.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "snli",
+    about = "Train a tree-inducing sentence encoder on SNLI"
+)]
+pub struct SnliArgs {
+    /// Directory with the official snli_1.0_{train,dev,test}.jsonl (downloaded there when absent).
+    #[arg(long, default_value = "datasets/snli")]
+    pub data_dir: PathBuf,
+    /// Training file (instead of --data-dir).
+    #[arg(long)]
+    pub train: Option<PathBuf>,
+    /// Validation file.
+    #[arg(long)]
+    pub valid: Option<PathBuf>,
+    /// Test file.
+    #[arg(long)]
+    pub test: Option<PathBuf>,
+    /// Hold out the last N training pairs as the validation split (when no --valid is given).
+    #[arg(long)]
+    pub holdout: Option<usize>,
+    /// Only evaluate a trained model (see --checkpoint).
+    #[arg(long)]
+    pub eval_only: bool,
+    /// Checkpoint file or run directory to load (default: --out).
+    #[arg(long)]
+    pub checkpoint: Option<PathBuf>,
+    /// Print the tree a trained model builds for this sentence, and exit.
+    #[arg(long)]
+    pub parse: Option<String>,
+    /// How many validation pairs to draw trees for after training.
+    #[arg(long, default_value_t = 3)]
+    pub show_trees: usize,
+    /// Where to download SNLI from.
+    #[arg(long, default_value = SNLI_URL, hide = true)]
+    pub snli_url: String,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub common: TrainArgs,
+}
+
+/// Splits of SNLI pairs, read from disk.
+#[derive(Debug, Default)]
+pub struct SnliSplits {
+    /// Training pairs (empty in --eval-only mode).
+    pub train: Vec<SnliPair>,
+    /// Named evaluation splits; the first is used for model selection.
+    pub eval: Vec<(String, Vec<SnliPair>)>,
+}
+
+fn read(path: &PathBuf) -> Result<Vec<SnliPair>> {
+    let loaded = read_snli(path, ReadOptions::strict())?;
+    if loaded.records.is_empty() {
+        bail!("{}: no labelled pairs", path.display());
+    }
+    Ok(loaded.records)
+}
+
+/// Finds and reads the splits the arguments name. With no file flags, uses --data-dir,
+/// downloading SNLI there when it is absent; offline, the error says what to put where.
+pub fn load_splits(args: &SnliArgs) -> Result<SnliSplits> {
+    let (train, valid, test) =
+        if args.train.is_some() || args.valid.is_some() || args.test.is_some() {
+            (args.train.clone(), args.valid.clone(), args.test.clone())
+        } else {
+            let opts = DownloadOptions::default();
+            let SnliPaths { train, dev, test } =
+                ensure_snli_from(&args.data_dir, &args.snli_url, &opts)?;
+            (train, dev, test)
+        };
+    let mut splits = SnliSplits::default();
+    if !args.eval_only {
+        let path = train.context("no training file: pass --train FILE or --data-dir DIR")?;
+        splits.train = read(&path)?;
+    }
+    match (&valid, args.holdout) {
+        (Some(v), _) => splits.eval.push(("valid".into(), read(v)?)),
+        (None, Some(n)) if !args.eval_only => {
+            if n == 0 || n >= splits.train.len() {
+                bail!("--holdout {n} must be between 1 and the number of training pairs - 1");
+            }
+            let held = splits.train.split_off(splits.train.len() - n);
+            splits.eval.push(("valid".into(), held));
+        }
+        _ => {}
+    }
+    if let Some(t) = &test {
+        splits.eval.push(("test".into(), read(t)?));
+    }
+    if splits.eval.is_empty() {
+        bail!("no evaluation split: pass --valid FILE, --test FILE or --holdout N");
+    }
+    Ok(splits)
+}
+
+fn words(s: &arbor_data::readers::snli::SnliSentence, lowercase: bool) -> Vec<String> {
+    if lowercase {
+        s.tokens.iter().map(|t| t.to_lowercase()).collect()
+    } else {
+        s.tokens.clone()
+    }
+}
+
+/// Token ids, labels and (when every pair has them) gold transitions.
+pub fn to_data(pairs: &[SnliPair], vocab: &Vocab, lowercase: bool) -> NliData {
+    let all_parsed = pairs.iter().all(SnliPair::has_parses);
+    NliData {
+        premises: pairs
+            .iter()
+            .map(|p| vocab.encode(&words(&p.premise, lowercase)))
+            .collect(),
+        hypotheses: pairs
+            .iter()
+            .map(|p| vocab.encode(&words(&p.hypothesis, lowercase)))
+            .collect(),
+        labels: pairs.iter().map(|p| p.label.id()).collect(),
+        transitions: all_parsed.then(|| {
+            (
+                pairs
+                    .iter()
+                    .filter_map(|p| p.premise.transitions())
+                    .collect(),
+                pairs
+                    .iter()
+                    .filter_map(|p| p.hypothesis.transitions())
+                    .collect(),
+            )
+        }),
+        groups: None,
+    }
+}
+
+const LOWERCASE: bool = true;
+
+struct TrainJob {
+    args: SnliArgs,
+    splits: SnliSplits,
+}
+
+impl BackendJob for TrainJob {
+    type Output = Result<()>;
+
+    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+        type Ad<B> = Autodiff<B>;
+        let TrainJob { args, splits } = self;
+        let a = &args.common;
+        seed_everything::<Ad<B>>(&device, a.seed);
+        let vocab = build_vocab(
+            splits
+                .train
+                .iter()
+                .flat_map(|p| [&p.premise.tokens[..], &p.hypothesis.tokens[..]])
+                .map(|t| t)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .map(|t| t as &[String]),
+        );
+        let vocab = lowercase_vocab(vocab);
+        let d_embed = a.embed_dim.unwrap_or(a.dim);
+        let (emb_config, emb) = embedding::<Ad<B>>(&vocab, d_embed, a.glove.as_deref(), &device)?;
+        let enc_config = a.encoder_config(emb_config.d_embed);
+        let head =
+            NliClassifierConfig::new(vocab.len(), emb_config.d_embed, a.mlp_dim.unwrap_or(a.dim))
+                .with_n_classes(3)
+                .with_dropout(a.dropout);
+        let model = head.init(enc_config.init::<Ad<B>>(&device), emb, &device);
+        let meta = ModelMeta {
+            model: ModelConfig::Nli {
+                embedding: emb_config,
+                encoder: enc_config,
+                head,
+            },
+            vocab: vocab.tokens().to_vec(),
+            labels: NliLabel::ALL.iter().map(|l| l.name().to_string()).collect(),
+            lowercase: LOWERCASE,
+        };
+        let eval: Vec<(String, NliData)> = splits
+            .eval
+            .iter()
+            .map(|(n, p)| (n.clone(), to_data(p, &vocab, LOWERCASE)))
+            .collect();
+        let task = NliTask::<Ad<B>> {
+            train: to_data(&splits.train, &vocab, LOWERCASE),
+            splits: eval,
+            eval_batch_size: 256,
+            meta,
+            device: device.clone(),
+        };
+        eprintln!(
+            "SNLI: {} training pairs, {}; vocabulary {}; encoder {} (dim {}), device {}",
+            task.train.len(),
+            task.splits
+                .iter()
+                .map(|(n, d)| format!("{n} {}", d.len()))
+                .collect::<Vec<_>>()
+                .join(", "),
+            vocab.len(),
+            a.encoder,
+            a.dim,
+            args.common.device
+        );
+        let outcome = train(&task, model, &a.train_config(), &device)?;
+        println!();
+        for (split, report) in &outcome.evals {
+            println!(
+                "{split:>8} accuracy {:.4} ({} / {})",
+                report.accuracy(),
+                report.correct,
+                report.total
+            );
+        }
+        let inner = outcome.model.valid();
+        if let Some((name, data)) = task.splits.first() {
+            let pairs = &splits.eval[0].1;
+            for i in 0..args.show_trees.min(data.len()) {
+                let p = &pairs[i];
+                let ids = [data.premises[i].clone()];
+                if let Some(t) = parse_one(&inner.embedding, &inner.encoder, &ids[0], &device) {
+                    print_tree(
+                        &format!("{name} premise {i}"),
+                        &t,
+                        &words(&p.premise, LOWERCASE),
+                    );
+                }
+                if let Some(t) = parse_one(
+                    &inner.embedding,
+                    &inner.encoder,
+                    &data.hypotheses[i],
+                    &device,
+                ) {
+                    print_tree(
+                        &format!("{name} hypothesis {i}"),
+                        &t,
+                        &words(&p.hypothesis, LOWERCASE),
+                    );
+                }
+            }
+        }
+        println!(
+            "checkpoints: {} (last){}",
+            outcome.last_checkpoint.display(),
+            outcome
+                .best_checkpoint
+                .map(|p| format!(", {} (best on {})", p.display(), task.splits[0].0))
+                .unwrap_or_default()
+        );
+        Ok(())
+    }
+}
+
+/// The vocabulary with every word lower-cased (duplicates merged).
+fn lowercase_vocab(vocab: Vocab) -> Vocab {
+    if !LOWERCASE {
+        return vocab;
+    }
+    let mut seen = std::collections::HashSet::new();
+    let tokens: Vec<String> = vocab
+        .tokens()
+        .iter()
+        .map(|t| {
+            if t.starts_with('<') {
+                t.clone()
+            } else {
+                t.to_lowercase()
+            }
+        })
+        .filter(|t| seen.insert(t.clone()))
+        .collect();
+    Vocab::from_tokens(tokens).unwrap_or(vocab)
+}
+
+/// Rebuilds a trained pair classifier from a checkpoint.
+fn load_trained<B: Backend>(
+    path: &std::path::Path,
+    device: &B::Device,
+) -> Result<(
+    arbor_heads::NliClassifier<B, arbor_encoders::Encoder<B>>,
+    ModelMeta,
+    Vocab,
+)> {
+    let file = CheckpointFile::load(path)?;
+    let meta = ModelMeta::from_checkpoint(&file.meta).map_err(anyhow::Error::msg)?;
+    let ModelConfig::Nli {
+        embedding,
+        encoder,
+        head,
+    } = &meta.model
+    else {
+        bail!(
+            "{} holds a {:?} model, not an NLI classifier",
+            path.display(),
+            meta.model
+        );
+    };
+    let model = head.init(
+        encoder.init::<B>(device),
+        embedding.init::<B>(device),
+        device,
+    );
+    let (model, _) = load_model(model, path, device)?;
+    let vocab = Vocab::from_tokens(meta.vocab.clone())?;
+    Ok((model, meta, vocab))
+}
+
+struct EvalJob {
+    args: SnliArgs,
+    splits: Option<SnliSplits>,
+}
+
+impl BackendJob for EvalJob {
+    type Output = Result<()>;
+
+    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+        let dir = self
+            .args
+            .checkpoint
+            .clone()
+            .unwrap_or(self.args.common.out.clone());
+        let path = checkpoint_in(&dir)?;
+        let (model, meta, vocab) = load_trained::<B>(&path, &device)?;
+        if let Some(sentence) = &self.args.parse {
+            let words = tokenize(sentence, meta.lowercase);
+            if words.is_empty() {
+                bail!("--parse: the sentence has no words");
+            }
+            let ids = vocab.encode(&words);
+            match parse_one(&model.embedding, &model.encoder, &ids, &device) {
+                Some(tree) => print_tree("tree", &tree, &words),
+                None => println!(
+                    "the {} encoder builds no tree",
+                    match &meta.model {
+                        ModelConfig::Nli { encoder, .. }
+                        | ModelConfig::Classify { encoder, .. } => encoder.kind.name(),
+                    }
+                ),
+            }
+            return Ok(());
+        }
+        println!("model: {}", path.display());
+        for (name, pairs) in self.splits.unwrap_or_default().eval {
+            let data = to_data(&pairs, &vocab, meta.lowercase);
+            let r = evaluate_nli(&model, &data, 256, &device);
+            println!(
+                "{name:>8} accuracy {:.4} ({} / {})",
+                r.accuracy(),
+                r.correct,
+                r.total
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Runs the program.
+pub fn run(args: SnliArgs) -> Result<()> {
+    let device = args.common.device.clone();
+    if args.parse.is_some() {
+        return run_on(&device, EvalJob { args, splits: None })?;
+    }
+    let splits = load_splits(&args)?;
+    if args.eval_only {
+        return run_on(
+            &device,
+            EvalJob {
+                args,
+                splits: Some(splits),
+            },
+        )?;
+    }
+    run_on(&device, TrainJob { args, splits })?
+}

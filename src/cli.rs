@@ -1,0 +1,125 @@
+//! Command-line pieces shared by the examples: training flags and their translation into the
+//! engine's and the encoders' configurations.
+
+use std::path::PathBuf;
+
+use arbor_encoders::{EncoderConfig, EncoderKind, LeafKind};
+use arbor_train::{OptimizerKind, TrainConfig};
+use clap::{Args, ValueEnum};
+
+/// Leaf kinds of Gumbel Tree-LSTM, as a command-line value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LeafArg {
+    /// A left-to-right LSTM over the words (the better variant).
+    Lstm,
+    /// An affine map of each word.
+    Affine,
+}
+
+/// Optimizers, as a command-line value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OptimizerArg {
+    /// Adam.
+    Adam,
+    /// AdamW.
+    Adamw,
+}
+
+/// Flags every training example shares.
+#[derive(Debug, Clone, Args)]
+pub struct TrainArgs {
+    /// Backend and device: flex, ndarray, cuda, cuda:N.
+    #[arg(long, default_value = "flex")]
+    pub device: String,
+    /// Sentence encoder.
+    #[arg(long, default_value = "gumbel", value_parser = parse_encoder)]
+    pub encoder: EncoderKind,
+    /// Hidden width of the encoder (and word-embedding width unless --embed-dim or --glove).
+    #[arg(long, default_value_t = 100)]
+    pub dim: usize,
+    /// Word-embedding width (default: --dim, or the GloVe width).
+    #[arg(long)]
+    pub embed_dim: Option<usize>,
+    /// Hidden width of the classifier MLP (default: --dim).
+    #[arg(long)]
+    pub mlp_dim: Option<usize>,
+    /// Leaves of Gumbel Tree-LSTM.
+    #[arg(long, value_enum, default_value = "lstm")]
+    pub leaf: LeafArg,
+    /// Examples per batch.
+    #[arg(long, default_value_t = 64)]
+    pub batch_size: usize,
+    /// Epochs.
+    #[arg(long, default_value_t = 5)]
+    pub epochs: usize,
+    /// Stop after this many optimizer steps in total.
+    #[arg(long)]
+    pub max_steps: Option<u64>,
+    /// Learning rate.
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f64,
+    /// Optimizer.
+    #[arg(long, value_enum, default_value = "adam")]
+    pub optimizer: OptimizerArg,
+    /// Weight decay.
+    #[arg(long, default_value_t = 0.0)]
+    pub weight_decay: f64,
+    /// Clip the global gradient norm (0: no clipping).
+    #[arg(long, default_value_t = 5.0)]
+    pub clip: f64,
+    /// Dropout on embeddings and in the classifier.
+    #[arg(long, default_value_t = 0.1)]
+    pub dropout: f64,
+    /// Evaluate and checkpoint every N steps (0: every epoch).
+    #[arg(long, default_value_t = 0)]
+    pub eval_every: u64,
+    /// Seed of initialisation, data order, dropout and noise.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Pretrained word vectors (GloVe/word2vec text format).
+    #[arg(long)]
+    pub glove: Option<PathBuf>,
+    /// Output directory for checkpoints and the metrics log.
+    #[arg(long, default_value = "runs/default")]
+    pub out: PathBuf,
+    /// Continue from OUT/last.ckpt.
+    #[arg(long)]
+    pub resume: bool,
+    /// No progress bars.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+fn parse_encoder(s: &str) -> Result<EncoderKind, String> {
+    s.parse()
+}
+
+impl TrainArgs {
+    /// The engine configuration these flags describe.
+    pub fn train_config(&self) -> TrainConfig {
+        let mut c = TrainConfig::new(&self.out);
+        c.optimizer = match self.optimizer {
+            OptimizerArg::Adam => OptimizerKind::Adam,
+            OptimizerArg::Adamw => OptimizerKind::AdamW,
+        };
+        c.lr = self.lr;
+        c.weight_decay = self.weight_decay;
+        c.clip_norm = (self.clip > 0.0).then_some(self.clip);
+        c.batch_size = self.batch_size;
+        c.epochs = self.epochs;
+        c.max_steps = self.max_steps;
+        c.eval_every = self.eval_every;
+        c.seed = self.seed;
+        c.resume = self.resume;
+        c.quiet = self.quiet;
+        c
+    }
+
+    /// The encoder configuration for word embeddings of width `d_embed`.
+    pub fn encoder_config(&self, d_embed: usize) -> EncoderConfig {
+        EncoderConfig::new(self.encoder, d_embed, self.dim).with_leaf(match self.leaf {
+            LeafArg::Lstm => LeafKind::Lstm,
+            LeafArg::Affine => LeafKind::Affine,
+        })
+    }
+}

@@ -1,0 +1,204 @@
+use std::collections::BTreeMap;
+
+use arbor_cells::GumbelSampler;
+use arbor_data::tree::{BinaryTree, Transition};
+use arbor_encoders::{Decisions, Encoder};
+use arbor_heads::{count_correct, cross_entropy, NliClassifier, SentenceBatch};
+use arbor_train::{EvalReport, StepOutput, Task};
+use burn::module::AutodiffModule;
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::TensorData;
+
+use super::eval_batches;
+use super::model::ModelMeta;
+
+/// Sentence pairs as token ids, with labels and (optionally) gold transitions.
+#[derive(Debug, Clone, Default)]
+pub struct NliData {
+    /// Premise token ids.
+    pub premises: Vec<Vec<u32>>,
+    /// Hypothesis token ids.
+    pub hypotheses: Vec<Vec<u32>>,
+    /// Label ids.
+    pub labels: Vec<usize>,
+    /// Gold transitions of premises and hypotheses, when every pair has them.
+    pub transitions: Option<(Vec<Vec<Transition>>, Vec<Vec<Transition>>)>,
+    /// A group per pair (e.g. the operator count of a logic pair), for per-group accuracy.
+    pub groups: Option<Vec<usize>>,
+}
+
+impl NliData {
+    /// Number of pairs.
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// Whether there is no pair.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
+    /// The longer side of each pair.
+    pub fn lengths(&self) -> Vec<usize> {
+        self.premises
+            .iter()
+            .zip(&self.hypotheses)
+            .map(|(p, h)| p.len().max(h.len()))
+            .collect()
+    }
+
+    /// The pairs at `idx` as one batch (premises first, then hypotheses), with their labels.
+    pub fn batch<B: Backend>(
+        &self,
+        idx: &[usize],
+        device: &B::Device,
+    ) -> (SentenceBatch<B>, Tensor<B, 1, Int>) {
+        let sentences: Vec<&[u32]> = idx
+            .iter()
+            .map(|&i| self.premises[i].as_slice())
+            .chain(idx.iter().map(|&i| self.hypotheses[i].as_slice()))
+            .collect();
+        let mut batch = SentenceBatch::from_ids(&sentences, 0, device);
+        if let Some((p, h)) = &self.transitions {
+            let t = idx
+                .iter()
+                .map(|&i| p[i].clone())
+                .chain(idx.iter().map(|&i| h[i].clone()))
+                .collect();
+            batch = batch.with_transitions(t);
+        }
+        let labels: Vec<i64> = idx.iter().map(|&i| self.labels[i] as i64).collect();
+        let labels = Tensor::from_data(TensorData::new(labels, [idx.len()]), device);
+        (batch, labels)
+    }
+}
+
+/// Natural-language inference (or logic) as an engine task.
+#[derive(Debug)]
+pub struct NliTask<B: Backend> {
+    /// Training pairs.
+    pub train: NliData,
+    /// Evaluation splits by name, the first used for model selection.
+    pub splits: Vec<(String, NliData)>,
+    /// Batch size for evaluation.
+    pub eval_batch_size: usize,
+    /// Stored with every checkpoint.
+    pub meta: ModelMeta,
+    /// Where tensors go.
+    pub device: B::Device,
+}
+
+/// Exact accuracy (and mean loss, and per-group accuracy when the data has groups) of a model
+/// over a whole split, with argmax decisions.
+pub fn evaluate_nli<B: Backend>(
+    model: &NliClassifier<B, Encoder<B>>,
+    data: &NliData,
+    batch_size: usize,
+    device: &B::Device,
+) -> EvalReport {
+    {
+        let mut report = EvalReport::default();
+        let mut groups: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
+        for idx in eval_batches(&data.lengths(), batch_size) {
+            let (batch, labels) = data.batch::<B>(&idx, device);
+            let logits = model.forward(batch, Decisions::Argmax).logits;
+            let loss = cross_entropy(logits.clone(), labels.clone())
+                .into_scalar()
+                .elem::<f64>();
+            report.loss_sum += loss * idx.len() as f64;
+            report.loss_count += idx.len();
+            if let Some(g) = &data.groups {
+                let pred = logits.argmax(1).into_data().convert::<i64>();
+                let pred = pred.to_vec::<i64>().unwrap_or_default();
+                for (k, &i) in idx.iter().enumerate() {
+                    let ok = pred.get(k).is_some_and(|&p| p as usize == data.labels[i]);
+                    let e = groups.entry(g[i]).or_default();
+                    e.0 += usize::from(ok);
+                    e.1 += 1;
+                    report.correct += usize::from(ok);
+                }
+            } else {
+                report.correct += count_correct(logits, labels);
+            }
+            report.total += idx.len();
+        }
+        for (g, (c, t)) in groups {
+            report
+                .extra
+                .insert(format!("group_{g}_accuracy"), c as f64 / t as f64);
+            report.extra.insert(format!("group_{g}_count"), t as f64);
+        }
+        report
+    }
+}
+
+impl<B: Backend> NliTask<B> {
+    /// [`evaluate_nli`] with this task's batch size and device.
+    pub fn evaluate_data(
+        &self,
+        model: &NliClassifier<B, Encoder<B>>,
+        data: &NliData,
+    ) -> EvalReport {
+        evaluate_nli(model, data, self.eval_batch_size, &self.device)
+    }
+
+    /// The trees the model builds (argmax decisions) for the pairs at `idx`: premise and
+    /// hypothesis trees, or `None` when the encoder builds none.
+    pub fn trees(
+        &self,
+        model: &NliClassifier<B, Encoder<B>>,
+        data: &NliData,
+        idx: &[usize],
+    ) -> Option<(Vec<BinaryTree>, Vec<BinaryTree>)> {
+        let (batch, _) = data.batch::<B>(idx, &self.device);
+        model.forward(batch, Decisions::Argmax).trees
+    }
+}
+
+impl<B: AutodiffBackend> Task<B> for NliTask<B> {
+    type Model = NliClassifier<B, Encoder<B>>;
+
+    fn train_lengths(&self) -> Vec<usize> {
+        self.train.lengths()
+    }
+
+    fn step(
+        &self,
+        model: &Self::Model,
+        idx: &[usize],
+        sampler: &mut GumbelSampler,
+    ) -> StepOutput<B> {
+        let (batch, labels) = self.train.batch::<B>(idx, &self.device);
+        let out = model.forward(batch, Decisions::Sample(sampler));
+        let correct = count_correct(out.logits.clone().detach(), labels.clone());
+        let mut loss = cross_entropy(out.logits, labels);
+        if let Some(aux) = out.aux_loss {
+            loss = loss.add(aux);
+        }
+        StepOutput {
+            loss,
+            correct,
+            total: idx.len(),
+        }
+    }
+
+    fn eval_splits(&self) -> Vec<String> {
+        self.splits.iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    fn evaluate(
+        &self,
+        model: &<Self::Model as AutodiffModule<B>>::InnerModule,
+        split: &str,
+    ) -> EvalReport {
+        match self.splits.iter().find(|(n, _)| n == split) {
+            Some((_, data)) => evaluate_nli(model, data, self.eval_batch_size, &self.device),
+            None => EvalReport::default(),
+        }
+    }
+
+    fn metadata(&self) -> serde_json::Value {
+        serde_json::to_value(&self.meta).unwrap_or_default()
+    }
+}
