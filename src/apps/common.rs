@@ -27,10 +27,17 @@ pub fn checkpoint_in(path: &Path) -> Result<PathBuf> {
     )
 }
 
-/// Builds a vocabulary from training sentences (every word seen at least once).
-pub fn build_vocab<'a>(sentences: impl Iterator<Item = &'a [String]>) -> Vocab {
+/// Builds a vocabulary from training sentences (every word seen at least once), lower-cased
+/// when `lowercase` is set.
+pub fn build_vocab<'a>(sentences: impl Iterator<Item = &'a [String]>, lowercase: bool) -> Vocab {
     Vocab::build(
-        sentences.flat_map(|s| s.iter()),
+        sentences.flat_map(|s| s.iter()).map(|w| {
+            if lowercase {
+                w.to_lowercase()
+            } else {
+                w.clone()
+            }
+        }),
         &VocabConfig {
             min_freq: 1,
             max_size: None,
@@ -118,5 +125,14 @@ pub fn print_tree(title: &str, tree: &BinaryTree, words: &[String]) {
     println!("{title}: {}", tree.to_bracketed(words));
     for line in tree.to_ascii(words).lines() {
         println!("    {line}");
+    }
+}
+
+/// A sentence's words, lower-cased when `lowercase` is set.
+pub fn words(tokens: &[String], lowercase: bool) -> Vec<String> {
+    if lowercase {
+        tokens.iter().map(|t| t.to_lowercase()).collect()
+    } else {
+        tokens.to_vec()
     }
 }

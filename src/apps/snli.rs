@@ -14,7 +14,9 @@ use burn::module::AutodiffModule;
 use burn::prelude::*;
 use clap::Parser;
 
-use super::common::{build_vocab, checkpoint_in, embedding, parse_one, print_tree, tokenize};
+use super::common::{
+    build_vocab, checkpoint_in, embedding, parse_one, print_tree, tokenize, words,
+};
 use crate::cli::TrainArgs;
 use crate::device::{run_on, BackendJob};
 use crate::tasks::{evaluate_nli, ModelConfig, ModelMeta, NliData, NliTask};
@@ -118,12 +120,8 @@ pub fn load_splits(args: &SnliArgs) -> Result<SnliSplits> {
     Ok(splits)
 }
 
-fn words(s: &arbor_data::readers::snli::SnliSentence, lowercase: bool) -> Vec<String> {
-    if lowercase {
-        s.tokens.iter().map(|t| t.to_lowercase()).collect()
-    } else {
-        s.tokens.clone()
-    }
+fn sentence_words(s: &arbor_data::readers::snli::SnliSentence, lowercase: bool) -> Vec<String> {
+    words(&s.tokens, lowercase)
 }
 
 /// Token ids, labels and (when every pair has them) gold transitions.
@@ -132,11 +130,11 @@ pub fn to_data(pairs: &[SnliPair], vocab: &Vocab, lowercase: bool) -> NliData {
     NliData {
         premises: pairs
             .iter()
-            .map(|p| vocab.encode(&words(&p.premise, lowercase)))
+            .map(|p| vocab.encode(&sentence_words(&p.premise, lowercase)))
             .collect(),
         hypotheses: pairs
             .iter()
-            .map(|p| vocab.encode(&words(&p.hypothesis, lowercase)))
+            .map(|p| vocab.encode(&sentence_words(&p.hypothesis, lowercase)))
             .collect(),
         labels: pairs.iter().map(|p| p.label.id()).collect(),
         transitions: all_parsed.then(|| {
@@ -174,13 +172,9 @@ impl BackendJob for TrainJob {
             splits
                 .train
                 .iter()
-                .flat_map(|p| [&p.premise.tokens[..], &p.hypothesis.tokens[..]])
-                .map(|t| t)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .map(|t| t as &[String]),
+                .flat_map(|p| [&p.premise.tokens[..], &p.hypothesis.tokens[..]]),
+            LOWERCASE,
         );
-        let vocab = lowercase_vocab(vocab);
         let d_embed = a.embed_dim.unwrap_or(a.dim);
         let (emb_config, emb) = embedding::<Ad<B>>(&vocab, d_embed, a.glove.as_deref(), &device)?;
         let enc_config = a.encoder_config(emb_config.d_embed);
@@ -244,7 +238,7 @@ impl BackendJob for TrainJob {
                     print_tree(
                         &format!("{name} premise {i}"),
                         &t,
-                        &words(&p.premise, LOWERCASE),
+                        &sentence_words(&p.premise, LOWERCASE),
                     );
                 }
                 if let Some(t) = parse_one(
@@ -256,7 +250,7 @@ impl BackendJob for TrainJob {
                     print_tree(
                         &format!("{name} hypothesis {i}"),
                         &t,
-                        &words(&p.hypothesis, LOWERCASE),
+                        &sentence_words(&p.hypothesis, LOWERCASE),
                     );
                 }
             }
@@ -271,27 +265,6 @@ impl BackendJob for TrainJob {
         );
         Ok(())
     }
-}
-
-/// The vocabulary with every word lower-cased (duplicates merged).
-fn lowercase_vocab(vocab: Vocab) -> Vocab {
-    if !LOWERCASE {
-        return vocab;
-    }
-    let mut seen = std::collections::HashSet::new();
-    let tokens: Vec<String> = vocab
-        .tokens()
-        .iter()
-        .map(|t| {
-            if t.starts_with('<') {
-                t.clone()
-            } else {
-                t.to_lowercase()
-            }
-        })
-        .filter(|t| seen.insert(t.clone()))
-        .collect();
-    Vocab::from_tokens(tokens).unwrap_or(vocab)
 }
 
 /// Rebuilds a trained pair classifier from a checkpoint.

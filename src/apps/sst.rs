@@ -1,1 +1,189 @@
-//! `cargo run --release --example sst`: the same engine on SST-2 (tsv or PTB-style trees).
+//! `cargo run --release --example sst`: the same engine on SST-2, from GLUE-style tsv files or
+//! from the PTB-style SST trees (neutral sentences dropped; gold transitions kept).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Result};
+use arbor_data::readers::sst::{read_sst2_tsv, read_sst_trees, sst2_label, Sst2Example};
+use arbor_data::tree::Transition;
+use arbor_data::ReadOptions;
+use arbor_heads::SentenceClassifierConfig;
+use arbor_train::{seed_everything, train};
+use burn::backend::Autodiff;
+use burn::module::AutodiffModule;
+use burn::prelude::*;
+use clap::Parser;
+
+use super::common::{build_vocab, embedding, parse_one, print_tree, words};
+use crate::cli::TrainArgs;
+use crate::device::{run_on, BackendJob};
+use crate::tasks::{ClassifyData, ClassifyTask, ModelConfig, ModelMeta};
+
+/// Train a sentence classifier on SST-2.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "sst", about = "Train a sentence encoder on SST-2")]
+pub struct SstArgs {
+    /// Training file: SST-2 tsv (`*.tsv`) or SST PTB-style trees (anything else).
+    #[arg(long, default_value = "datasets/sst2/train.tsv")]
+    pub train: PathBuf,
+    /// Validation file, same formats.
+    #[arg(long, default_value = "datasets/sst2/dev.tsv")]
+    pub valid: PathBuf,
+    /// Optional test file.
+    #[arg(long)]
+    pub test: Option<PathBuf>,
+    /// How many validation sentences to draw trees for after training.
+    #[arg(long, default_value_t = 3)]
+    pub show_trees: usize,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub common: TrainArgs,
+}
+
+/// SST-2 examples with their gold transitions when the file holds trees.
+pub struct SstSplit {
+    /// The sentences and binary labels.
+    pub examples: Vec<Sst2Example>,
+    /// Gold transitions (tree files only).
+    pub transitions: Option<Vec<Vec<Transition>>>,
+}
+
+/// Reads an SST-2 file of either format.
+pub fn read_split(path: &Path) -> Result<SstSplit> {
+    if !path.exists() {
+        bail!(
+            "{} not found. Get SST-2 with `cargo run -p arbor-data --bin arbor-download -- sst2` \
+             or pass --train/--valid (tsv or SST tree files); see datasets/README.md",
+            path.display()
+        );
+    }
+    let split = if path.extension().is_some_and(|e| e == "tsv") {
+        SstSplit {
+            examples: read_sst2_tsv(path, ReadOptions::strict())?.records,
+            transitions: None,
+        }
+    } else {
+        let trees = read_sst_trees(path, ReadOptions::strict())?.records;
+        let kept: Vec<_> = trees
+            .iter()
+            .filter(|t| sst2_label(t.label).is_some())
+            .collect();
+        SstSplit {
+            examples: kept
+                .iter()
+                .map(|t| Sst2Example {
+                    tokens: t.tokens(),
+                    label: t.binary_label().unwrap_or_default(),
+                })
+                .collect(),
+            transitions: Some(kept.iter().map(|t| t.transitions()).collect()),
+        }
+    };
+    if split.examples.is_empty() {
+        bail!("{}: no labelled sentences", path.display());
+    }
+    Ok(split)
+}
+
+const LOWERCASE: bool = true;
+
+fn to_data(split: &SstSplit, vocab: &arbor_data::vocab::Vocab) -> ClassifyData {
+    ClassifyData {
+        sentences: split
+            .examples
+            .iter()
+            .map(|e| vocab.encode(&words(&e.tokens, LOWERCASE)))
+            .collect(),
+        labels: split.examples.iter().map(|e| e.label as usize).collect(),
+        transitions: split.transitions.clone(),
+    }
+}
+
+struct Job {
+    args: SstArgs,
+    train: SstSplit,
+    eval: Vec<(String, SstSplit)>,
+}
+
+impl BackendJob for Job {
+    type Output = Result<()>;
+
+    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+        type Ad<B> = Autodiff<B>;
+        let a = &self.args.common;
+        seed_everything::<Ad<B>>(&device, a.seed);
+        let vocab = build_vocab(self.train.examples.iter().map(|e| &e.tokens[..]), LOWERCASE);
+        let d_embed = a.embed_dim.unwrap_or(a.dim);
+        let (emb_config, emb) = embedding::<Ad<B>>(&vocab, d_embed, a.glove.as_deref(), &device)?;
+        let enc_config = a.encoder_config(emb_config.d_embed);
+        let head = SentenceClassifierConfig::new(a.mlp_dim.unwrap_or(a.dim))
+            .with_n_classes(2)
+            .with_dropout(a.dropout);
+        let model = head.init(enc_config.init::<Ad<B>>(&device), emb, &device);
+        let task = ClassifyTask::<Ad<B>> {
+            train: to_data(&self.train, &vocab),
+            splits: self
+                .eval
+                .iter()
+                .map(|(n, s)| (n.clone(), to_data(s, &vocab)))
+                .collect(),
+            eval_batch_size: 256,
+            meta: ModelMeta {
+                model: ModelConfig::Classify {
+                    embedding: emb_config,
+                    encoder: enc_config,
+                    head,
+                },
+                vocab: vocab.tokens().to_vec(),
+                labels: vec!["negative".into(), "positive".into()],
+                lowercase: LOWERCASE,
+            },
+            device: device.clone(),
+        };
+        eprintln!(
+            "SST-2: {} training sentences, {} validation; vocabulary {}; encoder {} (dim {}), device {}",
+            task.train.len(),
+            task.splits[0].1.len(),
+            vocab.len(),
+            a.encoder,
+            a.dim,
+            a.device
+        );
+        let outcome = train(&task, model, &a.train_config(), &device)?;
+        println!();
+        for (split, r) in &outcome.evals {
+            println!(
+                "{split:>8} accuracy {:.4} ({} / {})",
+                r.accuracy(),
+                r.correct,
+                r.total
+            );
+        }
+        let inner = outcome.model.valid();
+        let (name, data) = &task.splits[0];
+        for i in 0..self.args.show_trees.min(data.len()) {
+            if let Some(t) = parse_one(
+                &inner.embedding,
+                &inner.encoder,
+                &data.sentences[i],
+                &device,
+            ) {
+                let w = words(&self.eval[0].1.examples[i].tokens, LOWERCASE);
+                print_tree(&format!("{name} sentence {i}"), &t, &w);
+            }
+        }
+        println!("checkpoints: {}", outcome.last_checkpoint.display());
+        Ok(())
+    }
+}
+
+/// Runs the program.
+pub fn run(args: SstArgs) -> Result<()> {
+    let train = read_split(&args.train)?;
+    let mut eval = vec![("valid".to_string(), read_split(&args.valid)?)];
+    if let Some(t) = &args.test {
+        eval.push(("test".into(), read_split(t)?));
+    }
+    let device = args.common.device.clone();
+    run_on(&device, Job { args, train, eval })?
+}
