@@ -231,27 +231,20 @@ impl BackendJob for TrainJob {
         let inner = outcome.model.valid();
         if let Some((name, data)) = task.splits.first() {
             let pairs = &splits.eval[0].1;
-            for i in 0..args.show_trees.min(data.len()) {
-                let p = &pairs[i];
-                let ids = [data.premises[i].clone()];
-                if let Some(t) = parse_one(&inner.embedding, &inner.encoder, &ids[0], &device) {
-                    print_tree(
-                        &format!("{name} premise {i}"),
-                        &t,
-                        &sentence_words(&p.premise, LOWERCASE),
-                    );
-                }
-                if let Some(t) = parse_one(
-                    &inner.embedding,
-                    &inner.encoder,
-                    &data.hypotheses[i],
-                    &device,
-                ) {
-                    print_tree(
-                        &format!("{name} hypothesis {i}"),
-                        &t,
-                        &sentence_words(&p.hypothesis, LOWERCASE),
-                    );
+            for (i, p) in pairs
+                .iter()
+                .enumerate()
+                .take(args.show_trees.min(data.len()))
+            {
+                let sides = [
+                    ("premise", &data.premises[i], &p.premise),
+                    ("hypothesis", &data.hypotheses[i], &p.hypothesis),
+                ];
+                for (side, ids, sentence) in sides {
+                    if let Some(t) = parse_one(&inner.embedding, &inner.encoder, ids, &device) {
+                        let w = sentence_words(sentence, LOWERCASE);
+                        print_tree(&format!("{name} {side} {i}"), &t, &w);
+                    }
                 }
             }
         }

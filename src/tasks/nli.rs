@@ -13,6 +13,9 @@ use burn::tensor::TensorData;
 use super::eval_batches;
 use super::model::ModelMeta;
 
+/// Gold transitions of every premise and every hypothesis.
+pub type PairTransitions = (Vec<Vec<Transition>>, Vec<Vec<Transition>>);
+
 /// Sentence pairs as token ids, with labels and (optionally) gold transitions.
 #[derive(Debug, Clone, Default)]
 pub struct NliData {
@@ -23,7 +26,7 @@ pub struct NliData {
     /// Label ids.
     pub labels: Vec<usize>,
     /// Gold transitions of premises and hypotheses, when every pair has them.
-    pub transitions: Option<(Vec<Vec<Transition>>, Vec<Vec<Transition>>)>,
+    pub transitions: Option<PairTransitions>,
     /// A group per pair (e.g. the operator count of a logic pair), for per-group accuracy.
     pub groups: Option<Vec<usize>>,
 }
