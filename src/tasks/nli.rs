@@ -174,16 +174,7 @@ impl<B: AutodiffBackend> Task<B> for NliTask<B> {
     ) -> StepOutput<B> {
         let (batch, labels) = self.train.batch::<B>(idx, &self.device);
         let out = model.forward(batch, Decisions::Sample(sampler));
-        let correct = count_correct(out.logits.clone().detach(), labels.clone());
-        let mut loss = cross_entropy(out.logits, labels);
-        if let Some(aux) = out.aux_loss {
-            loss = loss.add(aux);
-        }
-        StepOutput {
-            loss,
-            correct,
-            total: idx.len(),
-        }
+        super::classification_step(out.logits, labels, out.aux_loss)
     }
 
     fn eval_splits(&self) -> Vec<String> {

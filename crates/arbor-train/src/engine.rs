@@ -444,17 +444,18 @@ where
     };
     let mut evals = BTreeMap::new();
     let splits = task.eval_splits();
+    // A checkpoint of the model (and the optimizer state, for `last.ckpt`) at `state`.
+    let checkpoint = |model: &T::Model, optim: Vec<u8>, state: &TrainState| CheckpointFile {
+        meta: serde_json::json!({
+            "state": state,
+            "train_config": config,
+            "task": task.metadata(),
+        }),
+        model: model_bytes::<B, _>(model),
+        optim,
+    };
     let save_last = |model: &T::Model, optim: &Optim<B, T::Model>, state: &TrainState| {
-        CheckpointFile {
-            meta: serde_json::json!({
-                "state": state,
-                "train_config": config,
-                "task": task.metadata(),
-            }),
-            model: model_bytes::<B, _>(model),
-            optim: optim.to_bytes(),
-        }
-        .save(&last_path)
+        checkpoint(model, optim.to_bytes(), state).save(&last_path)
     };
 
     // `select`: whether this evaluation drives model selection and plateau decay. The extra
@@ -479,7 +480,7 @@ where
                 loss: report.loss(),
                 accuracy: (report.total > 0).then(|| report.accuracy()),
                 lr: state.lr,
-                sentences_per_sec: None,
+                examples_per_sec: None,
                 elapsed_sec: state.elapsed_sec,
                 extra,
             })
@@ -503,16 +504,7 @@ where
                     state.best_metric = Some(metric);
                     state.best_step = Some(state.step);
                     state.bad_evals = 0;
-                    CheckpointFile {
-                        meta: serde_json::json!({
-                            "state": state,
-                            "train_config": config,
-                            "task": task.metadata(),
-                        }),
-                        model: model_bytes::<B, _>(model),
-                        optim: Vec::new(),
-                    }
-                    .save(&best_path)?;
+                    checkpoint(model, Vec::new(), state).save(&best_path)?;
                 } else {
                     state.bad_evals += 1;
                     if state.bad_evals > config.plateau_patience {
@@ -568,7 +560,7 @@ where
             let secs = win_start.elapsed().as_secs_f64().max(1e-9);
             progress.bar.set_position(state.batch_in_epoch as u64);
             progress.bar.set_message(format!(
-                "loss {:.4} acc {:.3} {:.0} sent/s lr {:.1e}",
+                "loss {:.4} acc {:.3} {:.0} ex/s lr {:.1e}",
                 win_loss / win_steps as f64,
                 if win_total > 0 {
                     win_correct as f64 / win_total as f64
@@ -588,7 +580,7 @@ where
                     loss: Some(win_loss / win_steps as f64),
                     accuracy: (win_total > 0).then(|| win_correct as f64 / win_total as f64),
                     lr: state.lr,
-                    sentences_per_sec: Some(win_examples as f64 / secs),
+                    examples_per_sec: Some(win_examples as f64 / secs),
                     elapsed_sec: state.elapsed_sec,
                     extra: serde_json::Map::new(),
                 })

@@ -21,8 +21,8 @@ pub struct MetricsRecord {
     pub accuracy: Option<f64>,
     /// Learning rate in force.
     pub lr: f64,
-    /// Sentences per second over the window.
-    pub sentences_per_sec: Option<f64>,
+    /// Training examples (sentences, or pairs for NLI) per second over the window.
+    pub examples_per_sec: Option<f64>,
     /// Seconds of training so far (resumed runs include the time before the interruption).
     pub elapsed_sec: f64,
     /// Task-specific values (per-group accuracy, perplexity…).
