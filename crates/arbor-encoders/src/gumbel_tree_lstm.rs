@@ -9,8 +9,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use arbor_cells::{
-    argmax_select, masked_softmax, st_gumbel_softmax, BinaryTreeLstm, BinaryTreeLstmConfig,
-    GumbelSampler, LstmCell, LstmCellConfig, LstmState, RecurrentCell, Selection,
+    argmax_select, st_gumbel_softmax, BinaryTreeLstm, BinaryTreeLstmConfig, GumbelSampler,
+    LstmCell, LstmCellConfig, LstmState, RecurrentCell, Selection,
 };
 use arbor_data::tree::BinaryTree;
 use burn::module::{Initializer, Param};
@@ -281,7 +281,7 @@ impl<B: Backend> GumbelTreeLstm<B> {
         let tau = self.tau;
         match decisions {
             Decisions::Argmax => self.run(embeddings, lengths, |_, logits, mask| {
-                select_argmax(logits, mask)
+                argmax_select(logits, Some(mask))
             }),
             Decisions::Sample(sampler) => self.run(embeddings, lengths, |_, logits, mask| {
                 sample(sampler, logits, mask, tau)
@@ -311,7 +311,7 @@ impl<B: Backend> GumbelTreeLstm<B> {
                 .get(t)
                 .unwrap_or_else(|| panic!("no noise for layer {t}"))
                 .clone();
-            select_gumbel(logits, mask, tau, g)
+            st_gumbel_softmax(logits, Some(mask), tau, Some(g))
         })
     }
 
@@ -407,47 +407,7 @@ fn sample<B: Backend>(
     tau: f64,
 ) -> Selection<B> {
     let noise = sampler.sample::<B, 2>(logits.dims(), &logits.device());
-    select_gumbel(logits, mask, tau, noise)
-}
-
-/// [`argmax_select`], also for a single candidate (Burn's `one_hot` needs two classes).
-fn select_argmax<B: Backend>(logits: Tensor<B, 2>, mask: Tensor<B, 2, Bool>) -> Selection<B> {
-    if logits.dims()[1] == 1 {
-        single_candidate(logits, mask)
-    } else {
-        argmax_select(logits, Some(mask))
-    }
-}
-
-/// [`st_gumbel_softmax`], also for a single candidate.
-fn select_gumbel<B: Backend>(
-    logits: Tensor<B, 2>,
-    mask: Tensor<B, 2, Bool>,
-    tau: f64,
-    noise: Tensor<B, 2>,
-) -> Selection<B> {
-    if logits.dims()[1] == 1 {
-        single_candidate(logits.add(noise).div_scalar(tau), mask)
-    } else {
-        st_gumbel_softmax(logits, Some(mask), tau, Some(noise))
-    }
-}
-
-/// The selection among one candidate: index 0, `hard = 1` (straight-through form; the
-/// softmax of a single entry has zero gradient anyway), `soft` 1 where the candidate is valid.
-fn single_candidate<B: Backend>(scores: Tensor<B, 2>, mask: Tensor<B, 2, Bool>) -> Selection<B> {
-    let rows = scores.dims()[0];
-    let device = scores.device();
-    let soft = masked_softmax(scores, Some(mask));
-    let hard = soft
-        .ones_like()
-        .sub(soft.clone().detach())
-        .add(soft.clone());
-    Selection {
-        hard,
-        soft,
-        index: Tensor::zeros([rows], &device),
-    }
+    st_gumbel_softmax(logits, Some(mask), tau, Some(noise))
 }
 
 impl<B: Backend> SentenceEncoder<B> for GumbelTreeLstm<B> {
