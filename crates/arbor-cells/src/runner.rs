@@ -151,10 +151,13 @@ pub enum CellKind {
     /// [`OnLstmCell`].
     OnLstm,
     /// [`FastTreesCell`].
+    #[serde(rename = "fasttrees")]
     FastTrees,
     /// [`FasterFastTreesCell`].
+    #[serde(rename = "faster-fasttrees")]
     FasterFastTrees,
     /// [`ConvFastTreesCell`].
+    #[serde(rename = "conv-fasttrees")]
     ConvFastTrees,
 }
 

@@ -7,6 +7,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use arbor_cells::CellKind;
 use burn::prelude::*;
 
 use crate::{
@@ -20,29 +21,57 @@ use crate::{
 pub enum EncoderKind {
     /// [`GumbelTreeLstm`].
     Gumbel,
-    /// [`LstmEncoder`].
+    /// [`LstmEncoder`] with LSTM cells.
     Lstm,
+    /// [`LstmEncoder`] with ON-LSTM cells.
+    OnLstm,
+    /// [`LstmEncoder`] with FastTrees cells.
+    #[serde(rename = "fasttrees")]
+    FastTrees,
+    /// [`LstmEncoder`] with Faster FastTrees cells.
+    #[serde(rename = "faster-fasttrees")]
+    FasterFastTrees,
+    /// [`LstmEncoder`] with Conv FastTrees cells.
+    #[serde(rename = "conv-fasttrees")]
+    ConvFastTrees,
 }
 
 impl EncoderKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [EncoderKind; 2] = [EncoderKind::Gumbel, EncoderKind::Lstm];
+    pub const ALL: [EncoderKind; 6] = [
+        EncoderKind::Gumbel,
+        EncoderKind::Lstm,
+        EncoderKind::OnLstm,
+        EncoderKind::FastTrees,
+        EncoderKind::FasterFastTrees,
+        EncoderKind::ConvFastTrees,
+    ];
 
-    /// The kind's command-line (and serde) name: `gumbel`, `lstm`.
+    /// The kind's command-line (and serde) name: `gumbel`, `lstm`, `on-lstm`, `fasttrees`,
+    /// `faster-fasttrees`, `conv-fasttrees`.
     pub fn name(self) -> &'static str {
         match self {
             EncoderKind::Gumbel => "gumbel",
-            EncoderKind::Lstm => "lstm",
+            other => other.cell().map_or("gumbel", CellKind::name),
+        }
+    }
+
+    /// The recurrent cell of the recurrent kinds.
+    pub fn cell(self) -> Option<CellKind> {
+        match self {
+            EncoderKind::Gumbel => None,
+            EncoderKind::Lstm => Some(CellKind::Lstm),
+            EncoderKind::OnLstm => Some(CellKind::OnLstm),
+            EncoderKind::FastTrees => Some(CellKind::FastTrees),
+            EncoderKind::FasterFastTrees => Some(CellKind::FasterFastTrees),
+            EncoderKind::ConvFastTrees => Some(CellKind::ConvFastTrees),
         }
     }
 
     /// Whether the encoder induces a tree of its own (and returns it in
     /// [`EncoderOutput::trees`]).
     pub fn induces_trees(self) -> bool {
-        match self {
-            EncoderKind::Gumbel => true,
-            EncoderKind::Lstm => false,
-        }
+        matches!(self, EncoderKind::Gumbel)
     }
 }
 
@@ -94,6 +123,10 @@ pub struct EncoderConfig {
     /// Gumbel Tree-LSTM: Gumbel-softmax temperature τ.
     #[config(default = 1.0)]
     pub tau: f64,
+    /// ON-LSTM/FastTrees: neurons per master-gate chunk (0: the largest divisor of `d_hidden`
+    /// that is at most 10).
+    #[config(default = 0)]
+    pub chunk_size: usize,
 }
 
 impl EncoderConfig {
@@ -106,10 +139,12 @@ impl EncoderConfig {
                     .with_tau(self.tau)
                     .init(device),
             ),
-            EncoderKind::Lstm => Encoder::Lstm(
+            other => Encoder::Lstm(
                 LstmEncoderConfig::new(self.d_input, self.d_hidden)
                     .with_n_layers(self.n_layers)
                     .with_dropout(self.dropout)
+                    .with_cell(other.cell().unwrap_or(CellKind::Lstm))
+                    .with_chunk_size(self.chunk_size)
                     .init(device),
             ),
         }
@@ -122,7 +157,7 @@ impl EncoderConfig {
 pub enum Encoder<B: Backend> {
     /// Gumbel Tree-LSTM.
     Gumbel(GumbelTreeLstm<B>),
-    /// Plain LSTM.
+    /// A recurrent stack (LSTM or a cumax cell).
     Lstm(LstmEncoder<B>),
 }
 
@@ -140,7 +175,13 @@ impl<B: Backend> Encoder<B> {
     pub fn kind(&self) -> EncoderKind {
         match self {
             Encoder::Gumbel(_) => EncoderKind::Gumbel,
-            Encoder::Lstm(_) => EncoderKind::Lstm,
+            Encoder::Lstm(e) => match e.cell() {
+                CellKind::Lstm => EncoderKind::Lstm,
+                CellKind::OnLstm => EncoderKind::OnLstm,
+                CellKind::FastTrees => EncoderKind::FastTrees,
+                CellKind::FasterFastTrees => EncoderKind::FasterFastTrees,
+                CellKind::ConvFastTrees => EncoderKind::ConvFastTrees,
+            },
         }
     }
 }
@@ -173,7 +214,7 @@ mod tests {
         assert_eq!("lstm".parse(), Ok(EncoderKind::Lstm));
         let err = "spinn-x".parse::<EncoderKind>().unwrap_err();
         assert!(
-            err.contains("spinn-x") && err.contains("gumbel, lstm"),
+            err.contains("spinn-x") && err.contains("gumbel, lstm, on-lstm"),
             "{err}"
         );
         for leaf in LeafKind::ALL {

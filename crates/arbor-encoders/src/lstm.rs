@@ -1,6 +1,6 @@
-//! The plain LSTM baseline encoder.
+//! Left-to-right recurrent encoders: the LSTM baseline and the ON-LSTM/FastTrees family.
 
-use arbor_cells::{CellKind, RecurrentStack, RecurrentStackConfig, StackOutput};
+use arbor_cells::{AnyCell, CellKind, RecurrentStack, RecurrentStackConfig, StackOutput};
 use burn::prelude::*;
 
 use crate::{Decisions, EncoderInput, EncoderOutput, SentenceEncoder};
@@ -18,13 +18,29 @@ pub struct LstmEncoderConfig {
     /// Dropout between layers (not after the last one).
     #[config(default = 0.0)]
     pub dropout: f64,
+    /// The recurrent cell of every layer.
+    #[config(default = "CellKind::Lstm")]
+    pub cell: CellKind,
+    /// Neurons per master-gate chunk for the cumax cells; 0 picks the largest divisor of
+    /// `d_hidden` that is at most 10 (ON-LSTM's usual chunk size).
+    #[config(default = 0)]
+    pub chunk_size: usize,
 }
 
-/// A left-to-right (multi-layer) LSTM; the sentence vector is the top layer's `h` after each
-/// sentence's last real word.
+/// The chunk size used for `d_hidden` when none is given: the largest divisor ≤ 10.
+pub fn default_chunk_size(d_hidden: usize) -> usize {
+    (1..=10.min(d_hidden.max(1)))
+        .rev()
+        .find(|c| d_hidden.is_multiple_of(*c))
+        .unwrap_or(1)
+}
+
+/// A left-to-right multi-layer recurrent encoder over any cell of `arbor-cells` (LSTM, ON-LSTM,
+/// FastTrees, Faster FastTrees, Conv FastTrees); the sentence vector is the top layer's `h` after
+/// each sentence's last real word.
 #[derive(Module, Debug)]
 pub struct LstmEncoder<B: Backend> {
-    /// The LSTM layers (cells with gate order `i, f, g, o`).
+    /// The layers.
     pub stack: RecurrentStack<B>,
 }
 
@@ -35,15 +51,30 @@ impl LstmEncoderConfig {
     /// If `n_layers` is 0.
     pub fn init<B: Backend>(&self, device: &B::Device) -> LstmEncoder<B> {
         LstmEncoder {
-            stack: RecurrentStackConfig::new(CellKind::Lstm, self.d_input, self.d_hidden)
+            stack: RecurrentStackConfig::new(self.cell, self.d_input, self.d_hidden)
                 .with_n_layers(self.n_layers)
                 .with_dropout(self.dropout)
+                .with_chunk_size(match self.chunk_size {
+                    0 => default_chunk_size(self.d_hidden),
+                    c => c,
+                })
                 .init(device),
         }
     }
 }
 
 impl<B: Backend> LstmEncoder<B> {
+    /// The cell of the layers.
+    pub fn cell(&self) -> CellKind {
+        match self.stack.layers.first() {
+            Some(AnyCell::OnLstm(_)) => CellKind::OnLstm,
+            Some(AnyCell::FastTrees(_)) => CellKind::FastTrees,
+            Some(AnyCell::FasterFastTrees(_)) => CellKind::FasterFastTrees,
+            Some(AnyCell::ConvFastTrees(_)) => CellKind::ConvFastTrees,
+            _ => CellKind::Lstm,
+        }
+    }
+
     /// Runs the stack over the batch.
     ///
     /// # Shapes
@@ -61,7 +92,7 @@ impl<B: Backend> SentenceEncoder<B> for LstmEncoder<B> {
     }
 
     /// Encodes a batch: `sentence` is the top layer's last real `h`, `tokens` the top layer's
-    /// outputs. The LSTM makes no discrete decisions, so `decisions` is ignored.
+    /// outputs. Recurrent cells make no discrete decisions, so `decisions` is ignored.
     ///
     /// # Shapes
     /// - `input.embeddings`: `[batch, time, d_input]`

@@ -83,3 +83,44 @@ fn one_layer_is_the_cell_run_over_the_words() {
     let want = run_sequence(cell, x, None, None).last.h;
     assert_close(&to_vec(out.sentence), &to_vec(want), 1e-6, "sentence");
 }
+
+#[test]
+fn every_recurrent_kind_is_an_encoder_and_padding_invariant() {
+    use arbor_encoders::{
+        Decisions, Encoder, EncoderConfig, EncoderInput, EncoderKind, SentenceEncoder,
+    };
+    use burn::backend::Flex;
+    use burn::prelude::*;
+    use burn::tensor::TensorData;
+
+    let device = Default::default();
+    assert_eq!(arbor_encoders::default_chunk_size(100), 10);
+    assert_eq!(arbor_encoders::default_chunk_size(32), 8);
+    assert_eq!(arbor_encoders::default_chunk_size(7), 7);
+    for kind in EncoderKind::ALL.into_iter().filter(|k| k.cell().is_some()) {
+        let enc: Encoder<Flex> = EncoderConfig::new(kind, 3, 12)
+            .with_n_layers(2)
+            .init(&device);
+        assert_eq!(enc.kind(), kind);
+        assert_eq!(kind.name().parse::<EncoderKind>(), Ok(kind));
+        let values: Vec<f32> = (0..2 * 5 * 3)
+            .map(|v| ((v * 7) % 11) as f32 / 11.0 - 0.5)
+            .collect();
+        let x = Tensor::<Flex, 3>::from_data(TensorData::new(values, [2, 5, 3]), &device);
+        let both = enc.encode(EncoderInput::new(x.clone(), vec![5, 3]), Decisions::Argmax);
+        let alone = enc.encode(
+            EncoderInput::new(x.slice([1..2, 0..3, 0..3]), vec![3]),
+            Decisions::Argmax,
+        );
+        let a = both
+            .sentence
+            .slice([1..2, 0..12])
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
+        let b = alone.sentence.into_data().to_vec::<f32>().unwrap();
+        for (p, q) in a.iter().zip(&b) {
+            assert!((p - q).abs() < 1e-5, "{kind}: {p} vs {q}");
+        }
+    }
+}
