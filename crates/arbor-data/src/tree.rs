@@ -424,6 +424,35 @@ impl BinaryTree {
         Some(t)
     }
 
+    /// The tree ON-LSTM reads from syntactic distances (MODELS.md §5): in a span, the word `k`
+    /// with the largest distance (the first one on ties) splits it; the words before `k` form
+    /// the left part and `k` starts the right part, which is `(k, rest)` — exactly the released
+    /// `build_tree`. Empty parts are dropped. `None` for an empty sentence or a non-finite
+    /// distance.
+    pub fn from_distances(distances: &[f64]) -> Option<BinaryTree> {
+        fn build(d: &[f64], offset: usize) -> BinaryTree {
+            if d.len() == 1 {
+                return BinaryTree::Leaf(offset);
+            }
+            let k = (0..d.len()).fold(0, |best, i| if d[i] > d[best] { i } else { best });
+            let head = BinaryTree::Leaf(offset + k);
+            let right = if k + 1 < d.len() {
+                BinaryTree::node(head, build(&d[k + 1..], offset + k + 1))
+            } else {
+                head
+            };
+            if k > 0 {
+                BinaryTree::node(build(&d[..k], offset), right)
+            } else {
+                right
+            }
+        }
+        if distances.is_empty() || distances.iter().any(|d| !d.is_finite()) {
+            return None;
+        }
+        Some(build(distances, 0))
+    }
+
     /// Balanced tree: a span `start..end` splits at `mid = (start + end) / 2` (integer
     /// division), so the left part has `⌊len/2⌋` words and the right part the rest.
     pub fn balanced(n: usize) -> Option<BinaryTree> {
@@ -1571,5 +1600,32 @@ mod tests {
         let (b, w) = BinaryTree::parse("( a \"b\" )").unwrap();
         assert!(b.to_dot(&w).contains("\\\"b\\\""));
         assert_eq!(b.to_ascii(&w), "*\n+-- a\n`-- \"b\"\n");
+    }
+
+    #[test]
+    fn trees_from_distances_follow_on_lstm() {
+        let t = |d: &[f64]| {
+            BinaryTree::from_distances(d)
+                .unwrap()
+                .to_bracketed_positions()
+        };
+        assert_eq!(t(&[0.5]), "0");
+        // The maximum at 2 splits (0 1) from (2 (3 4)).
+        assert_eq!(t(&[0.1, 0.3, 0.9, 0.2, 0.4]), "( ( 0 1 ) ( 2 ( 3 4 ) ) )");
+        // A maximum at the start gives a right-branching head.
+        assert_eq!(t(&[0.9, 0.1, 0.5]), "( 0 ( 1 2 ) )");
+        // A maximum at the end: the last word alone on the right.
+        assert_eq!(t(&[0.1, 0.2, 0.9]), "( ( 0 1 ) 2 )");
+        // Ties take the first maximum.
+        assert_eq!(t(&[0.7, 0.7]), "( 0 1 )");
+        assert!(BinaryTree::from_distances(&[]).is_none());
+        assert!(BinaryTree::from_distances(&[0.1, f64::NAN]).is_none());
+        for n in 1..12 {
+            let d: Vec<f64> = (0..n).map(|i| ((i * 37) % 11) as f64).collect();
+            assert_eq!(
+                BinaryTree::from_distances(&d).unwrap().leaves(),
+                (0..n).collect::<Vec<_>>()
+            );
+        }
     }
 }

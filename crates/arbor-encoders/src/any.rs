@@ -68,10 +68,10 @@ impl EncoderKind {
         }
     }
 
-    /// Whether the encoder induces a tree of its own (and returns it in
-    /// [`EncoderOutput::trees`]).
+    /// Whether the encoder induces a tree of its own and returns it in
+    /// [`EncoderOutput::trees`] (the cumax cells: in evaluation mode, from syntactic distances).
     pub fn induces_trees(self) -> bool {
-        matches!(self, EncoderKind::Gumbel)
+        !matches!(self, EncoderKind::Lstm)
     }
 }
 

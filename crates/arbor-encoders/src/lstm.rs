@@ -1,6 +1,7 @@
 //! Left-to-right recurrent encoders: the LSTM baseline and the ON-LSTM/FastTrees family.
 
 use arbor_cells::{AnyCell, CellKind, RecurrentStack, RecurrentStackConfig, StackOutput};
+use arbor_data::tree::BinaryTree;
 use burn::prelude::*;
 
 use crate::{Decisions, EncoderInput, EncoderOutput, SentenceEncoder};
@@ -97,14 +98,42 @@ impl<B: Backend> SentenceEncoder<B> for LstmEncoder<B> {
     /// # Shapes
     /// - `input.embeddings`: `[batch, time, d_input]`
     /// - output `sentence`: `[batch, H]`; `tokens`: `[batch, time, H]`
-    fn encode(&self, input: EncoderInput<B>, _decisions: Decisions<'_>) -> EncoderOutput<B> {
-        let mut out = self.forward(input.embeddings, &input.lengths);
+    ///
+    /// For the cumax cells in evaluation mode (`Decisions::Argmax`), `trees` holds the trees read
+    /// from the top layer's syntactic distances by ON-LSTM's split-at-maximum rule
+    /// ([`BinaryTree::from_distances`]); they are not computed in training mode, which would
+    /// cost a device read per batch.
+    fn encode(&self, input: EncoderInput<B>, decisions: Decisions<'_>) -> EncoderOutput<B> {
+        let lengths = input.lengths;
+        let mut out = self.forward(input.embeddings, &lengths);
         let top = out.last.pop().expect("a stack has at least one layer");
+        let trees = match (decisions.is_argmax(), out.distances.pop()) {
+            (true, Some(d)) => distance_trees(d, &lengths),
+            _ => None,
+        };
         EncoderOutput {
             sentence: top.h,
             tokens: Some(out.outputs),
-            trees: None,
+            trees,
             aux_loss: None,
         }
     }
+}
+
+/// Trees from syntactic distances `[batch, time]`, one per example over its real words.
+fn distance_trees<B: Backend>(
+    distances: Tensor<B, 2>,
+    lengths: &[usize],
+) -> Option<Vec<BinaryTree>> {
+    let [_, time] = distances.dims();
+    let values = distances
+        .into_data()
+        .convert::<f64>()
+        .to_vec::<f64>()
+        .ok()?;
+    lengths
+        .iter()
+        .enumerate()
+        .map(|(b, &len)| BinaryTree::from_distances(&values[b * time..b * time + len]))
+        .collect()
 }

@@ -124,3 +124,38 @@ fn every_recurrent_kind_is_an_encoder_and_padding_invariant() {
         }
     }
 }
+
+#[test]
+fn cumax_encoders_return_distance_trees_in_evaluation() {
+    use arbor_cells::GumbelSampler;
+    use arbor_encoders::{
+        Decisions, Encoder, EncoderConfig, EncoderInput, EncoderKind, SentenceEncoder,
+    };
+    use burn::backend::Flex;
+    use burn::prelude::*;
+
+    let device = Default::default();
+    let enc: Encoder<Flex> = EncoderConfig::new(EncoderKind::OnLstm, 3, 8).init(&device);
+    let x = Tensor::<Flex, 3>::ones([2, 5, 3], &device);
+    let out = enc.encode(EncoderInput::new(x.clone(), vec![5, 2]), Decisions::Argmax);
+    let trees = out.trees.expect("trees in evaluation");
+    assert_eq!(trees[0].leaves(), vec![0, 1, 2, 3, 4]);
+    assert_eq!(trees[1].leaves(), vec![0, 1]);
+    let Encoder::Lstm(inner) = &enc else {
+        panic!("recurrent")
+    };
+    let d = inner.forward(x.clone(), &[5, 2]).distances.pop().unwrap();
+    let row: Vec<f64> = d
+        .slice([0..1, 0..5])
+        .into_data()
+        .convert::<f64>()
+        .to_vec()
+        .unwrap();
+    assert_eq!(
+        trees[0],
+        arbor_data::tree::BinaryTree::from_distances(&row).unwrap()
+    );
+    let mut s = GumbelSampler::seeded(0);
+    let train = enc.encode(EncoderInput::new(x, vec![5, 2]), Decisions::Sample(&mut s));
+    assert!(train.trees.is_none(), "no host reads in training mode");
+}
