@@ -1,14 +1,13 @@
 use arbor_cells::GumbelSampler;
 use arbor_data::tree::{BinaryTree, Transition};
 use arbor_encoders::{Decisions, Encoder};
-use arbor_heads::{count_correct, cross_entropy, SentenceBatch, SentenceClassifier};
+use arbor_heads::{SentenceBatch, SentenceClassifier};
 use arbor_train::{EvalReport, StepOutput, Task};
 use burn::module::AutodiffModule;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::TensorData;
 
-use super::eval_batches;
 use super::model::ModelMeta;
 
 /// Sentences as token ids with labels and (optionally) gold transitions.
@@ -64,19 +63,10 @@ pub fn evaluate_classify<B: Backend>(
     batch_size: usize,
     device: &B::Device,
 ) -> EvalReport {
-    let mut report = EvalReport::default();
-    for idx in eval_batches(&data.lengths(), batch_size) {
-        let (batch, labels) = data.batch::<B>(&idx, device);
-        let logits = model.forward(batch, Decisions::Argmax).logits;
-        let loss = cross_entropy(logits.clone(), labels.clone())
-            .into_scalar()
-            .elem::<f64>();
-        report.loss_sum += loss * idx.len() as f64;
-        report.loss_count += idx.len();
-        report.correct += count_correct(logits, labels);
-        report.total += idx.len();
-    }
-    report
+    super::evaluate_batches(&data.lengths(), &data.labels, None, batch_size, |idx| {
+        let (batch, labels) = data.batch::<B>(idx, device);
+        (model.forward(batch, Decisions::Argmax).logits, labels)
+    })
 }
 
 /// Single-sentence classification (SST-2) as an engine task.

@@ -1,16 +1,13 @@
-use std::collections::BTreeMap;
-
 use arbor_cells::GumbelSampler;
 use arbor_data::tree::{BinaryTree, Transition};
 use arbor_encoders::{Decisions, Encoder};
-use arbor_heads::{count_correct, cross_entropy, NliClassifier, SentenceBatch};
+use arbor_heads::{NliClassifier, SentenceBatch};
 use arbor_train::{EvalReport, StepOutput, Task};
 use burn::module::AutodiffModule;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::TensorData;
 
-use super::eval_batches;
 use super::model::ModelMeta;
 
 /// Gold transitions of every premise and every hypothesis.
@@ -100,40 +97,16 @@ pub fn evaluate_nli<B: Backend>(
     batch_size: usize,
     device: &B::Device,
 ) -> EvalReport {
-    {
-        let mut report = EvalReport::default();
-        let mut groups: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
-        for idx in eval_batches(&data.lengths(), batch_size) {
-            let (batch, labels) = data.batch::<B>(&idx, device);
-            let logits = model.forward(batch, Decisions::Argmax).logits;
-            let loss = cross_entropy(logits.clone(), labels.clone())
-                .into_scalar()
-                .elem::<f64>();
-            report.loss_sum += loss * idx.len() as f64;
-            report.loss_count += idx.len();
-            if let Some(g) = &data.groups {
-                let pred = logits.argmax(1).into_data().convert::<i64>();
-                let pred = pred.to_vec::<i64>().unwrap_or_default();
-                for (k, &i) in idx.iter().enumerate() {
-                    let ok = pred.get(k).is_some_and(|&p| p as usize == data.labels[i]);
-                    let e = groups.entry(g[i]).or_default();
-                    e.0 += usize::from(ok);
-                    e.1 += 1;
-                    report.correct += usize::from(ok);
-                }
-            } else {
-                report.correct += count_correct(logits, labels);
-            }
-            report.total += idx.len();
-        }
-        for (g, (c, t)) in groups {
-            report
-                .extra
-                .insert(format!("group_{g}_accuracy"), c as f64 / t as f64);
-            report.extra.insert(format!("group_{g}_count"), t as f64);
-        }
-        report
-    }
+    super::evaluate_batches(
+        &data.lengths(),
+        &data.labels,
+        data.groups.as_deref(),
+        batch_size,
+        |idx| {
+            let (batch, labels) = data.batch::<B>(idx, device);
+            (model.forward(batch, Decisions::Argmax).logits, labels)
+        },
+    )
 }
 
 impl<B: Backend> NliTask<B> {

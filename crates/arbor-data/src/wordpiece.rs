@@ -110,11 +110,7 @@ impl WordPieceTokenizer {
             .unk_token(WP_UNK.into())
             .build()
             .map_err(tk_err)?;
-        let vocab_size = model.get_vocab_size();
-        Ok(WordPieceTokenizer {
-            inner: pipeline(model, lowercase),
-            vocab_size,
-        })
+        Ok(Self::from_model(model, lowercase))
     }
 
     /// A tokenizer from an in-memory vocabulary (id = position).
@@ -129,11 +125,16 @@ impl WordPieceTokenizer {
             .unk_token(WP_UNK.into())
             .build()
             .map_err(tk_err)?;
+        Ok(Self::from_model(model, lowercase))
+    }
+
+    /// Wraps a built WordPiece model in the BERT normalisation/pre-tokenisation pipeline.
+    fn from_model(model: WordPiece, lowercase: bool) -> Self {
         let vocab_size = model.get_vocab_size();
-        Ok(WordPieceTokenizer {
+        WordPieceTokenizer {
             inner: pipeline(model, lowercase),
             vocab_size,
-        })
+        }
     }
 
     /// Number of pieces in the vocabulary.

@@ -175,13 +175,10 @@ impl<B: Backend> Encoder<B> {
     pub fn kind(&self) -> EncoderKind {
         match self {
             Encoder::Gumbel(_) => EncoderKind::Gumbel,
-            Encoder::Lstm(e) => match e.cell() {
-                CellKind::Lstm => EncoderKind::Lstm,
-                CellKind::OnLstm => EncoderKind::OnLstm,
-                CellKind::FastTrees => EncoderKind::FastTrees,
-                CellKind::FasterFastTrees => EncoderKind::FasterFastTrees,
-                CellKind::ConvFastTrees => EncoderKind::ConvFastTrees,
-            },
+            Encoder::Lstm(e) => EncoderKind::ALL
+                .into_iter()
+                .find(|k| k.cell() == Some(e.cell()))
+                .unwrap_or(EncoderKind::Lstm),
         }
     }
 }
