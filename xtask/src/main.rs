@@ -1,6 +1,9 @@
 //! Project automation for arbor: `cargo xtask <command>`.
 //!
 //! - `cargo xtask ci`: runs exactly what CI runs (`.ci/run`).
+//! - `cargo xtask bench [ARGS]`: builds the benchmark suite (`crates/arbor-bench`) in release mode
+//!   with the backend feature that `--device` needs, and runs it with `ARGS` (`--device cuda`,
+//!   `--filter NAME`, `--quick`, `--out DIR`, `--list`).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -19,6 +22,52 @@ struct Cli {
 enum Cmd {
     /// Run exactly what CI runs (`.ci/run`): fmt, clippy, the test suite, the CUDA build check.
     Ci,
+    /// Run the benchmark suite (`arbor-bench`): `--device`, `--filter`, `--quick`, `--out`, `--list`.
+    Bench {
+        /// Arguments for `arbor-bench` (see `cargo xtask bench --help-bench`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+/// The cargo feature the `--device` among `args` needs (`flex` when none is given).
+fn backend_feature(args: &[String]) -> Result<&'static str> {
+    let mut device = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--device" {
+            device = it.next().map(String::as_str);
+        } else if let Some(d) = a.strip_prefix("--device=") {
+            device = Some(d);
+        }
+    }
+    let device = device.unwrap_or("flex").to_ascii_lowercase();
+    Ok(match device.as_str() {
+        "flex" | "cpu" => "flex",
+        "ndarray" => "ndarray",
+        d if d == "cuda" || d == "gpu" || d.starts_with("cuda:") => "cuda",
+        other => bail!("unknown --device `{other}`: expected flex, ndarray, cuda or cuda:N"),
+    })
+}
+
+fn bench(args: &[String]) -> Result<()> {
+    let feature = backend_feature(args)?;
+    let mut forwarded: Vec<String> = args.to_vec();
+    if let Some(i) = forwarded.iter().position(|a| a == "--help-bench") {
+        forwarded[i] = "--help".to_string();
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let status = Command::new(cargo)
+        .args(["run", "--release", "--quiet", "--package", "arbor-bench"])
+        .args(["--no-default-features", "--features", feature, "--"])
+        .args(&forwarded)
+        .current_dir(root())
+        .status()
+        .context("could not start cargo")?;
+    if !status.success() {
+        bail!("arbor-bench failed ({status})");
+    }
+    Ok(())
 }
 
 /// The workspace root (the parent of this crate's directory).
@@ -43,5 +92,42 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
+        Cmd::Bench { args } => bench(&args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_device_picks_the_backend_feature() {
+        assert_eq!(backend_feature(&strings(&["--quick"])).unwrap(), "flex");
+        assert_eq!(
+            backend_feature(&strings(&["--device", "cuda"])).unwrap(),
+            "cuda"
+        );
+        assert_eq!(
+            backend_feature(&strings(&["--device=cuda:1"])).unwrap(),
+            "cuda"
+        );
+        assert_eq!(
+            backend_feature(&strings(&["--device", "ndarray"])).unwrap(),
+            "ndarray"
+        );
+        assert!(backend_feature(&strings(&["--device", "tpu"])).is_err());
+    }
+
+    #[test]
+    fn bench_arguments_pass_through() {
+        let cli = Cli::try_parse_from(["xtask", "bench", "--quick", "--filter", "cells"]).unwrap();
+        let Cmd::Bench { args } = cli.command else {
+            panic!("bench")
+        };
+        assert_eq!(args, strings(&["--quick", "--filter", "cells"]));
     }
 }

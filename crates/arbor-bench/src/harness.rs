@@ -1,0 +1,352 @@
+//! Timing: warm-up, repeated timed runs with the device synchronised inside the timed region,
+//! peak memory, and one [`Record`] per workload and mode.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::system::{peak_rss_bytes, reset_peak_rss, RunInfo};
+
+/// What a timed run does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Evaluation mode: the inner backend (no autodiff graph), `valid()` modules, argmax
+    /// decisions.
+    Forward,
+    /// Training mode: forward on the autodiff backend, then `backward()` of a scalar loss.
+    ForwardBackward,
+}
+
+impl Mode {
+    /// Both modes, forward first.
+    pub const BOTH: [Mode; 2] = [Mode::Forward, Mode::ForwardBackward];
+
+    /// `forward` or `forward+backward`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Mode::Forward => "forward",
+            Mode::ForwardBackward => "forward+backward",
+        }
+    }
+}
+
+/// One forward (or forward+backward) pass of a workload. It must end by reading back a scalar
+/// that depends on everything it computed (a sum of the outputs, or of a gradient), so no
+/// backend can skip or defer the work; the harness checks that scalar is finite.
+pub type Run = Box<dyn FnMut(Mode) -> f64>;
+
+/// Where a workload sits in a scaling sweep: it becomes one point of a plot of time against `x`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepPoint {
+    /// The plot's file stem (`gumbel-length` → `gumbel-length.svg`).
+    pub plot: String,
+    /// The line this point belongs to.
+    pub series: String,
+    /// The x coordinate (a sentence length).
+    pub x: f64,
+    /// The x axis's label.
+    pub x_label: String,
+}
+
+/// A benchmark workload: fixed parameters, and a builder that allocates the model and the
+/// seeded random input only when the workload is selected.
+pub struct Workload {
+    /// Unique name, `group/...`.
+    pub name: String,
+    /// The suite it belongs to (`cells`, `gumbel`, `spinn`, `r2d2`, ...).
+    pub group: String,
+    /// Every parameter that defines the workload, written into the output.
+    pub params: serde_json::Value,
+    /// Items processed by one run (sentences or tokens).
+    pub items: usize,
+    /// What an item is: `sentences` or `tokens`.
+    pub unit: &'static str,
+    /// The modes it is timed in.
+    pub modes: Vec<Mode>,
+    /// Its place in a scaling sweep, if it is part of one.
+    pub sweep: Option<SweepPoint>,
+    /// Allocates the model and the input and returns the run closure.
+    pub build: Box<dyn FnOnce() -> Run>,
+}
+
+impl Workload {
+    /// A workload timed in both modes, outside any sweep.
+    pub fn new(
+        group: &str,
+        name: impl Into<String>,
+        params: serde_json::Value,
+        items: usize,
+        unit: &'static str,
+        build: impl FnOnce() -> Run + 'static,
+    ) -> Self {
+        Self {
+            name: format!("{group}/{}", name.into()),
+            group: group.to_string(),
+            params,
+            items,
+            unit,
+            modes: Mode::BOTH.to_vec(),
+            sweep: None,
+            build: Box::new(build),
+        }
+    }
+
+    /// Places the workload in a sweep.
+    pub fn in_sweep(mut self, plot: &str, series: &str, x: f64, x_label: &str) -> Self {
+        self.sweep = Some(SweepPoint {
+            plot: plot.to_string(),
+            series: series.to_string(),
+            x,
+            x_label: x_label.to_string(),
+        });
+        self
+    }
+
+    /// Restricts the modes it is timed in.
+    pub fn modes(mut self, modes: &[Mode]) -> Self {
+        self.modes = modes.to_vec();
+        self
+    }
+}
+
+/// How many times to run each workload.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    /// Untimed runs before timing (kernel compilation, autotuning, allocator warm-up).
+    pub warmup: usize,
+    /// Timed runs at least.
+    pub min_reps: usize,
+    /// Timed runs at most.
+    pub max_reps: usize,
+    /// Keep repeating (up to `max_reps`) until this much time was spent timing.
+    pub min_time_s: f64,
+}
+
+impl Settings {
+    /// The full suite: 1 warm-up, then 3–10 runs and at least 1.5 s per workload and mode.
+    pub fn full() -> Self {
+        Self {
+            warmup: 1,
+            min_reps: 3,
+            max_reps: 10,
+            min_time_s: 1.5,
+        }
+    }
+
+    /// Smoke runs: no warm-up and one timed run (the numbers include first-run costs such as
+    /// kernel compilation; use them only to check that everything runs).
+    pub fn quick() -> Self {
+        Self {
+            warmup: 0,
+            min_reps: 1,
+            max_reps: 1,
+            min_time_s: 0.0,
+        }
+    }
+}
+
+/// What the backend can tell the harness: how to wait for the device, and how much device
+/// memory is held.
+pub struct Probe {
+    /// Blocks until every queued operation on the device has finished.
+    pub sync: Box<dyn Fn() -> Result<()>>,
+    /// Bytes the backend's allocator holds on the device, where it reports them.
+    pub device_memory: Box<dyn Fn() -> Option<u64>>,
+    /// Frees cached device memory between workloads.
+    pub cleanup: Box<dyn Fn()>,
+}
+
+/// The measurement of one workload in one mode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// Workload name.
+    pub name: String,
+    /// Suite.
+    pub group: String,
+    /// Mode.
+    pub mode: Mode,
+    /// The workload's parameters.
+    pub params: serde_json::Value,
+    /// Items per run.
+    pub items: usize,
+    /// What an item is.
+    pub unit: String,
+    /// Backend, device, machine, arbor version and git commit.
+    pub run: RunInfo,
+    /// Warm-up runs.
+    pub warmup: usize,
+    /// Every timed run, in milliseconds, in order.
+    pub times_ms: Vec<f64>,
+    /// Median of `times_ms`.
+    pub median_ms: f64,
+    /// Fastest run.
+    pub min_ms: f64,
+    /// Slowest run.
+    pub max_ms: f64,
+    /// Spread: `(max − min) / median`, in percent.
+    pub spread_pct: f64,
+    /// Items per second at the median time.
+    pub items_per_s: f64,
+    /// Peak resident set size of the process while timing this workload and mode (Linux),
+    /// model and inputs included.
+    pub peak_rss_bytes: Option<u64>,
+    /// Device memory held by the backend's allocator after the timed runs, where reported.
+    pub device_memory_bytes: Option<u64>,
+    /// Its place in a sweep.
+    pub sweep: Option<SweepPoint>,
+}
+
+/// The median of a non-empty slice.
+pub fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Times one workload in each of its modes.
+///
+/// # Errors
+/// When the device cannot be synchronised or a run's check scalar is not finite.
+pub fn measure(
+    workload: Workload,
+    settings: &Settings,
+    probe: &Probe,
+    run_info: &RunInfo,
+    mut progress: impl FnMut(&Record),
+) -> Result<Vec<Record>> {
+    let Workload {
+        name,
+        group,
+        params,
+        items,
+        unit,
+        modes,
+        sweep,
+        build,
+    } = workload;
+    (probe.cleanup)();
+    let mut run = build();
+    let mut records = Vec::new();
+    for mode in modes {
+        let once = |run: &mut Run| -> Result<Duration> {
+            let start = Instant::now();
+            let check = run(mode);
+            (probe.sync)().with_context(|| format!("{name} ({}): device sync", mode.label()))?;
+            let elapsed = start.elapsed();
+            if !check.is_finite() {
+                bail!("{name} ({}): the run produced {check}", mode.label());
+            }
+            Ok(elapsed)
+        };
+        for _ in 0..settings.warmup {
+            once(&mut run)?;
+        }
+        reset_peak_rss();
+        let mut times = Vec::new();
+        let timing = Instant::now();
+        while times.len() < settings.min_reps.max(1)
+            || (times.len() < settings.max_reps
+                && timing.elapsed().as_secs_f64() < settings.min_time_s)
+        {
+            times.push(once(&mut run)?.as_secs_f64() * 1e3);
+        }
+        let median_ms = median(&times);
+        let min_ms = times.iter().copied().fold(f64::INFINITY, f64::min);
+        let max_ms = times.iter().copied().fold(0.0, f64::max);
+        let record = Record {
+            name: name.clone(),
+            group: group.clone(),
+            mode,
+            params: params.clone(),
+            items,
+            unit: unit.to_string(),
+            run: run_info.clone(),
+            warmup: settings.warmup,
+            spread_pct: 100.0 * (max_ms - min_ms) / median_ms,
+            items_per_s: items as f64 / (median_ms / 1e3),
+            times_ms: times,
+            median_ms,
+            min_ms,
+            max_ms,
+            peak_rss_bytes: peak_rss_bytes(),
+            device_memory_bytes: (probe.device_memory)(),
+            sweep: sweep.clone(),
+        };
+        progress(&record);
+        records.push(record);
+    }
+    Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(&[]).is_nan());
+    }
+
+    fn probe() -> Probe {
+        Probe {
+            sync: Box::new(|| Ok(())),
+            device_memory: Box::new(|| None),
+            cleanup: Box::new(|| {}),
+        }
+    }
+
+    #[test]
+    fn measure_counts_warmup_and_reps_and_rejects_non_finite_checks() {
+        use std::cell::Cell;
+        use std::rc::Rc;
+        let calls = Rc::new(Cell::new(0));
+        let c = calls.clone();
+        let workload = Workload::new(
+            "t",
+            "count",
+            serde_json::json!({}),
+            10,
+            "tokens",
+            move || {
+                Box::new(move |_| {
+                    c.set(c.get() + 1);
+                    std::thread::sleep(Duration::from_millis(2));
+                    1.0
+                })
+            },
+        );
+        let settings = Settings {
+            warmup: 2,
+            min_reps: 3,
+            max_reps: 3,
+            min_time_s: 0.0,
+        };
+        let info = RunInfo::collect("test", "cpu");
+        let records = measure(workload, &settings, &probe(), &info, |_| {}).unwrap();
+        assert_eq!(records.len(), 2);
+        assert_eq!(calls.get(), 2 * (2 + 3));
+        for r in &records {
+            assert_eq!(r.times_ms.len(), 3);
+            assert!(r.median_ms >= 2.0 && r.min_ms <= r.median_ms && r.median_ms <= r.max_ms);
+            assert!((r.items_per_s - 10.0 / (r.median_ms / 1e3)).abs() < 1e-9);
+            assert_eq!(r.name, "t/count");
+        }
+        let bad = Workload::new("t", "nan", serde_json::json!({}), 1, "tokens", || {
+            Box::new(|_| f64::NAN)
+        });
+        let err = measure(bad, &settings, &probe(), &info, |_| {}).unwrap_err();
+        assert!(err.to_string().contains("t/nan"), "{err}");
+    }
+}

@@ -1,0 +1,113 @@
+//! The arbor benchmark suite, run by `cargo xtask bench`.
+//!
+//! Every workload is timed the same way on any backend: warm-up, then repeated runs with the
+//! device synchronised inside the timed region (each run ends by reading back a scalar that
+//! depends on all its work), in evaluation mode (forward on the inner backend, `valid()`
+//! modules) and training mode (forward+backward on `Autodiff<B>`). Each record has the median,
+//! the spread, items/s, the peak RSS and (on CUDA) the device memory held, plus the workload's
+//! parameters, the backend, the arbor version and the git commit.
+//!
+//! Outputs: `bench.json`, `bench.md` (a markdown table with derived ratios and scaling fits)
+//! and an SVG plot per scaling sweep.
+
+#![warn(missing_docs)]
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use burn::prelude::Backend;
+
+pub mod harness;
+pub mod report;
+pub mod system;
+pub mod workloads;
+
+pub use harness::{measure, Mode, Probe, Record, Settings, Workload};
+pub use report::{Ratio, RatioSpec, Report, ScalingFit};
+pub use system::RunInfo;
+
+/// Whether a workload is selected by the filters (substrings of its name; none selects all).
+pub fn selected(name: &str, filters: &[String]) -> bool {
+    filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
+}
+
+/// The names of every workload in the suite.
+pub fn workload_names<B: Backend>(device: &B::Device) -> Vec<String> {
+    workloads::suite::<B>(device)
+        .into_iter()
+        .map(|w| w.name)
+        .collect()
+}
+
+/// Runs the workloads whose names `select` accepts on backend `B` and gathers the report.
+///
+/// `progress` sees each record as soon as it is measured.
+///
+/// # Errors
+/// When nothing matches the filters, or a workload fails (device error, non-finite output).
+pub fn run_suite<B: Backend>(
+    device: &B::Device,
+    device_name: &str,
+    settings: &Settings,
+    select: impl Fn(&str) -> bool,
+    probe: &Probe,
+    command: &str,
+    mut progress: impl FnMut(&Record),
+) -> Result<Report> {
+    let info = RunInfo::collect(&B::name(device), device_name);
+    let chosen: Vec<Workload> = workloads::suite::<B>(device)
+        .into_iter()
+        .filter(|w| select(&w.name))
+        .collect();
+    if chosen.is_empty() {
+        anyhow::bail!(
+            "no workload selected; `--list` shows the names ({} in all)",
+            workload_names::<B>(device).len()
+        );
+    }
+    let mut records = Vec::new();
+    for w in chosen {
+        records.extend(measure(w, settings, probe, &info, &mut progress)?);
+    }
+    Ok(Report::from_records(command, *settings, records))
+}
+
+impl Report {
+    /// A report from measured records, with the suite's ratios and scaling fits.
+    pub fn from_records(command: &str, settings: Settings, records: Vec<Record>) -> Self {
+        Report {
+            command: command.to_string(),
+            settings,
+            ratios: report::ratios(&workloads::ratio_specs(), &records),
+            scaling: report::scaling_fits(&records),
+            records,
+        }
+    }
+}
+
+/// Writes `bench.json`, `bench.md` and the sweep plots into `dir` (created if missing), and
+/// returns the markdown.
+///
+/// # Errors
+/// When a file cannot be written.
+pub fn write_outputs(report: &Report, dir: &Path) -> Result<String> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let json = dir.join("bench.json");
+    std::fs::write(&json, serde_json::to_string_pretty(report)?)
+        .with_context(|| format!("writing {}", json.display()))?;
+    let mut md = report::markdown(report);
+    let plots = report::plots(&report.records, dir)?;
+    if !plots.is_empty() {
+        md.push_str("\n**Plots**: ");
+        let names: Vec<String> = plots
+            .iter()
+            .filter_map(|p| p.file_name())
+            .map(|f| format!("`{}`", f.to_string_lossy()))
+            .collect();
+        md.push_str(&names.join(", "));
+        md.push('\n');
+    }
+    let path = dir.join("bench.md");
+    std::fs::write(&path, &md).with_context(|| format!("writing {}", path.display()))?;
+    Ok(md)
+}

@@ -1,0 +1,203 @@
+//! `arbor-bench`: the benchmark suite's command line (`cargo xtask bench` builds and runs it).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use arbor::device::{DeviceError, DeviceSpec};
+use arbor_bench::{
+    run_suite, selected, workload_names, write_outputs, Mode, Probe, Record, Report, Settings,
+};
+use burn::prelude::Backend;
+use clap::Parser;
+
+/// Measures every encoder's speed, memory and scaling on one backend.
+#[derive(Parser, Debug)]
+#[command(name = "arbor-bench", version)]
+struct Args {
+    /// Backend and device: flex, ndarray, cuda, cuda:N (the backend must be compiled in).
+    #[arg(long, default_value = "flex")]
+    device: String,
+    /// Only workloads whose name contains one of these (repeatable, or comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    filter: Vec<String>,
+    /// Fewer repetitions (1 warm-up, 2 timed runs): a smoke run.
+    #[arg(long)]
+    quick: bool,
+    /// Where to write bench.json, bench.md and the plots.
+    #[arg(long, default_value = "target/bench")]
+    out: PathBuf,
+    /// List the workloads and exit.
+    #[arg(long)]
+    list: bool,
+    /// Run every workload in the same process instead of one child process per workload
+    /// (the peak RSS then includes what the allocator kept from earlier workloads).
+    #[arg(long)]
+    no_isolate: bool,
+    /// Internal: measure exactly this workload and print its records as JSON.
+    #[arg(long, hide = true)]
+    worker: Option<String>,
+}
+
+const RECORDS_PREFIX: &str = "arbor-bench-records: ";
+
+/// Measures each workload in a child process of this binary, so its peak memory is its own.
+fn run_isolated(args: &Args, names: &[String], settings: &Settings) -> Result<Vec<Record>> {
+    let exe = std::env::current_exe()?;
+    let mut records = Vec::new();
+    for name in names {
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(["--device", &args.device, "--worker", name]);
+        if args.quick {
+            cmd.arg("--quick");
+        }
+        let out = cmd
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .with_context(|| format!("starting {}", exe.display()))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            bail!("workload {name} failed ({})", out.status);
+        }
+        let line = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(RECORDS_PREFIX))
+            .with_context(|| format!("workload {name} printed no records"))?;
+        let mut got: Vec<Record> = serde_json::from_str(line)?;
+        for r in &mut got {
+            r.warmup = settings.warmup;
+        }
+        records.extend(got);
+    }
+    Ok(records)
+}
+
+fn print_row(r: &Record) {
+    let rss = r.peak_rss_bytes.map_or(String::new(), |b| {
+        format!("  rss {:.0} MiB", b as f64 / 1048576.0)
+    });
+    let dev = r.device_memory_bytes.map_or(String::new(), |b| {
+        format!("  device {:.0} MiB", b as f64 / 1048576.0)
+    });
+    let mode = match r.mode {
+        Mode::Forward => "fwd",
+        Mode::ForwardBackward => "fwd+bwd",
+    };
+    eprintln!(
+        "{:<40} {:<7} {:>10.2} ms (±{:>3.0}%) {:>12.0} {}/s{rss}{dev}",
+        r.name, mode, r.median_ms, r.spread_pct, r.items_per_s, r.unit
+    );
+}
+
+fn run<B: Backend>(args: &Args, device: B::Device, probe: Probe) -> Result<()> {
+    if args.list {
+        for name in workload_names::<B>(&device) {
+            println!("{name}");
+        }
+        return Ok(());
+    }
+    let settings = if args.quick {
+        Settings::quick()
+    } else {
+        Settings::full()
+    };
+    if let Some(name) = &args.worker {
+        let report = run_suite::<B>(
+            &device,
+            &args.device,
+            &settings,
+            |n| n == name,
+            &probe,
+            "",
+            print_row,
+        )?;
+        let mine: Vec<&Record> = report.records.iter().filter(|r| &r.name == name).collect();
+        println!("{RECORDS_PREFIX}{}", serde_json::to_string(&mine)?);
+        return Ok(());
+    }
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let report = if args.no_isolate {
+        run_suite::<B>(
+            &device,
+            &args.device,
+            &settings,
+            |n| selected(n, &args.filter),
+            &probe,
+            &command,
+            print_row,
+        )?
+    } else {
+        let names: Vec<String> = workload_names::<B>(&device)
+            .into_iter()
+            .filter(|n| selected(n, &args.filter))
+            .collect();
+        if names.is_empty() {
+            bail!(
+                "no workload matches {:?}; `--list` shows the names",
+                args.filter
+            );
+        }
+        let records = run_isolated(args, &names, &settings)?;
+        Report::from_records(&command, settings, records)
+    };
+    let md = write_outputs(&report, &args.out)?;
+    println!("{md}");
+    eprintln!("wrote {}/bench.{{json,md}}", args.out.display());
+    Ok(())
+}
+
+#[allow(dead_code)]
+fn host_probe<B: Backend>(device: B::Device) -> Probe {
+    let d2 = device.clone();
+    Probe {
+        sync: Box::new(move || B::sync(&device).map_err(|e| anyhow::anyhow!("{e}"))),
+        device_memory: Box::new(|| None),
+        cleanup: Box::new(move || B::memory_cleanup(&d2)),
+    }
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let spec: DeviceSpec = args.device.parse()?;
+    match spec {
+        #[cfg(feature = "flex")]
+        DeviceSpec::Flex => {
+            type B = burn::backend::Flex;
+            run::<B>(
+                &args,
+                Default::default(),
+                host_probe::<B>(Default::default()),
+            )
+        }
+        #[cfg(feature = "ndarray")]
+        DeviceSpec::NdArray => {
+            type B = burn::backend::NdArray<f32>;
+            run::<B>(
+                &args,
+                Default::default(),
+                host_probe::<B>(Default::default()),
+            )
+        }
+        #[cfg(feature = "cuda")]
+        DeviceSpec::Cuda(index) => {
+            use burn::cubecl::cuda::CudaRuntime;
+            use burn::cubecl::Runtime;
+            type B = burn::backend::Cuda<f32>;
+            let device = burn::backend::cuda::CudaDevice { index };
+            let mut probe = host_probe::<B>(device.clone());
+            let d = device.clone();
+            probe.device_memory = Box::new(move || {
+                CudaRuntime::client(&d)
+                    .memory_usage()
+                    .ok()
+                    .map(|m| m.bytes_reserved)
+            });
+            run::<B>(&args, device, probe)
+        }
+        #[allow(unreachable_patterns)]
+        other => Err(DeviceError::NotCompiled {
+            backend: other.backend_name(),
+            feature: other.backend_name(),
+        }
+        .into()),
+    }
+}

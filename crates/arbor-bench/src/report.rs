@@ -1,0 +1,345 @@
+//! Turning records into the outputs: JSON, a markdown table, derived ratios, scaling fits and
+//! SVG plots.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use plotters::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::harness::{Mode, Record};
+
+/// A derived ratio: `median time of numerator / median time of denominator`, per mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RatioSpec {
+    /// What the ratio means, e.g. `recursive / thin-stack time (thin-stack speed-up)`.
+    pub label: &'static str,
+    /// Workload whose time is the numerator.
+    pub numerator: &'static str,
+    /// Workload whose time is the denominator.
+    pub denominator: &'static str,
+}
+
+/// A computed ratio.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ratio {
+    /// What it means.
+    pub label: String,
+    /// Mode.
+    pub mode: Mode,
+    /// The value.
+    pub value: f64,
+}
+
+/// Computes every ratio whose two workloads were measured.
+pub fn ratios(specs: &[RatioSpec], records: &[Record]) -> Vec<Ratio> {
+    let time = |name: &str, mode: Mode| {
+        records
+            .iter()
+            .find(|r| r.name == name && r.mode == mode)
+            .map(|r| r.median_ms)
+    };
+    let mut out = Vec::new();
+    for spec in specs {
+        for mode in Mode::BOTH {
+            if let (Some(a), Some(b)) = (time(spec.numerator, mode), time(spec.denominator, mode)) {
+                out.push(Ratio {
+                    label: spec.label.to_string(),
+                    mode,
+                    value: a / b,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// A least-squares fit of `time ∝ xᵏ` over one line of a sweep.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScalingFit {
+    /// The plot.
+    pub plot: String,
+    /// The line.
+    pub series: String,
+    /// Mode.
+    pub mode: Mode,
+    /// The fitted exponent `k` (1: linear, 2: quadratic).
+    pub exponent: f64,
+    /// `(x, median ms)` points.
+    pub points: Vec<(f64, f64)>,
+}
+
+type SweepLines = BTreeMap<(String, String, Mode), Vec<(f64, f64)>>;
+/// One line of a plot: series name, mode, points.
+type Line = (String, Mode, Vec<(f64, f64)>);
+
+fn sweep_lines(records: &[Record]) -> SweepLines {
+    let mut lines: SweepLines = BTreeMap::new();
+    for r in records {
+        if let Some(s) = &r.sweep {
+            lines
+                .entry((s.plot.clone(), s.series.clone(), r.mode))
+                .or_default()
+                .push((s.x, r.median_ms));
+        }
+    }
+    for points in lines.values_mut() {
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    lines
+}
+
+/// The exponent of `y ∝ xᵏ` by least squares on `log y = a + k log x`.
+pub fn fit_exponent(points: &[(f64, f64)]) -> f64 {
+    let logs: Vec<(f64, f64)> = points
+        .iter()
+        .filter(|(x, y)| *x > 0.0 && *y > 0.0)
+        .map(|(x, y)| (x.ln(), y.ln()))
+        .collect();
+    let n = logs.len() as f64;
+    if logs.len() < 2 {
+        return f64::NAN;
+    }
+    let mx = logs.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = logs.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxy: f64 = logs.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
+    let sxx: f64 = logs.iter().map(|(x, _)| (x - mx) * (x - mx)).sum();
+    sxy / sxx
+}
+
+/// Scaling fits for every sweep line with at least two points.
+pub fn scaling_fits(records: &[Record]) -> Vec<ScalingFit> {
+    sweep_lines(records)
+        .into_iter()
+        .filter(|(_, p)| p.len() >= 2)
+        .map(|((plot, series, mode), points)| ScalingFit {
+            plot,
+            series,
+            mode,
+            exponent: fit_exponent(&points),
+            points,
+        })
+        .collect()
+}
+
+/// Everything one suite run produced, as written to `bench.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// The command line that produced it.
+    pub command: String,
+    /// Harness settings.
+    pub settings: crate::harness::Settings,
+    /// One record per workload and mode.
+    pub records: Vec<Record>,
+    /// Derived ratios.
+    pub ratios: Vec<Ratio>,
+    /// Scaling fits.
+    pub scaling: Vec<ScalingFit>,
+}
+
+fn mib(bytes: Option<u64>) -> String {
+    bytes.map_or("–".to_string(), |b| {
+        format!("{:.0}", b as f64 / 1048576.0)
+    })
+}
+
+fn rate(items_per_s: f64, unit: &str) -> String {
+    let v = if items_per_s >= 1e6 {
+        format!("{:.2}M", items_per_s / 1e6)
+    } else if items_per_s >= 1e3 {
+        format!("{:.1}k", items_per_s / 1e3)
+    } else {
+        format!("{items_per_s:.1}")
+    };
+    format!("{v} {unit}/s")
+}
+
+/// The markdown report: run facts, one table row per workload and mode, ratios, scaling fits.
+pub fn markdown(report: &Report) -> String {
+    let mut s = String::new();
+    if let Some(first) = report.records.first() {
+        let info = &first.run;
+        let _ = writeln!(s, "- command: `{}`", report.command);
+        let _ = writeln!(
+            s,
+            "- backend: {} (`--device {}`), machine: {}",
+            info.backend, info.device, info.machine
+        );
+        let _ = writeln!(
+            s,
+            "- arbor {} at commit {}; {} warm-up run(s), then {}–{} timed runs (at least {} s) per workload and mode",
+            info.arbor_version,
+            info.git_commit,
+            report.settings.warmup,
+            report.settings.min_reps,
+            report.settings.max_reps,
+            report.settings.min_time_s
+        );
+        let _ = writeln!(s);
+    }
+    let _ = writeln!(
+        s,
+        "| workload | mode | median ms | min–max ms | spread | throughput | peak RSS MiB | device MiB |"
+    );
+    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|");
+    for r in &report.records {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.2} | {:.2}–{:.2} | {:.0}% | {} | {} | {} |",
+            r.name,
+            r.mode.label(),
+            r.median_ms,
+            r.min_ms,
+            r.max_ms,
+            r.spread_pct,
+            rate(r.items_per_s, &r.unit),
+            mib(r.peak_rss_bytes),
+            mib(r.device_memory_bytes)
+        );
+    }
+    if !report.ratios.is_empty() {
+        let _ = writeln!(s, "\n**Derived ratios** (ratios of median times):\n");
+        for r in &report.ratios {
+            let _ = writeln!(s, "- {} [{}]: **{:.2}**", r.label, r.mode.label(), r.value);
+        }
+    }
+    if !report.scaling.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n**Scaling** (least-squares exponent k of time ∝ nᵏ; 1 is linear):\n"
+        );
+        for f in &report.scaling {
+            let pts: Vec<String> = f
+                .points
+                .iter()
+                .map(|(x, y)| format!("{x}: {y:.1} ms"))
+                .collect();
+            let _ = writeln!(
+                s,
+                "- {} / {} [{}]: k = **{:.2}** ({})",
+                f.plot,
+                f.series,
+                f.mode.label(),
+                f.exponent,
+                pts.join(", ")
+            );
+        }
+    }
+    let _ = writeln!(s, "\n**Parameters**\n");
+    let mut seen = std::collections::BTreeSet::new();
+    for r in &report.records {
+        if seen.insert(r.name.clone()) {
+            let _ = writeln!(
+                s,
+                "- `{}`: {} per run; {}",
+                r.name,
+                format_args!("{} {}", r.items, r.unit),
+                r.params
+            );
+        }
+    }
+    s
+}
+
+/// Draws one SVG per sweep plot (time against `x`, a line per series and mode) into `dir`.
+///
+/// # Errors
+/// When a file cannot be written.
+pub fn plots(records: &[Record], dir: &Path) -> Result<Vec<PathBuf>> {
+    let lines = sweep_lines(records);
+    let mut by_plot: BTreeMap<String, Vec<Line>> = BTreeMap::new();
+    let mut x_labels = BTreeMap::new();
+    for r in records {
+        if let Some(s) = &r.sweep {
+            x_labels.insert(s.plot.clone(), s.x_label.clone());
+        }
+    }
+    for ((plot, series, mode), points) in lines {
+        by_plot
+            .entry(plot)
+            .or_default()
+            .push((series, mode, points));
+    }
+    let mut written = Vec::new();
+    for (plot, series) in by_plot {
+        let path = dir.join(format!("{plot}.svg"));
+        draw(
+            &path,
+            &plot,
+            x_labels.get(&plot).map_or("x", |s| s),
+            &series,
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .with_context(|| format!("drawing {}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+fn draw(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    series: &[Line],
+) -> Result<(), Box<dyn std::error::Error>> {
+    let x_max = series
+        .iter()
+        .flat_map(|s| s.2.iter().map(|p| p.0))
+        .fold(1.0, f64::max);
+    let y_max = series
+        .iter()
+        .flat_map(|s| s.2.iter().map(|p| p.1))
+        .fold(1.0, f64::max);
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("{title}: median time per batch"),
+            ("sans-serif", 22),
+        )
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0.0..x_max * 1.05, 0.0..y_max * 1.1)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc("milliseconds")
+        .draw()?;
+    for (i, (name, mode, points)) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let label = format!("{name} ({})", mode.label());
+        chart
+            .draw_series(LineSeries::new(
+                points.iter().copied(),
+                color.stroke_width(2),
+            ))?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
+        chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exponent_of_power_laws() {
+        let lin: Vec<_> = [8.0, 16.0, 32.0].iter().map(|&x| (x, 3.0 * x)).collect();
+        assert!((fit_exponent(&lin) - 1.0).abs() < 1e-12);
+        let quad: Vec<_> = [8.0, 16.0, 32.0].iter().map(|&x| (x, x * x)).collect();
+        assert!((fit_exponent(&quad) - 2.0).abs() < 1e-12);
+        assert!(fit_exponent(&[(1.0, 1.0)]).is_nan());
+    }
+}

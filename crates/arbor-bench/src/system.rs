@@ -1,0 +1,124 @@
+//! Facts about the run: machine, backend, version, commit; and the process's peak memory.
+
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+/// Where and what was measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// Burn backend name (`B::name`).
+    pub backend: String,
+    /// The `--device` it ran on.
+    pub device: String,
+    /// CPU model and logical cores available to the process.
+    pub machine: String,
+    /// arbor version.
+    pub arbor_version: String,
+    /// `git rev-parse --short HEAD` where the benchmark ran (or `$ARBOR_GIT_COMMIT`).
+    pub git_commit: String,
+    /// Seconds since the Unix epoch when the suite started.
+    pub started_unix_s: u64,
+}
+
+impl RunInfo {
+    /// Collects the facts for a run on `backend` / `device`.
+    pub fn collect(backend: &str, device: &str) -> Self {
+        Self {
+            backend: backend.to_string(),
+            device: device.to_string(),
+            machine: machine(),
+            arbor_version: env!("CARGO_PKG_VERSION").to_string(),
+            git_commit: git_commit(),
+            started_unix_s: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        }
+    }
+}
+
+/// CPU model and core count, e.g. `AMD EPYC 7B13 (2 cores)`.
+pub fn machine() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    format!("{model} ({cores} cores)")
+}
+
+/// The git commit of the working tree (`unknown` outside a repository).
+pub fn git_commit() -> String {
+    if let Ok(c) = std::env::var("ARBOR_GIT_COMMIT") {
+        return c;
+    }
+    let out = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output();
+    let dirty = Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=no"])
+        .output()
+        .map(|o| o.status.success() && !o.stdout.is_empty())
+        .unwrap_or(false);
+    match out {
+        Ok(o) if o.status.success() => {
+            let hash = String::from_utf8_lossy(&o.stdout).trim().to_string();
+            if dirty {
+                format!("{hash}-dirty")
+            } else {
+                hash
+            }
+        }
+        _ => "unknown".to_string(),
+    }
+}
+
+/// Resets the kernel's record of the process's peak RSS (Linux `clear_refs`), so the next
+/// [`peak_rss_bytes`] covers only what happens from now on. Does nothing elsewhere.
+pub fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Peak resident set size (`VmHWM`) in bytes, on Linux.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line
+        .trim_start_matches("VmHWM:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peak_rss_grows_with_a_large_allocation() {
+        let Some(before) = peak_rss_bytes() else {
+            return; // not Linux
+        };
+        let v = vec![1u8; 64 << 20];
+        let after = peak_rss_bytes().unwrap();
+        assert!(after >= before && after >= 64 << 20, "{before} → {after}");
+        assert_eq!(v.iter().map(|&b| b as u64).sum::<u64>(), 64 << 20);
+    }
+
+    #[test]
+    fn run_info_names_the_machine_and_version() {
+        let info = RunInfo::collect("flex", "flex");
+        assert!(info.machine.contains("cores"));
+        assert_eq!(info.arbor_version, env!("CARGO_PKG_VERSION"));
+        assert!(!info.git_commit.is_empty());
+    }
+}
