@@ -28,6 +28,6 @@ pub use checkpoint::{CheckpointError, CheckpointFile};
 pub use clip::{clip_global_norm, global_grad_norm};
 pub use engine::{
     load_model, seed_everything, step_seed, train, EvalReport, OptimizerKind, StepOutput, Task,
-    TrainConfig, TrainError, TrainOutcome, TrainState,
+    TrainConfig, TrainError, TrainOutcome, TrainState, warmed_up,
 };
 pub use log::{MetricsLog, MetricsRecord};
