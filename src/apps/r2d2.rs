@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use arbor_cells::GumbelSampler;
+use arbor_data::metrics::PseudoPerplexity;
 use arbor_data::parseval::load_gold;
 use arbor_data::tree::{BinaryTree, TreePrep};
 use arbor_data::wordpiece::{
     save_vocab_txt, train_wordpiece, WordPieceTokenizer, WordPieceTrainConfig,
 };
-use arbor_data::metrics::PseudoPerplexity;
 use arbor_encoders::r2d2::{word_tree, R2d2Lm, R2d2LmConfig};
 use arbor_encoders::Decisions;
 use arbor_train::{
@@ -267,7 +267,12 @@ impl<B: AutodiffBackend> Task<B> for LmTask<B> {
         self.train.iter().map(Vec::len).collect()
     }
 
-    fn step(&self, model: &R2d2Lm<B>, batch: &[usize], sampler: &mut GumbelSampler) -> StepOutput<B> {
+    fn step(
+        &self,
+        model: &R2d2Lm<B>,
+        batch: &[usize],
+        sampler: &mut GumbelSampler,
+    ) -> StepOutput<B> {
         let refs: Vec<&[u32]> = batch.iter().map(|&i| self.train[i].as_slice()).collect();
         let out = model.lm_loss(&refs, Decisions::Sample(sampler));
         StepOutput {
@@ -326,11 +331,17 @@ impl BackendJob for PretrainJob {
         let (tok, vocab) = match &a.vocab {
             Some(p) => {
                 let tok = WordPieceTokenizer::from_vocab_file(p, true)?;
-                let pieces = read_text(p)?.lines().map(str::to_string).collect::<Vec<_>>();
+                let pieces = read_text(p)?
+                    .lines()
+                    .map(str::to_string)
+                    .collect::<Vec<_>>();
                 (tok, pieces)
             }
             None if a.resume && vocab_path.exists() => {
-                let pieces = read_text(&vocab_path)?.lines().map(str::to_string).collect::<Vec<_>>();
+                let pieces = read_text(&vocab_path)?
+                    .lines()
+                    .map(str::to_string)
+                    .collect::<Vec<_>>();
                 (WordPieceTokenizer::from_pieces(&pieces, true)?, pieces)
             }
             None => {
@@ -353,7 +364,10 @@ impl BackendJob for PretrainJob {
             valid_ids.truncate(a.valid_sentences);
         }
         if train_ids.is_empty() || valid_ids.is_empty() {
-            bail!("no training or validation sentence of 2..={} pieces", a.max_len);
+            bail!(
+                "no training or validation sentence of 2..={} pieces",
+                a.max_len
+            );
         }
         let model_config = R2d2LmConfig::new(tok.vocab_size())
             .with_d_model(a.dim)
@@ -417,7 +431,10 @@ impl BackendJob for PretrainJob {
         let refs: Vec<&[u32]> = task.valid.iter().take(3).map(Vec::as_slice).collect();
         let chart = inner.chart(&refs, None, Decisions::Argmax);
         for (t, ids) in chart.trees().iter().zip(&refs) {
-            let pieces: Vec<String> = ids.iter().map(|&i| tok.id_piece(i).unwrap_or_default()).collect();
+            let pieces: Vec<String> = ids
+                .iter()
+                .map(|&i| tok.id_piece(i).unwrap_or_default())
+                .collect();
             println!("{}", t.to_bracketed(&pieces));
         }
         println!("checkpoints: {}", outcome.last_checkpoint.display());
@@ -485,7 +502,10 @@ impl BackendJob for EvalJob {
             pppl.tokens,
             skipped
         );
-        println!("corpus PPPL exp(Σ NLL / Σ tokens): {:.3}", pppl.corpus_pppl());
+        println!(
+            "corpus PPPL exp(Σ NLL / Σ tokens): {:.3}",
+            pppl.corpus_pppl()
+        );
         println!(
             "mean over sentences of the per-sentence mean NLL (released script): {:.4}",
             pppl.mean_sentence_nll()
@@ -560,8 +580,8 @@ impl BackendJob for ParseJob {
             let trees = model.chart(&refs, constraint, Decisions::Argmax).trees();
             for (((t, words), piece_ids), w) in trees.iter().zip(chunk).zip(&ids).zip(&word_of) {
                 let line = if word_level {
-                    let wt: BinaryTree = word_tree(t, w)
-                        .context("internal: a word's pieces were split")?;
+                    let wt: BinaryTree =
+                        word_tree(t, w).context("internal: a word's pieces were split")?;
                     wt.to_bracketed(words)
                 } else {
                     let pieces: Vec<String> = piece_ids

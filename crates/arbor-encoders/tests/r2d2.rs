@@ -42,7 +42,8 @@ fn assert_close(a: &[f32], b: &[f32], tol: f32, what: &str) {
 fn reference_cky(f: &Composition<Fx>, leaves: &[Vec<f32>]) -> (Vec<f32>, BinaryTree) {
     let n = leaves.len();
     let d = leaves[0].len();
-    let row = |v: &[f32]| Tensor::<Fx, 2>::from_data(TensorData::new(v.to_vec(), [1, d]), &dev::<Fx>());
+    let row =
+        |v: &[f32]| Tensor::<Fx, 2>::from_data(TensorData::new(v.to_vec(), [1, d]), &dev::<Fx>());
     // (e, log p̃, best split)
     let mut cells: HashMap<(usize, usize), (Vec<f32>, f32, usize)> = HashMap::new();
     for (i, e) in leaves.iter().enumerate() {
@@ -65,7 +66,11 @@ fn reference_cky(f: &Composition<Fx>, leaves: &[Vec<f32>]) -> (Vec<f32>, BinaryT
             cells.insert((i, j), best.unwrap());
         }
     }
-    fn tree(cells: &HashMap<(usize, usize), (Vec<f32>, f32, usize)>, i: usize, j: usize) -> BinaryTree {
+    fn tree(
+        cells: &HashMap<(usize, usize), (Vec<f32>, f32, usize)>,
+        i: usize,
+        j: usize,
+    ) -> BinaryTree {
         if i == j {
             return BinaryTree::Leaf(i);
         }
@@ -83,9 +88,24 @@ fn with_a_window_of_at_least_n_minus_1_the_pruned_chart_is_exhaustive_cky() {
         let lengths = [6usize, 4, 5];
         let leaves = tensor::<Fx, 3>([3, 6, d], 1.5, 100 + seed);
         for window in [5usize, 7] {
-            let pruned = ChartConfig { window, pruning: true, tau: 1.0 };
-            let full = ChartConfig { window, pruning: false, tau: 1.0 };
-            let mut a = Chart::build(&f, leaves.clone(), &lengths, None, &pruned, Decisions::Argmax);
+            let pruned = ChartConfig {
+                window,
+                pruning: true,
+                tau: 1.0,
+            };
+            let full = ChartConfig {
+                window,
+                pruning: false,
+                tau: 1.0,
+            };
+            let mut a = Chart::build(
+                &f,
+                leaves.clone(),
+                &lengths,
+                None,
+                &pruned,
+                Decisions::Argmax,
+            );
             let mut b = Chart::build(&f, leaves.clone(), &lengths, None, &full, Decisions::Argmax);
             assert_eq!(a.trees(), b.trees());
             assert_eq!(a.stats, b.stats);
@@ -164,8 +184,19 @@ fn pruning_walk_through_with_chosen_scores_m2() {
     //   with p = .5: ln .5 + ln .7 = −1.05; 34: −0.69 → merge (3,4); compute (0,4), (2,5).
     // Step 3: (0,4) = (01)(2(34)) and (2,5) = (2(34))5 both use (2,[34]) → merge (2,4);
     //   compute the root (0,5): (01)+(2,5) beats (0,4)+5 because p(0,4) = .4 < p(2,5) = .5.
-    let config = ChartConfig { window: 2, pruning: true, tau: 1.0 };
-    let chart = Chart::build(&stub(), span_leaves(6), &[6], None, &config, Decisions::Argmax);
+    let config = ChartConfig {
+        window: 2,
+        pruning: true,
+        tau: 1.0,
+    };
+    let chart = Chart::build(
+        &stub(),
+        span_leaves(6),
+        &[6],
+        None,
+        &config,
+        Decisions::Argmax,
+    );
     assert_eq!(chart.merges()[0], vec![(0, 1), (3, 4), (2, 4)]);
     let (expected, _) = BinaryTree::parse("((0 1) ((2 (3 4)) 5))").unwrap();
     assert_eq!(chart.trees()[0], expected.renumbered());
@@ -187,8 +218,19 @@ fn pruning_walk_through_with_chosen_scores_m3() {
     // Step 2: (0,4) → (01)(2(34)), (2,5) → (2(34))5: only 34 → merge (3,4); compute (0,5)
     //   with splits after 1, 2 and 4: (01)+(2,5) scores −1.53, (0,2)+(3,5) −1.71,
     //   (0,4)+5 −1.76.
-    let config = ChartConfig { window: 3, pruning: true, tau: 1.0 };
-    let chart = Chart::build(&stub(), span_leaves(6), &[6], None, &config, Decisions::Argmax);
+    let config = ChartConfig {
+        window: 3,
+        pruning: true,
+        tau: 1.0,
+    };
+    let chart = Chart::build(
+        &stub(),
+        span_leaves(6),
+        &[6],
+        None,
+        &config,
+        Decisions::Argmax,
+    );
     assert_eq!(chart.merges()[0], vec![(0, 1), (3, 4)]);
     let (expected, _) = BinaryTree::parse("((0 1) ((2 (3 4)) 5))").unwrap();
     assert_eq!(chart.trees()[0], expected.renumbered());
@@ -204,7 +246,11 @@ fn composition_calls_grow_linearly() {
         let mut counts = Vec::new();
         for n in [8usize, 16, 32, 48] {
             let leaves = tensor::<Fx, 3>([1, n, d], 1.0, n as u64);
-            let config = ChartConfig { window, pruning: true, tau: 1.0 };
+            let config = ChartConfig {
+                window,
+                pruning: true,
+                tau: 1.0,
+            };
             let chart = Chart::build(&f, leaves, &[n], None, &config, Decisions::Argmax);
             let c = chart.stats.compositions;
             assert!(
@@ -212,7 +258,11 @@ fn composition_calls_grow_linearly() {
                 "n {n} m {window}: {c} compositions"
             );
             assert_eq!(chart.stats.merges, (n - window - 1) as u64);
-            assert_eq!(chart.stats.calls, (n - 1) as u64, "one call per row or merge");
+            assert_eq!(
+                chart.stats.calls,
+                (n - 1) as u64,
+                "one call per row or merge"
+            );
             counts.push(c);
         }
         // Linear: the increment from n = 32 to 48 is no larger than from 16 to 32 (a
@@ -223,7 +273,11 @@ fn composition_calls_grow_linearly() {
         );
     }
     let leaves = tensor::<Fx, 3>([1, 16, d], 1.0, 3);
-    let full = ChartConfig { window: 2, pruning: false, tau: 1.0 };
+    let full = ChartConfig {
+        window: 2,
+        pruning: false,
+        tau: 1.0,
+    };
     let chart = Chart::build(&f, leaves, &[16], None, &full, Decisions::Argmax);
     assert_eq!(chart.stats.compositions, (16 * 16 * 16 - 16) / 6);
 }
@@ -240,7 +294,10 @@ fn a_sentence_alone_equals_the_same_sentence_in_a_padded_batch() {
             .init::<Fx>(&dev::<Fx>());
         let lengths = vec![7usize, 3, 9, 1];
         let x = common::padded_batch::<Fx>(&lengths, 9, d, 5);
-        let out = enc.encode(EncoderInput::new(x.clone(), lengths.clone()), Decisions::Argmax);
+        let out = enc.encode(
+            EncoderInput::new(x.clone(), lengths.clone()),
+            Decisions::Argmax,
+        );
         let roots = rows(out.sentence);
         let trees = out.trees.unwrap();
         for (b, &n) in lengths.iter().enumerate() {
@@ -260,7 +317,13 @@ fn a_sentence_alone_equals_the_same_sentence_in_a_padded_batch() {
         .init::<Fx>(&dev::<Fx>());
     let sents: Vec<Vec<u32>> = vec![vec![1, 2, 3, 4, 5, 6, 7], vec![8, 9], vec![10]];
     let refs: Vec<&[u32]> = sents.iter().map(|s| s.as_slice()).collect();
-    let batch: Vec<f32> = lm.lm_loss(&refs, Decisions::Argmax).nll.into_data().convert::<f32>().into_vec().unwrap();
+    let batch: Vec<f32> = lm
+        .lm_loss(&refs, Decisions::Argmax)
+        .nll
+        .into_data()
+        .convert::<f32>()
+        .into_vec()
+        .unwrap();
     let mut alone = Vec::new();
     for s in &refs {
         let nll = lm.lm_loss(&[s], Decisions::Argmax).nll;
@@ -320,7 +383,11 @@ fn word_pieces_of_one_word_stay_together() {
     for (window, pruning) in [(2usize, true), (3, true), (2, false)] {
         for seed in 0..3u64 {
             let leaves = tensor::<Fx, 3>([1, 10, 8], 2.0, 40 + seed);
-            let config = ChartConfig { window, pruning, tau: 1.0 };
+            let config = ChartConfig {
+                window,
+                pruning,
+                tau: 1.0,
+            };
             let chart = Chart::build(
                 &f,
                 leaves,
@@ -349,7 +416,9 @@ fn word_pieces_of_one_word_stay_together() {
 fn r2d2_is_available_as_an_encoder_kind() {
     let kind: EncoderKind = "r2d2".parse().unwrap();
     assert_eq!(kind, EncoderKind::R2d2);
-    let enc = EncoderConfig::new(kind, 6, 8).with_window(2).init::<Fx>(&dev::<Fx>());
+    let enc = EncoderConfig::new(kind, 6, 8)
+        .with_window(2)
+        .init::<Fx>(&dev::<Fx>());
     let x = tensor::<Fx, 3>([2, 5, 6], 1.0, 1);
     let out = enc.encode(EncoderInput::new(x, vec![5, 3]), Decisions::Argmax);
     assert_eq!(out.sentence.dims(), [2, 8]);

@@ -547,7 +547,10 @@ impl<B: Backend> Chart<B> {
     /// Each sentence's tree, recovered from the root by following the best allowed split of
     /// every cell (leaves numbered `0..n`).
     pub fn trees(&self) -> Vec<BinaryTree> {
-        self.sentences.iter().map(|s| s.tree((0, s.n - 1))).collect()
+        self.sentences
+            .iter()
+            .map(|s| s.tree((0, s.n - 1)))
+            .collect()
     }
 
     /// The spans each sentence's pruning merged into terminals, in merge order (empty without

@@ -83,7 +83,10 @@ impl CompositionConfig {
     /// # Panics
     /// If a width is 0 or `n_heads` does not divide `d_model`.
     pub fn init<B: Backend>(&self, device: &B::Device) -> Composition<B> {
-        assert!(self.d_model > 0 && self.n_layers > 0, "sizes must be positive");
+        assert!(
+            self.d_model > 0 && self.n_layers > 0,
+            "sizes must be positive"
+        );
         let d = self.d_model;
         let d_ff = if self.d_ff == 0 { 4 * d } else { self.d_ff };
         let layer = RoleTransformerLayerConfig::new(d, self.n_heads, d_ff);
@@ -117,7 +120,11 @@ fn mask_bias<B: Backend>(l: usize, tasks: usize, device: &B::Device) -> Tensor<B
     let mut values = vec![0.0f32; l * l];
     for i in 0..l {
         for j in 0..l {
-            let allowed = if i < tasks { j == i || j >= tasks } else { j >= tasks };
+            let allowed = if i < tasks {
+                j == i || j >= tasks
+            } else {
+                j >= tasks
+            };
             if !allowed {
                 values[i * l + j] = MASKED;
             }
@@ -140,9 +147,9 @@ impl<B: Backend> Composition<B> {
         let ids = Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [l]), &device);
         let roles = self.roles.val().select(0, ids);
         let bias = mask_bias::<B>(l, tasks, &device);
-        self.layers.iter().fold(x, |x, layer| {
-            layer.forward(x, roles.clone(), bias.clone())
-        })
+        self.layers
+            .iter()
+            .fold(x, |x, layer| layer.forward(x, roles.clone(), bias.clone()))
     }
 
     /// The task token `which` (0: `[CLS]`, 1: `[SUM]`, 2: `[MASK]`) repeated `n` times.
