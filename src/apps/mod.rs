@@ -2,5 +2,6 @@
 //! parses its arguments and calls `run` here.
 
 pub mod common;
+pub mod r2d2;
 pub mod snli;
 pub mod sst;

@@ -12,7 +12,7 @@ use burn::prelude::*;
 
 use crate::{
     Decisions, EncoderInput, EncoderOutput, GumbelTreeLstm, GumbelTreeLstmConfig, LeafKind,
-    LstmEncoder, LstmEncoderConfig, SentenceEncoder,
+    LstmEncoder, LstmEncoderConfig, R2d2, R2d2Config, SentenceEncoder,
 };
 
 /// The sentence encoders arbor provides.
@@ -34,24 +34,28 @@ pub enum EncoderKind {
     /// [`LstmEncoder`] with Conv FastTrees cells.
     #[serde(rename = "conv-fasttrees")]
     ConvFastTrees,
+    /// [`R2d2`]: pruned differentiable CKY with a recursive Transformer.
+    R2d2,
 }
 
 impl EncoderKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [EncoderKind; 6] = [
+    pub const ALL: [EncoderKind; 7] = [
         EncoderKind::Gumbel,
         EncoderKind::Lstm,
         EncoderKind::OnLstm,
         EncoderKind::FastTrees,
         EncoderKind::FasterFastTrees,
         EncoderKind::ConvFastTrees,
+        EncoderKind::R2d2,
     ];
 
     /// The kind's command-line (and serde) name: `gumbel`, `lstm`, `on-lstm`, `fasttrees`,
-    /// `faster-fasttrees`, `conv-fasttrees`.
+    /// `faster-fasttrees`, `conv-fasttrees`, `r2d2`.
     pub fn name(self) -> &'static str {
         match self {
             EncoderKind::Gumbel => "gumbel",
+            EncoderKind::R2d2 => "r2d2",
             other => other.cell().map_or("gumbel", CellKind::name),
         }
     }
@@ -59,7 +63,7 @@ impl EncoderKind {
     /// The recurrent cell of the recurrent kinds.
     pub fn cell(self) -> Option<CellKind> {
         match self {
-            EncoderKind::Gumbel => None,
+            EncoderKind::Gumbel | EncoderKind::R2d2 => None,
             EncoderKind::Lstm => Some(CellKind::Lstm),
             EncoderKind::OnLstm => Some(CellKind::OnLstm),
             EncoderKind::FastTrees => Some(CellKind::FastTrees),
@@ -127,6 +131,15 @@ pub struct EncoderConfig {
     /// that is at most 10).
     #[config(default = 0)]
     pub chunk_size: usize,
+    /// R2D2: pruning window `m`.
+    #[config(default = 4)]
+    pub window: usize,
+    /// R2D2: Transformer layers of the composition function.
+    #[config(default = 2)]
+    pub layers: usize,
+    /// R2D2: attention heads (the largest divisor of `d_hidden` not above this is used).
+    #[config(default = 4)]
+    pub heads: usize,
 }
 
 impl EncoderConfig {
@@ -136,6 +149,19 @@ impl EncoderConfig {
             EncoderKind::Gumbel => Encoder::Gumbel(
                 GumbelTreeLstmConfig::new(self.d_input, self.d_hidden)
                     .with_leaf(self.leaf)
+                    .with_tau(self.tau)
+                    .init(device),
+            ),
+            EncoderKind::R2d2 => Encoder::R2d2(
+                R2d2Config::new(self.d_input, self.d_hidden)
+                    .with_window(self.window)
+                    .with_n_layers(self.layers)
+                    .with_n_heads(
+                        (1..=self.heads.max(1))
+                            .rev()
+                            .find(|h| self.d_hidden.is_multiple_of(*h))
+                            .unwrap_or(1),
+                    )
                     .with_tau(self.tau)
                     .init(device),
             ),
@@ -159,6 +185,8 @@ pub enum Encoder<B: Backend> {
     Gumbel(GumbelTreeLstm<B>),
     /// A recurrent stack (LSTM or a cumax cell).
     Lstm(LstmEncoder<B>),
+    /// R2D2.
+    R2d2(R2d2<B>),
 }
 
 macro_rules! dispatch {
@@ -166,6 +194,7 @@ macro_rules! dispatch {
         match $self {
             Encoder::Gumbel($enc) => $e,
             Encoder::Lstm($enc) => $e,
+            Encoder::R2d2($enc) => $e,
         }
     };
 }
@@ -175,6 +204,7 @@ impl<B: Backend> Encoder<B> {
     pub fn kind(&self) -> EncoderKind {
         match self {
             Encoder::Gumbel(_) => EncoderKind::Gumbel,
+            Encoder::R2d2(_) => EncoderKind::R2d2,
             Encoder::Lstm(e) => EncoderKind::ALL
                 .into_iter()
                 .find(|k| k.cell() == Some(e.cell()))

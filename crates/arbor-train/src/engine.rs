@@ -59,6 +59,10 @@ pub struct TrainConfig {
     pub plateau_patience: u32,
     /// Lower bound of the learning rate.
     pub min_lr: f64,
+    /// Linear learning-rate warm-up over this many optimizer steps (0: none): step `s` uses
+    /// `lr · min(1, (s + 1)/warmup_steps)`.
+    #[serde(default)]
+    pub warmup_steps: u64,
     /// Where checkpoints and the metrics log go.
     pub out_dir: PathBuf,
     /// Continue from `out_dir/last.ckpt` when it exists.
@@ -85,6 +89,7 @@ impl TrainConfig {
             plateau_factor: 0.5,
             plateau_patience: 1,
             min_lr: 1e-6,
+            warmup_steps: 0,
             out_dir: out_dir.into(),
             resume: false,
             quiet: false,
@@ -361,6 +366,15 @@ impl Progress {
     }
 }
 
+/// The learning rate used at optimizer step `step` (0-based): `lr` after the linear warm-up.
+pub fn warmed_up(config: &TrainConfig, step: u64, lr: f64) -> f64 {
+    if config.warmup_steps == 0 || step >= config.warmup_steps {
+        lr
+    } else {
+        lr * (step + 1) as f64 / config.warmup_steps as f64
+    }
+}
+
 /// Trains `model` on `task` as `config` says, resuming from `out_dir/last.ckpt` when
 /// `config.resume` is set and that file exists.
 ///
@@ -547,7 +561,7 @@ where
             if let Some(max) = config.clip_norm {
                 clip_global_norm::<B, _>(&model, &mut grads, max);
             }
-            model = optim.step(state.lr, model, grads);
+            model = optim.step(warmed_up(config, state.step, state.lr), model, grads);
             state.step += 1;
             state.batch_in_epoch += 1;
             state.examples += batch.len() as u64;

@@ -27,7 +27,7 @@ mod log;
 pub use checkpoint::{CheckpointError, CheckpointFile};
 pub use clip::{clip_global_norm, global_grad_norm};
 pub use engine::{
-    load_model, seed_everything, step_seed, train, EvalReport, OptimizerKind, StepOutput, Task,
-    TrainConfig, TrainError, TrainOutcome, TrainState,
+    load_model, seed_everything, step_seed, train, warmed_up, EvalReport, OptimizerKind,
+    StepOutput, Task, TrainConfig, TrainError, TrainOutcome, TrainState,
 };
 pub use log::{MetricsLog, MetricsRecord};

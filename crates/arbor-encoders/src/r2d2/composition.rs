@@ -1,0 +1,218 @@
+//! R2D2's composition function `f(left, right)` (MODELS.md §4): a small Transformer over
+//! `[E[CLS], E[SUM], left, right]`.
+
+use burn::module::{Initializer, Param};
+use burn::nn::{Linear, LinearConfig};
+use burn::prelude::*;
+use burn::tensor::activation::{log_sigmoid, softmax};
+use burn::tensor::TensorData;
+
+use super::layer::{RoleTransformerLayer, RoleTransformerLayerConfig};
+
+/// Large negative attention bias for masked positions.
+const MASKED: f32 = -1e9;
+
+/// What composing a batch of `(left, right)` pairs gives.
+#[derive(Debug, Clone)]
+pub struct Composed<B: Backend> {
+    /// The mixed representation `c = LayerNorm_noaffine(w0·o_left + w1·o_right)`: `[n, D]`.
+    pub repr: Tensor<B, 2>,
+    /// `log p = logsigmoid(Linear_1(o[SUM]))`: `[n]`.
+    pub log_p: Tensor<B, 1>,
+}
+
+/// Anything that composes a batch of adjacent chart cells: the R2D2 [`Composition`], or a stub
+/// with hand-chosen scores in tests. The chart calls it once per step with every pair of that
+/// step.
+pub trait Compose<B: Backend> {
+    /// Width `D` of the representations.
+    fn d_model(&self) -> usize;
+
+    /// Composes `n` pairs at once.
+    ///
+    /// # Shapes
+    /// - `left`, `right`: `[n, D]`
+    /// - output: `repr` `[n, D]`, `log_p` `[n]`
+    fn compose(&self, left: Tensor<B, 2>, right: Tensor<B, 2>) -> Composed<B>;
+}
+
+/// Configuration of a [`Composition`].
+#[derive(Config, Debug)]
+pub struct CompositionConfig {
+    /// Model width `D`.
+    pub d_model: usize,
+    /// Number of Transformer layers `N`.
+    #[config(default = 2)]
+    pub n_layers: usize,
+    /// Attention heads per layer.
+    #[config(default = 4)]
+    pub n_heads: usize,
+    /// Feed-forward width (0: `4·D`).
+    #[config(default = 0)]
+    pub d_ff: usize,
+}
+
+/// R2D2's composition Transformer.
+///
+/// Inputs are `[E[CLS], E[SUM], left, right]`; role embeddings (0: task tokens, 1: left,
+/// 2: right) are added to queries and keys only. The attention mask lets each task token see
+/// itself and both children, and the children see only the two children. `[CLS]` mixes
+/// (`w = softmax(Linear_2(o[CLS]))`), `[SUM]` scores (`log p = logsigmoid(Linear_1(o[SUM]))`).
+///
+/// The same Transformer also runs the bidirectional LM's `[E[MASK], left, right]` inference
+/// ([`Composition::mask_context`]).
+#[derive(Module, Debug)]
+pub struct Composition<B: Backend> {
+    /// The `N` layers.
+    pub layers: Vec<RoleTransformerLayer<B>>,
+    /// Task-token embeddings `[3, D]`: rows `[CLS]`, `[SUM]`, `[MASK]`.
+    pub task_tokens: Param<Tensor<B, 2>>,
+    /// Role embeddings `[3, D]`: task token, left, right.
+    pub roles: Param<Tensor<B, 2>>,
+    /// `Linear_1`: `o[SUM]` → merge score, `D → 1`.
+    pub score: Linear<B>,
+    /// `Linear_2`: `o[CLS]` → mixing weights of the two children, `D → 2`.
+    pub mix: Linear<B>,
+    /// Width `D`.
+    pub d_model: usize,
+}
+
+impl CompositionConfig {
+    /// Builds the composition on `device`.
+    ///
+    /// # Panics
+    /// If a width is 0 or `n_heads` does not divide `d_model`.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> Composition<B> {
+        assert!(
+            self.d_model > 0 && self.n_layers > 0,
+            "sizes must be positive"
+        );
+        let d = self.d_model;
+        let d_ff = if self.d_ff == 0 { 4 * d } else { self.d_ff };
+        let layer = RoleTransformerLayerConfig::new(d, self.n_heads, d_ff);
+        let normal = Initializer::Normal {
+            mean: 0.0,
+            std: 0.02,
+        };
+        Composition {
+            layers: (0..self.n_layers).map(|_| layer.init(device)).collect(),
+            task_tokens: normal.init([3, d], device),
+            roles: normal.init([3, d], device),
+            score: LinearConfig::new(d, 1).init(device),
+            mix: LinearConfig::new(d, 2).init(device),
+            d_model: d,
+        }
+    }
+}
+
+/// `(x − mean)/sqrt(var + 1e-5)` over the last axis: LayerNorm without affine parameters.
+pub fn layer_norm_noaffine<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    let dim = D - 1;
+    let mean = x.clone().mean_dim(dim);
+    let centered = x.sub(mean);
+    let var = centered.clone().powi_scalar(2).mean_dim(dim);
+    centered.div(var.add_scalar(1e-5).sqrt())
+}
+
+/// The additive attention mask of a sequence of `l` positions whose first `tasks` positions are
+/// task tokens: task tokens see themselves and every child; children see only the children.
+fn mask_bias<B: Backend>(l: usize, tasks: usize, device: &B::Device) -> Tensor<B, 2> {
+    let mut values = vec![0.0f32; l * l];
+    for i in 0..l {
+        for j in 0..l {
+            let allowed = if i < tasks {
+                j == i || j >= tasks
+            } else {
+                j >= tasks
+            };
+            if !allowed {
+                values[i * l + j] = MASKED;
+            }
+        }
+    }
+    Tensor::from_data(TensorData::new(values, [l, l]), device)
+}
+
+impl<B: Backend> Composition<B> {
+    /// Runs the layers over sequences whose first `tasks` positions are task tokens.
+    ///
+    /// # Shapes
+    /// - `x`: `[n, l, D]`
+    /// - `role_ids`: `l` role indices
+    /// - output: `[n, l, D]`
+    fn encode(&self, x: Tensor<B, 3>, role_ids: &[usize], tasks: usize) -> Tensor<B, 3> {
+        let device = x.device();
+        let l = role_ids.len();
+        let ids: Vec<i64> = role_ids.iter().map(|&r| r as i64).collect();
+        let ids = Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [l]), &device);
+        let roles = self.roles.val().select(0, ids);
+        let bias = mask_bias::<B>(l, tasks, &device);
+        self.layers
+            .iter()
+            .fold(x, |x, layer| layer.forward(x, roles.clone(), bias.clone()))
+    }
+
+    /// The task token `which` (0: `[CLS]`, 1: `[SUM]`, 2: `[MASK]`) repeated `n` times.
+    fn task_token(&self, which: usize, n: usize) -> Tensor<B, 3> {
+        let d = self.d_model;
+        self.task_tokens
+            .val()
+            .narrow(0, which, 1)
+            .reshape([1, 1, d])
+            .expand([n, 1, d])
+    }
+
+    /// The bidirectional LM's inference: the Transformer over `[E[MASK], left, right]`, and
+    /// `LayerNorm_noaffine(o[MASK])`.
+    ///
+    /// # Shapes
+    /// - `left`, `right`: `[n, D]`
+    /// - output: `[n, D]`
+    pub fn mask_context(&self, left: Tensor<B, 2>, right: Tensor<B, 2>) -> Tensor<B, 2> {
+        let [n, d] = left.dims();
+        let x = Tensor::cat(
+            vec![
+                self.task_token(2, n),
+                left.reshape([n, 1, d]),
+                right.reshape([n, 1, d]),
+            ],
+            1,
+        );
+        let o = self.encode(x, &[0, 1, 2], 1);
+        layer_norm_noaffine(o.narrow(1, 0, 1).reshape([n, d]))
+    }
+}
+
+impl<B: Backend> Compose<B> for Composition<B> {
+    fn d_model(&self) -> usize {
+        self.d_model
+    }
+
+    /// # Shapes
+    /// - `left`, `right`: `[n, D]`
+    /// - output: `repr` `[n, D]`, `log_p` `[n]`
+    fn compose(&self, left: Tensor<B, 2>, right: Tensor<B, 2>) -> Composed<B> {
+        let [n, d] = left.dims();
+        let x = Tensor::cat(
+            vec![
+                self.task_token(0, n),
+                self.task_token(1, n),
+                left.reshape([n, 1, d]),
+                right.reshape([n, 1, d]),
+            ],
+            1,
+        );
+        let o = self.encode(x, &[0, 0, 1, 2], 2);
+        let pick = |i: usize| o.clone().narrow(1, i, 1).reshape([n, d]);
+        let (o_cls, o_sum, o_left, o_right) = (pick(0), pick(1), pick(2), pick(3));
+        let w = softmax(self.mix.forward(o_cls), 1); // [n, 2]
+        let mixed = o_left
+            .mul(w.clone().narrow(1, 0, 1))
+            .add(o_right.mul(w.narrow(1, 1, 1)));
+        let log_p = log_sigmoid(self.score.forward(o_sum)).reshape([n]);
+        Composed {
+            repr: layer_norm_noaffine(mixed),
+            log_p,
+        }
+    }
+}

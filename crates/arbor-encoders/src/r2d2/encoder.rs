@@ -1,0 +1,141 @@
+//! The R2D2 sentence encoder: leaves → pruned differentiable CKY chart → root vector and tree.
+
+use burn::nn::{Linear, LinearConfig};
+use burn::prelude::*;
+
+use super::chart::{Chart, ChartConfig};
+use super::composition::{Composition, CompositionConfig};
+use crate::{Decisions, EncoderInput, EncoderOutput, SentenceEncoder};
+
+/// Configuration of an [`R2d2`] encoder.
+#[derive(Config, Debug)]
+pub struct R2d2Config {
+    /// Width of the input embeddings (projected to `d_model` when different).
+    pub d_input: usize,
+    /// Model width `D`.
+    pub d_model: usize,
+    /// Transformer layers of the composition function.
+    #[config(default = 2)]
+    pub n_layers: usize,
+    /// Attention heads.
+    #[config(default = 4)]
+    pub n_heads: usize,
+    /// Feed-forward width (0: `4·D`).
+    #[config(default = 0)]
+    pub d_ff: usize,
+    /// Pruning window `m`.
+    #[config(default = 4)]
+    pub window: usize,
+    /// Pruned tree induction (`false`: exhaustive CKY).
+    #[config(default = true)]
+    pub pruning: bool,
+    /// Gumbel-softmax temperature τ.
+    #[config(default = 1.0)]
+    pub tau: f64,
+}
+
+/// R2D2 (Hu et al. 2021) as a sentence encoder: a CKY chart whose cells are composed by a
+/// recursive Transformer ([`Composition`]), pruned so that compositions grow linearly with the
+/// sentence length. The sentence vector is the root cell `e_0(n−1)`; the tree follows the best
+/// split of every cell from the root.
+#[derive(Module, Debug)]
+pub struct R2d2<B: Backend> {
+    /// Input projection, when `d_input ≠ d_model`.
+    pub input: Option<Linear<B>>,
+    /// The composition function.
+    pub composition: Composition<B>,
+    /// Pruning window `m`.
+    pub window: usize,
+    /// Whether pruning is on.
+    pub pruning: bool,
+    /// Gumbel-softmax temperature.
+    pub tau: f64,
+}
+
+impl R2d2Config {
+    /// Builds the encoder on `device`.
+    ///
+    /// # Panics
+    /// If a size is 0, `n_heads` does not divide `d_model`, or `tau` is not positive.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> R2d2<B> {
+        assert!(self.window >= 1, "the pruning window must be at least 1");
+        assert!(self.tau > 0.0, "the temperature must be positive");
+        R2d2 {
+            input: (self.d_input != self.d_model)
+                .then(|| LinearConfig::new(self.d_input, self.d_model).init(device)),
+            composition: CompositionConfig::new(self.d_model)
+                .with_n_layers(self.n_layers)
+                .with_n_heads(self.n_heads)
+                .with_d_ff(self.d_ff)
+                .init(device),
+            window: self.window,
+            pruning: self.pruning,
+            tau: self.tau,
+        }
+    }
+}
+
+impl<B: Backend> R2d2<B> {
+    /// The chart settings of this encoder.
+    pub fn chart_config(&self) -> ChartConfig {
+        ChartConfig {
+            window: self.window,
+            pruning: self.pruning,
+            tau: self.tau,
+        }
+    }
+
+    /// Model width `D`.
+    pub fn d_model(&self) -> usize {
+        self.composition.d_model
+    }
+
+    /// Builds the charts of a batch.
+    ///
+    /// # Shapes
+    /// - `embeddings`: `[batch, time, d_input]`, padded at the end
+    /// - `lengths`: `batch` entries, `1 ≤ len ≤ time`
+    /// - `word_ids`: per sentence, the word index of every position (see [`Chart::build`])
+    pub fn forward(
+        &self,
+        embeddings: Tensor<B, 3>,
+        lengths: &[usize],
+        word_ids: Option<&[Vec<usize>]>,
+        decisions: Decisions<'_>,
+    ) -> Chart<B> {
+        let leaves = match &self.input {
+            Some(linear) => linear.forward(embeddings),
+            None => embeddings,
+        };
+        Chart::build(
+            &self.composition,
+            leaves,
+            lengths,
+            word_ids,
+            &self.chart_config(),
+            decisions,
+        )
+    }
+}
+
+impl<B: Backend> SentenceEncoder<B> for R2d2<B> {
+    fn d_output(&self) -> usize {
+        self.composition.d_model
+    }
+
+    /// `sentence` is the root cell, `trees` the induced trees; no per-token states.
+    ///
+    /// # Shapes
+    /// - `input.embeddings`: `[batch, time, d_input]`
+    /// - output `sentence`: `[batch, D]`
+    fn encode(&self, input: EncoderInput<B>, decisions: Decisions<'_>) -> EncoderOutput<B> {
+        let mut chart = self.forward(input.embeddings, &input.lengths, None, decisions);
+        let trees = chart.trees();
+        EncoderOutput {
+            sentence: chart.roots(),
+            tokens: None,
+            trees: Some(trees),
+            aux_loss: None,
+        }
+    }
+}

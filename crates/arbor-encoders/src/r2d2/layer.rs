@@ -1,0 +1,109 @@
+//! One post-LayerNorm Transformer encoder layer with role embeddings on queries and keys and a
+//! fixed attention mask (R2D2's composition block, MODELS.md §4).
+
+use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};
+use burn::prelude::*;
+use burn::tensor::activation::{gelu, softmax};
+
+/// Configuration of a [`RoleTransformerLayer`].
+#[derive(Config, Debug)]
+pub struct RoleTransformerLayerConfig {
+    /// Model width `D`.
+    pub d_model: usize,
+    /// Number of attention heads (must divide `d_model`).
+    pub n_heads: usize,
+    /// Width of the feed-forward block.
+    pub d_ff: usize,
+}
+
+/// A Transformer encoder layer: multi-head self-attention, then a GELU feed-forward block,
+/// each followed by a residual connection and LayerNorm (post-LN).
+///
+/// Role embeddings `r` are added to the queries' and keys' inputs only:
+/// `Q = (x + r)·W_q`, `K = (x + r)·W_k`, `V = x·W_v`. The three projections are one fused
+/// matmul `x·[W_q W_k W_v]`; the role part `r·[W_q W_k]` is added afterwards.
+#[derive(Module, Debug)]
+pub struct RoleTransformerLayer<B: Backend> {
+    /// Fused `[W_q W_k W_v]`, `D → 3D`.
+    pub qkv: Linear<B>,
+    /// Output projection of the attention, `D → D`.
+    pub out: Linear<B>,
+    /// LayerNorm after the attention residual.
+    pub norm_attn: LayerNorm<B>,
+    /// First feed-forward map, `D → d_ff`.
+    pub ff_in: Linear<B>,
+    /// Second feed-forward map, `d_ff → D`.
+    pub ff_out: Linear<B>,
+    /// LayerNorm after the feed-forward residual.
+    pub norm_ff: LayerNorm<B>,
+    /// Number of heads.
+    pub n_heads: usize,
+}
+
+impl RoleTransformerLayerConfig {
+    /// Builds the layer on `device`.
+    ///
+    /// # Panics
+    /// If `n_heads` is 0 or does not divide `d_model`.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> RoleTransformerLayer<B> {
+        assert!(
+            self.n_heads > 0 && self.d_model.is_multiple_of(self.n_heads),
+            "n_heads ({}) must divide d_model ({})",
+            self.n_heads,
+            self.d_model
+        );
+        let d = self.d_model;
+        RoleTransformerLayer {
+            qkv: LinearConfig::new(d, 3 * d).init(device),
+            out: LinearConfig::new(d, d).init(device),
+            norm_attn: LayerNormConfig::new(d).init(device),
+            ff_in: LinearConfig::new(d, self.d_ff).init(device),
+            ff_out: LinearConfig::new(self.d_ff, d).init(device),
+            norm_ff: LayerNormConfig::new(d).init(device),
+            n_heads: self.n_heads,
+        }
+    }
+}
+
+impl<B: Backend> RoleTransformerLayer<B> {
+    /// Applies the layer.
+    ///
+    /// # Shapes
+    /// - `x`: `[n, l, D]` (`n` independent sequences of `l` positions)
+    /// - `roles`: `[l, D]`, the role embedding of each position
+    /// - `mask_bias`: `[l, l]`, 0 where query row `i` may attend to key column `j`, a large
+    ///   negative number elsewhere
+    /// - output: `[n, l, D]`
+    pub fn forward(
+        &self,
+        x: Tensor<B, 3>,
+        roles: Tensor<B, 2>,
+        mask_bias: Tensor<B, 2>,
+    ) -> Tensor<B, 3> {
+        let [n, l, d] = x.dims();
+        let h = self.n_heads;
+        let dh = d / h;
+        // (x + r)·W_{q,k} = x·W_{q,k} + r·W_{q,k}: the role part has no bias.
+        let w_qk = self.qkv.weight.val().narrow(1, 0, 2 * d);
+        let role_qk = roles.matmul(w_qk); // [l, 2D]
+        let zeros = Tensor::zeros([l, d], &x.device());
+        let role_qkv = Tensor::cat(vec![role_qk, zeros], 1).reshape([1, l, 3 * d]);
+        let qkv = self.qkv.forward(x.clone()).add(role_qkv);
+        let split = |i: usize| {
+            qkv.clone()
+                .narrow(2, i * d, d)
+                .reshape([n, l, h, dh])
+                .swap_dims(1, 2)
+        };
+        let (q, k, v) = (split(0), split(1), split(2)); // [n, h, l, dh]
+        let scores = q
+            .matmul(k.swap_dims(2, 3))
+            .div_scalar((dh as f64).sqrt())
+            .add(mask_bias.reshape([1, 1, l, l]));
+        let attn = softmax(scores, 3).matmul(v); // [n, h, l, dh]
+        let attn = attn.swap_dims(1, 2).reshape([n, l, d]);
+        let x = self.norm_attn.forward(x.add(self.out.forward(attn)));
+        let ff = self.ff_out.forward(gelu(self.ff_in.forward(x.clone())));
+        self.norm_ff.forward(x.add(ff))
+    }
+}

@@ -1,0 +1,314 @@
+//! R2D2's bidirectional language model (eq. 8) and pseudo-perplexity (Salazar et al. 2020).
+
+use burn::module::{Initializer, Param};
+use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
+use burn::prelude::*;
+use burn::tensor::activation::{gelu, log_softmax};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::TensorData;
+
+use super::chart::{Chart, ChartStats};
+use super::composition::layer_norm_noaffine;
+use super::encoder::{R2d2, R2d2Config};
+use crate::Decisions;
+
+/// Configuration of an [`R2d2Lm`].
+#[derive(Config, Debug)]
+pub struct R2d2LmConfig {
+    /// Vocabulary size `V`.
+    pub vocab_size: usize,
+    /// Model width `D`.
+    #[config(default = 128)]
+    pub d_model: usize,
+    /// Transformer layers of the composition function.
+    #[config(default = 2)]
+    pub n_layers: usize,
+    /// Attention heads.
+    #[config(default = 4)]
+    pub n_heads: usize,
+    /// Feed-forward width (0: `4·D`).
+    #[config(default = 0)]
+    pub d_ff: usize,
+    /// Pruning window `m`.
+    #[config(default = 4)]
+    pub window: usize,
+    /// Pruned tree induction (`false`: exhaustive CKY).
+    #[config(default = true)]
+    pub pruning: bool,
+    /// Gumbel-softmax temperature τ.
+    #[config(default = 1.0)]
+    pub tau: f64,
+}
+
+impl R2d2LmConfig {
+    /// The benchmark configuration: `D = 128`, 2 layers, 4 heads, `m = 4`.
+    pub fn bench(vocab_size: usize, pruning: bool) -> Self {
+        R2d2LmConfig::new(vocab_size).with_pruning(pruning)
+    }
+
+    /// Builds the model on `device`.
+    ///
+    /// # Panics
+    /// As [`R2d2Config::init`]; also if `vocab_size` is 0.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> R2d2Lm<B> {
+        assert!(self.vocab_size > 0, "the vocabulary must not be empty");
+        let d = self.d_model;
+        let normal = Initializer::Normal {
+            mean: 0.0,
+            std: 0.02,
+        };
+        R2d2Lm {
+            embedding: EmbeddingConfig::new(self.vocab_size, d)
+                .with_initializer(normal.clone())
+                .init(device),
+            encoder: R2d2Config::new(d, d)
+                .with_n_layers(self.n_layers)
+                .with_n_heads(self.n_heads)
+                .with_d_ff(self.d_ff)
+                .with_window(self.window)
+                .with_pruning(self.pruning)
+                .with_tau(self.tau)
+                .init(device),
+            edges: normal.init([2, d], device),
+            head: LinearConfig::new(d, d).init(device),
+            out_bias: Initializer::Zeros.init([self.vocab_size], device),
+        }
+    }
+}
+
+/// R2D2 with its bidirectional LM head: each token is predicted from the largest chart cells
+/// to its left and right, through the composition Transformer run on `[E[MASK], left, right]`,
+/// then `LayerNorm_noaffine → Linear → GELU → LayerNorm_noaffine`, then a vocabulary softmax
+/// tied to the embedding, with its own bias.
+#[derive(Module, Debug)]
+pub struct R2d2Lm<B: Backend> {
+    /// Token embeddings `E` `[V, D]`, tied with the output softmax.
+    pub embedding: Embedding<B>,
+    /// The encoder (composition function and chart).
+    pub encoder: R2d2<B>,
+    /// `[BOS]` and `[EOS]` vectors `[2, D]`, the contexts at the sentence's edges.
+    pub edges: Param<Tensor<B, 2>>,
+    /// The head's `Linear`, `D → D`.
+    pub head: Linear<B>,
+    /// Output bias `[V]`.
+    pub out_bias: Param<Tensor<B, 1>>,
+}
+
+/// The LM loss of a batch.
+#[derive(Debug, Clone)]
+pub struct LmLoss<B: Backend> {
+    /// Mean cross-entropy over all tokens: `[1]`.
+    pub loss: Tensor<B, 1>,
+    /// Cross-entropy of every token, sentences concatenated: `[tokens]`.
+    pub nll: Tensor<B, 1>,
+    /// Number of predicted tokens.
+    pub tokens: usize,
+    /// Chart counters.
+    pub stats: ChartStats,
+}
+
+fn pad_ids<B: Backend>(sentences: &[&[u32]], device: &B::Device) -> Tensor<B, 2, Int> {
+    let time = sentences.iter().map(|s| s.len()).max().unwrap_or(1);
+    let mut ids = vec![0i64; sentences.len() * time];
+    for (b, s) in sentences.iter().enumerate() {
+        for (i, &t) in s.iter().enumerate() {
+            ids[b * time + i] = t as i64;
+        }
+    }
+    Tensor::from_data(TensorData::new(ids, [sentences.len(), time]), device)
+}
+
+fn rows_tensor<B: Backend>(rows: &[usize], device: &B::Device) -> Tensor<B, 1, Int> {
+    let v: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
+    Tensor::from_data(TensorData::new(v, [rows.len()]), device)
+}
+
+impl<B: Backend> R2d2Lm<B> {
+    /// Vocabulary size `V`.
+    pub fn vocab_size(&self) -> usize {
+        self.embedding.weight.dims()[0]
+    }
+
+    /// Builds the charts of token-id sentences (each non-empty).
+    ///
+    /// # Panics
+    /// If a sentence is empty or an id is out of the vocabulary.
+    pub fn chart(
+        &self,
+        sentences: &[&[u32]],
+        word_ids: Option<&[Vec<usize>]>,
+        decisions: Decisions<'_>,
+    ) -> Chart<B> {
+        let device = self.embedding.weight.device();
+        let v = self.vocab_size();
+        assert!(
+            sentences
+                .iter()
+                .all(|s| !s.is_empty() && s.iter().all(|&t| (t as usize) < v)),
+            "sentences must be non-empty with ids below {v}"
+        );
+        let ids = pad_ids::<B>(sentences, &device);
+        let lengths: Vec<usize> = sentences.iter().map(|s| s.len()).collect();
+        self.encoder
+            .forward(self.embedding.forward(ids), &lengths, word_ids, decisions)
+    }
+
+    /// Vocabulary log-probabilities from left and right contexts.
+    ///
+    /// # Shapes
+    /// - `left`, `right`: `[n, D]`
+    /// - output: `[n, V]`
+    pub fn predict(&self, left: Tensor<B, 2>, right: Tensor<B, 2>) -> Tensor<B, 2> {
+        let h = self.encoder.composition.mask_context(left, right);
+        let h = layer_norm_noaffine(gelu(self.head.forward(h)));
+        let logits = h
+            .matmul(self.embedding.weight.val().transpose())
+            .add(self.out_bias.val().unsqueeze_dim(0));
+        log_softmax(logits, 1)
+    }
+
+    /// `−log p(target)` of every row.
+    ///
+    /// # Shapes
+    /// - `log_probs`: `[n, V]`
+    /// - output: `[n]`
+    fn nll(log_probs: Tensor<B, 2>, targets: &[u32]) -> Tensor<B, 1> {
+        let n = targets.len();
+        let device = log_probs.device();
+        let t: Vec<i64> = targets.iter().map(|&t| t as i64).collect();
+        let t = Tensor::<B, 2, Int>::from_data(TensorData::new(t, [n, 1]), &device);
+        log_probs.gather(1, t).reshape([n]).neg()
+    }
+
+    /// The bidirectional LM loss (eq. 8): every token is predicted from the largest chart
+    /// cell ending just before it and the largest starting just after it (`[BOS]`/`[EOS]` at
+    /// the edges). No input masking.
+    ///
+    /// # Panics
+    /// As [`R2d2Lm::chart`].
+    pub fn lm_loss(&self, sentences: &[&[u32]], decisions: Decisions<'_>) -> LmLoss<B> {
+        let mut chart = self.chart(sentences, None, decisions);
+        let all = chart.vectors();
+        let device = all.device();
+        let rows = all.dims()[0];
+        let all = Tensor::cat(vec![all, self.edges.val()], 0);
+        let (bos, eos) = (rows, rows + 1);
+        let (mut left, mut right, mut targets) = (Vec::new(), Vec::new(), Vec::new());
+        for (ctx, s) in chart.context_rows().iter().zip(sentences) {
+            for (&(l, r), &t) in ctx.iter().zip(s.iter()) {
+                left.push(l.unwrap_or(bos));
+                right.push(r.unwrap_or(eos));
+                targets.push(t);
+            }
+        }
+        let n = targets.len();
+        let l = all.clone().select(0, rows_tensor::<B>(&left, &device));
+        let r = all.select(0, rows_tensor::<B>(&right, &device));
+        let nll = Self::nll(self.predict(l, r), &targets);
+        LmLoss {
+            loss: nll.clone().mean(),
+            nll,
+            tokens: n,
+            stats: chart.stats,
+        }
+    }
+
+    /// Pseudo-log-likelihood terms: for every position `i` of every sentence, `s_<i` and
+    /// `s_>i` are encoded as two separate sentences (evaluation mode), their roots are the
+    /// contexts (`[BOS]`/`[EOS]` when empty), and `−log p(s_i)` is returned, per sentence.
+    ///
+    /// # Panics
+    /// As [`R2d2Lm::chart`].
+    pub fn pseudo_nll(&self, sentences: &[&[u32]]) -> Vec<Vec<f64>> {
+        let device = self.embedding.weight.device();
+        let mut contexts: Vec<&[u32]> = Vec::new();
+        // Per token: index of its left and right context in `contexts`.
+        let mut slots = Vec::new();
+        let mut targets = Vec::new();
+        for s in sentences {
+            for i in 0..s.len() {
+                let left = (i > 0).then(|| {
+                    contexts.push(&s[..i]);
+                    contexts.len() - 1
+                });
+                let right = (i + 1 < s.len()).then(|| {
+                    contexts.push(&s[i + 1..]);
+                    contexts.len() - 1
+                });
+                slots.push((left, right));
+                targets.push(s[i]);
+            }
+        }
+        if targets.is_empty() {
+            return sentences.iter().map(|_| Vec::new()).collect();
+        }
+        let d = self.encoder.d_model();
+        let roots = if contexts.is_empty() {
+            Tensor::zeros([0, d], &device)
+        } else {
+            self.chart(&contexts, None, Decisions::Argmax).roots()
+        };
+        let c = contexts.len();
+        let all = Tensor::cat(vec![roots, self.edges.val()], 0);
+        let left: Vec<usize> = slots.iter().map(|s| s.0.unwrap_or(c)).collect();
+        let right: Vec<usize> = slots.iter().map(|s| s.1.unwrap_or(c + 1)).collect();
+        let l = all.clone().select(0, rows_tensor::<B>(&left, &device));
+        let r = all.select(0, rows_tensor::<B>(&right, &device));
+        let nll: Vec<f64> = Self::nll(self.predict(l, r), &targets)
+            .into_data()
+            .convert::<f64>()
+            .into_vec()
+            .unwrap_or_default();
+        let mut out = Vec::with_capacity(sentences.len());
+        let mut at = 0;
+        for s in sentences {
+            out.push(nll[at..at + s.len()].to_vec());
+            at += s.len();
+        }
+        out
+    }
+}
+
+/// Deterministic pseudo-random token ids `[batch][n]` below `vocab_size` (SplitMix64), for
+/// benchmarks and tests.
+pub fn random_tokens(batch: usize, n: usize, vocab_size: usize, seed: u64) -> Vec<Vec<u32>> {
+    let mut state = seed;
+    let mut next = || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    (0..batch)
+        .map(|_| {
+            (0..n)
+                .map(|_| (next() % vocab_size.max(1) as u64) as u32)
+                .collect()
+        })
+        .collect()
+}
+
+/// Benchmark entry point: the LM loss of `tokens` in evaluation mode (forward only). Returns
+/// the loss value and the chart counters.
+pub fn lm_forward<B: Backend>(model: &R2d2Lm<B>, tokens: &[Vec<u32>]) -> (f64, ChartStats) {
+    let refs: Vec<&[u32]> = tokens.iter().map(|s| s.as_slice()).collect();
+    let out = model.lm_loss(&refs, Decisions::Argmax);
+    (out.loss.into_scalar().elem::<f64>(), out.stats)
+}
+
+/// Benchmark entry point: the LM loss of `tokens` in training mode (Gumbel noise from a
+/// sampler seeded with `seed`) and its backward pass. Returns the loss value and the chart
+/// counters; the gradients are computed and dropped.
+pub fn lm_forward_backward<B: AutodiffBackend>(
+    model: &R2d2Lm<B>,
+    tokens: &[Vec<u32>],
+    seed: u64,
+) -> (f64, ChartStats) {
+    let refs: Vec<&[u32]> = tokens.iter().map(|s| s.as_slice()).collect();
+    let mut sampler = arbor_cells::GumbelSampler::seeded(seed);
+    let out = model.lm_loss(&refs, Decisions::Sample(&mut sampler));
+    let value = out.loss.clone().into_scalar().elem::<f64>();
+    let _grads = out.loss.backward();
+    (value, out.stats)
+}

@@ -1,0 +1,432 @@
+//! R2D2: pruned chart vs exhaustive CKY, a hand-checked pruning walk-through, linear
+//! composition counts, padding invariance, gradients.
+
+mod common;
+
+use std::collections::HashMap;
+
+use arbor_cells::GumbelSampler;
+use arbor_data::tree::BinaryTree;
+use arbor_encoders::r2d2::{
+    word_tree, Chart, ChartConfig, Compose, Composed, Composition, CompositionConfig, R2d2Config,
+    R2d2LmConfig,
+};
+use arbor_encoders::{Decisions, EncoderConfig, EncoderInput, EncoderKind, SentenceEncoder};
+use burn::module::Module;
+use burn::prelude::*;
+use burn::tensor::TensorData;
+use common::{dev, tensor, Ad, Fx};
+
+/// The backend RNG is process-global: tests that seed it take this lock.
+static SEED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn composition(d: usize, seed: u64) -> Composition<Fx> {
+    let _lock = SEED.lock().unwrap_or_else(|e| e.into_inner());
+    Fx::seed(&dev::<Fx>(), seed);
+    CompositionConfig::new(d)
+        .with_n_layers(2)
+        .with_n_heads(2)
+        .init(&dev::<Fx>())
+}
+
+fn rows(t: Tensor<Fx, 2>) -> Vec<Vec<f32>> {
+    let [n, d] = t.dims();
+    let v: Vec<f32> = t.into_data().convert::<f32>().into_vec().unwrap();
+    (0..n).map(|i| v[i * d..(i + 1) * d].to_vec()).collect()
+}
+
+fn assert_close(a: &[f32], b: &[f32], tol: f32, what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths");
+    for (x, y) in a.iter().zip(b) {
+        assert!((x - y).abs() <= tol, "{what}: {x} vs {y}\n{a:?}\n{b:?}");
+    }
+}
+
+/// Exhaustive CKY written the slow way: every cell, every split, one pair per call.
+fn reference_cky(f: &Composition<Fx>, leaves: &[Vec<f32>]) -> (Vec<f32>, BinaryTree) {
+    let n = leaves.len();
+    let d = leaves[0].len();
+    let row =
+        |v: &[f32]| Tensor::<Fx, 2>::from_data(TensorData::new(v.to_vec(), [1, d]), &dev::<Fx>());
+    // (e, log p̃, best split)
+    let mut cells: HashMap<(usize, usize), (Vec<f32>, f32, usize)> = HashMap::new();
+    for (i, e) in leaves.iter().enumerate() {
+        cells.insert((i, i), (e.clone(), 0.0, i));
+    }
+    for len in 2..=n {
+        for i in 0..=n - len {
+            let j = i + len - 1;
+            let mut best: Option<(Vec<f32>, f32, usize)> = None;
+            for k in i..j {
+                let (el, ll, _) = cells[&(i, k)].clone();
+                let (er, lr, _) = cells[&(k + 1, j)].clone();
+                let out = f.compose(row(&el), row(&er));
+                let lp: f32 = out.log_p.into_scalar().elem();
+                let score = lp + ll + lr;
+                if best.as_ref().is_none_or(|b| score > b.1) {
+                    best = Some((rows(out.repr).remove(0), score, k));
+                }
+            }
+            cells.insert((i, j), best.unwrap());
+        }
+    }
+    fn tree(
+        cells: &HashMap<(usize, usize), (Vec<f32>, f32, usize)>,
+        i: usize,
+        j: usize,
+    ) -> BinaryTree {
+        if i == j {
+            return BinaryTree::Leaf(i);
+        }
+        let k = cells[&(i, j)].2;
+        BinaryTree::node(tree(cells, i, k), tree(cells, k + 1, j))
+    }
+    (cells[&(0, n - 1)].0.clone(), tree(&cells, 0, n - 1))
+}
+
+#[test]
+fn with_a_window_of_at_least_n_minus_1_the_pruned_chart_is_exhaustive_cky() {
+    let d = 8;
+    for seed in 0..4u64 {
+        let f = composition(d, seed);
+        let lengths = [6usize, 4, 5];
+        let leaves = tensor::<Fx, 3>([3, 6, d], 1.5, 100 + seed);
+        for window in [5usize, 7] {
+            let pruned = ChartConfig {
+                window,
+                pruning: true,
+                tau: 1.0,
+            };
+            let full = ChartConfig {
+                window,
+                pruning: false,
+                tau: 1.0,
+            };
+            let mut a = Chart::build(
+                &f,
+                leaves.clone(),
+                &lengths,
+                None,
+                &pruned,
+                Decisions::Argmax,
+            );
+            let mut b = Chart::build(&f, leaves.clone(), &lengths, None, &full, Decisions::Argmax);
+            assert_eq!(a.trees(), b.trees());
+            assert_eq!(a.stats, b.stats);
+            assert_eq!(a.stats.merges, 0);
+            let (ra, rb) = (rows(a.roots()), rows(b.roots()));
+            let all = rows(leaves.clone().reshape([18, d]));
+            for (s, &n) in lengths.iter().enumerate() {
+                assert_close(&ra[s], &rb[s], 1e-6, "pruned vs full");
+                let (root, tree) = reference_cky(&f, &all[s * 6..s * 6 + n]);
+                assert_close(&ra[s], &root, 1e-4, "chart vs reference CKY");
+                assert_eq!(a.trees()[s], tree, "seed {seed} sentence {s}");
+            }
+        }
+    }
+}
+
+/// A composition whose vectors record their span (`e = [start, end]`) and whose `log p`
+/// comes from a table chosen by the test.
+struct Stub {
+    p: HashMap<(usize, usize), f64>,
+    default: f64,
+}
+
+impl Compose<Fx> for Stub {
+    fn d_model(&self) -> usize {
+        2
+    }
+
+    fn compose(&self, left: Tensor<Fx, 2>, right: Tensor<Fx, 2>) -> Composed<Fx> {
+        let (l, r) = (rows(left), rows(right));
+        let n = l.len();
+        let mut repr = Vec::new();
+        let mut log_p = Vec::new();
+        for (a, b) in l.iter().zip(&r) {
+            let span = (a[0] as usize, b[1] as usize);
+            repr.extend([a[0], b[1]]);
+            log_p.push(self.p.get(&span).copied().unwrap_or(self.default).ln() as f32);
+        }
+        Composed {
+            repr: Tensor::from_data(TensorData::new(repr, [n, 2]), &dev::<Fx>()),
+            log_p: Tensor::from_data(TensorData::new(log_p, [n]), &dev::<Fx>()),
+        }
+    }
+}
+
+fn stub() -> Stub {
+    // Bigrams p(0,1) = .9, p(1,2) = .2, p(2,3) = .3, p(3,4) = .8, p(4,5) = .1; longer spans .5
+    // except p(2,4) = .6 and p(0,4) = .4 (to avoid ties between trees).
+    let p = [
+        ((0, 1), 0.9),
+        ((1, 2), 0.2),
+        ((2, 3), 0.3),
+        ((3, 4), 0.8),
+        ((4, 5), 0.1),
+        ((2, 4), 0.6),
+        ((0, 4), 0.4),
+    ];
+    Stub {
+        p: p.into_iter().collect(),
+        default: 0.5,
+    }
+}
+
+fn span_leaves(n: usize) -> Tensor<Fx, 3> {
+    let v: Vec<f32> = (0..n).flat_map(|i| [i as f32, i as f32]).collect();
+    Tensor::from_data(TensorData::new(v, [1, n, 2]), &dev::<Fx>())
+}
+
+#[test]
+fn pruning_walk_through_with_chosen_scores_m2() {
+    // m = 2, 6 tokens: rows of spans 2 and 3, then 6 − 2 − 1 = 3 merges.
+    // Step 1: top cells (0,2) (1,3) (2,4) (3,5) use bigrams {01, 23, 34}; scores
+    //   01: ln .9 + ln(1 − .2) = −0.33; 23: ln .3 + ln .8 + ln .2 = −3.04;
+    //   34: ln .8 + ln .7 + ln .9 = −0.69  → merge (0,1); compute (0,3).
+    // Step 2: (0,3) prefers ((01)2)3, so top cells use {([01],2), 34}; ([01],2) = cell (0,2)
+    //   with p = .5: ln .5 + ln .7 = −1.05; 34: −0.69 → merge (3,4); compute (0,4), (2,5).
+    // Step 3: (0,4) = (01)(2(34)) and (2,5) = (2(34))5 both use (2,[34]) → merge (2,4);
+    //   compute the root (0,5): (01)+(2,5) beats (0,4)+5 because p(0,4) = .4 < p(2,5) = .5.
+    let config = ChartConfig {
+        window: 2,
+        pruning: true,
+        tau: 1.0,
+    };
+    let chart = Chart::build(
+        &stub(),
+        span_leaves(6),
+        &[6],
+        None,
+        &config,
+        Decisions::Argmax,
+    );
+    assert_eq!(chart.merges()[0], vec![(0, 1), (3, 4), (2, 4)]);
+    let (expected, _) = BinaryTree::parse("((0 1) ((2 (3 4)) 5))").unwrap();
+    assert_eq!(chart.trees()[0], expected.renumbered());
+    for span in [(0, 3), (0, 4), (2, 5), (0, 5)] {
+        assert!(chart.has_cell(0, span), "{span:?} computed");
+    }
+    assert!(!chart.has_cell(0, (1, 4)), "never a top-row cell");
+    // Rows 2 and 3: 5·1 + 4·2 = 13; step 1: (0,3) 2 splits; step 2: (0,4), (2,5) 2 each;
+    // step 3: the root, 2 splits.
+    assert_eq!(chart.stats.compositions, 13 + 2 + 4 + 2);
+    assert_eq!(chart.stats.calls, 2 + 3);
+}
+
+#[test]
+fn pruning_walk_through_with_chosen_scores_m3() {
+    // m = 3: rows of spans 2–4, then 2 merges.
+    // Step 1: (0,3) → ((01)2)3, (1,4) → 1(2(34)), (2,5) → (2(34))5: bigrams {01, 34};
+    //   01 scores −0.33 > 34 at −0.69 → merge (0,1); compute (0,4).
+    // Step 2: (0,4) → (01)(2(34)), (2,5) → (2(34))5: only 34 → merge (3,4); compute (0,5)
+    //   with splits after 1, 2 and 4: (01)+(2,5) scores −1.53, (0,2)+(3,5) −1.71,
+    //   (0,4)+5 −1.76.
+    let config = ChartConfig {
+        window: 3,
+        pruning: true,
+        tau: 1.0,
+    };
+    let chart = Chart::build(
+        &stub(),
+        span_leaves(6),
+        &[6],
+        None,
+        &config,
+        Decisions::Argmax,
+    );
+    assert_eq!(chart.merges()[0], vec![(0, 1), (3, 4)]);
+    let (expected, _) = BinaryTree::parse("((0 1) ((2 (3 4)) 5))").unwrap();
+    assert_eq!(chart.trees()[0], expected.renumbered());
+    // Rows 2–4: 5 + 4·2 + 3·3 = 22; step 1: (0,4) 3 splits; step 2: the root, 3 splits.
+    assert_eq!(chart.stats.compositions, 22 + 3 + 3);
+}
+
+#[test]
+fn composition_calls_grow_linearly() {
+    let d = 8;
+    let f = composition(d, 7);
+    for window in [2usize, 3, 4] {
+        for n in [8usize, 16, 32, 48] {
+            let leaves = tensor::<Fx, 3>([1, n, d], 1.0, n as u64);
+            let config = ChartConfig {
+                window,
+                pruning: true,
+                tau: 1.0,
+            };
+            let chart = Chart::build(&f, leaves, &[n], None, &config, Decisions::Argmax);
+            let c = chart.stats.compositions;
+            assert!(
+                c <= (3 * n * window * window) as u64,
+                "n {n} m {window}: {c} compositions"
+            );
+            assert_eq!(chart.stats.merges, (n - window - 1) as u64);
+            // Linear in n: the CKY rows up to m + 1, then between m and m(m + 1)
+            // compositions per merge (exhaustive CKY needs (n³ − n)/6).
+            let rows: usize = (2..=window + 1).map(|l| (n - l + 1) * (l - 1)).sum();
+            let merges = n - window - 1;
+            assert!(
+                c >= (rows + merges * window) as u64
+                    && c <= (rows + merges * window * (window + 1)) as u64,
+                "n {n} m {window}: {c} compositions"
+            );
+            assert_eq!(
+                chart.stats.calls,
+                (n - 1) as u64,
+                "one call per row or merge"
+            );
+        }
+    }
+    let leaves = tensor::<Fx, 3>([1, 16, d], 1.0, 3);
+    let full = ChartConfig {
+        window: 2,
+        pruning: false,
+        tau: 1.0,
+    };
+    let chart = Chart::build(&f, leaves, &[16], None, &full, Decisions::Argmax);
+    assert_eq!(chart.stats.compositions, (16 * 16 * 16 - 16) / 6);
+}
+
+#[test]
+fn a_sentence_alone_equals_the_same_sentence_in_a_padded_batch() {
+    let d = 8;
+    for pruning in [true, false] {
+        Fx::seed(&dev::<Fx>(), 11);
+        let enc = R2d2Config::new(d, d)
+            .with_window(2)
+            .with_n_heads(2)
+            .with_pruning(pruning)
+            .init::<Fx>(&dev::<Fx>());
+        let lengths = vec![7usize, 3, 9, 1];
+        let x = common::padded_batch::<Fx>(&lengths, 9, d, 5);
+        let out = enc.encode(
+            EncoderInput::new(x.clone(), lengths.clone()),
+            Decisions::Argmax,
+        );
+        let roots = rows(out.sentence);
+        let trees = out.trees.unwrap();
+        for (b, &n) in lengths.iter().enumerate() {
+            let alone = x.clone().narrow(0, b, 1).narrow(1, 0, n);
+            let one = enc.encode(EncoderInput::new(alone, vec![n]), Decisions::Argmax);
+            assert_close(&roots[b], &rows(one.sentence)[0], 1e-5, "root");
+            assert_eq!(trees[b], one.trees.unwrap()[0]);
+            assert_eq!(trees[b].num_leaves(), n);
+        }
+    }
+    // The LM loss of every token too.
+    Fx::seed(&dev::<Fx>(), 12);
+    let lm = R2d2LmConfig::new(30)
+        .with_d_model(8)
+        .with_n_heads(2)
+        .with_window(2)
+        .init::<Fx>(&dev::<Fx>());
+    let sents: Vec<Vec<u32>> = vec![vec![1, 2, 3, 4, 5, 6, 7], vec![8, 9], vec![10]];
+    let refs: Vec<&[u32]> = sents.iter().map(|s| s.as_slice()).collect();
+    let batch: Vec<f32> = lm
+        .lm_loss(&refs, Decisions::Argmax)
+        .nll
+        .into_data()
+        .convert::<f32>()
+        .into_vec()
+        .unwrap();
+    let mut alone = Vec::new();
+    for s in &refs {
+        let nll = lm.lm_loss(&[s], Decisions::Argmax).nll;
+        alone.extend(nll.into_data().convert::<f32>().into_vec::<f32>().unwrap());
+    }
+    assert_close(&batch, &alone, 1e-5, "token NLL");
+    // Pseudo-perplexity terms, batched or not.
+    let pppl = lm.pseudo_nll(&refs);
+    for (s, terms) in refs.iter().zip(&pppl) {
+        let one = lm.pseudo_nll(&[s]);
+        let (a, b): (Vec<f32>, Vec<f32>) = (
+            terms.iter().map(|&x| x as f32).collect(),
+            one[0].iter().map(|&x| x as f32).collect(),
+        );
+        assert_close(&a, &b, 1e-5, "pseudo NLL");
+        assert!(terms.iter().all(|x| x.is_finite() && *x > 0.0));
+    }
+}
+
+#[test]
+fn gradients_reach_the_composition_and_the_embeddings() {
+    Ad::seed(&dev::<Ad>(), 3);
+    let lm = R2d2LmConfig::new(20)
+        .with_d_model(8)
+        .with_n_heads(2)
+        .with_window(2)
+        .init::<Ad>(&dev::<Ad>());
+    let sents: Vec<Vec<u32>> = vec![vec![1, 2, 3, 4, 5, 6], vec![7, 8, 9]];
+    let refs: Vec<&[u32]> = sents.iter().map(|s| s.as_slice()).collect();
+    let mut sampler = GumbelSampler::seeded(1);
+    let out = lm.lm_loss(&refs, Decisions::Sample(&mut sampler));
+    assert_eq!(out.tokens, 9);
+    let grads = out.loss.backward();
+    let norm = |t: Option<Tensor<Fx, 2>>, what: &str| {
+        let g = t.unwrap_or_else(|| panic!("no gradient for {what}"));
+        let s: f32 = g.abs().sum().into_scalar().elem();
+        assert!(s > 0.0 && s.is_finite(), "{what}: {s}");
+    };
+    let comp = &lm.encoder.composition;
+    norm(lm.embedding.weight.grad(&grads), "embedding");
+    norm(comp.layers[0].qkv.weight.grad(&grads), "layer 0 qkv");
+    norm(comp.layers[1].ff_out.weight.grad(&grads), "layer 1 ffn");
+    norm(comp.roles.grad(&grads), "role embeddings");
+    norm(comp.task_tokens.grad(&grads), "task tokens");
+    norm(comp.mix.weight.grad(&grads), "Linear_2 (mixing)");
+    // The merge scorer is reached only through the straight-through selection of splits.
+    norm(comp.score.weight.grad(&grads), "Linear_1 (score)");
+    norm(lm.edges.grad(&grads), "BOS/EOS");
+    let _ = lm.num_params();
+}
+
+#[test]
+fn word_pieces_of_one_word_stay_together() {
+    let f = composition(8, 21);
+    // Words: [0 0 0] [1] [2 2] [3] [4 4 4]: 10 pieces.
+    let word_of = vec![0usize, 0, 0, 1, 2, 2, 3, 4, 4, 4];
+    for (window, pruning) in [(2usize, true), (3, true), (2, false)] {
+        for seed in 0..3u64 {
+            let leaves = tensor::<Fx, 3>([1, 10, 8], 2.0, 40 + seed);
+            let config = ChartConfig {
+                window,
+                pruning,
+                tau: 1.0,
+            };
+            let chart = Chart::build(
+                &f,
+                leaves,
+                &[10],
+                Some(std::slice::from_ref(&word_of)),
+                &config,
+                Decisions::Argmax,
+            );
+            let tree = &chart.trees()[0];
+            let words = word_tree(tree, &word_of).expect("every word is a constituent");
+            assert_eq!(words.num_leaves(), 5);
+            for (a, b) in chart.merges()[0].iter() {
+                let inside = word_of[*a] == word_of[*b];
+                let whole = (*a == 0 || word_of[a - 1] != word_of[*a])
+                    && (*b == 9 || word_of[b + 1] != word_of[*b]);
+                assert!(inside || whole, "merge ({a},{b}) splits a word");
+            }
+        }
+    }
+    // A tree that splits word 0 is refused.
+    let (bad, _) = BinaryTree::parse("((0 1) (2 3))").unwrap();
+    assert!(word_tree(&bad.renumbered(), &[0, 0, 0, 1]).is_none());
+}
+
+#[test]
+fn r2d2_is_available_as_an_encoder_kind() {
+    let kind: EncoderKind = "r2d2".parse().unwrap();
+    assert_eq!(kind, EncoderKind::R2d2);
+    let enc = EncoderConfig::new(kind, 6, 8)
+        .with_window(2)
+        .init::<Fx>(&dev::<Fx>());
+    let x = tensor::<Fx, 3>([2, 5, 6], 1.0, 1);
+    let out = enc.encode(EncoderInput::new(x, vec![5, 3]), Decisions::Argmax);
+    assert_eq!(out.sentence.dims(), [2, 8]);
+    let trees = out.trees.unwrap();
+    assert_eq!((trees[0].num_leaves(), trees[1].num_leaves()), (5, 3));
+}

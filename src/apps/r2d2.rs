@@ -1,0 +1,641 @@
+//! `cargo run --release --example r2d2 -- <pretrain|eval|parse>`: R2D2 pretraining on
+//! WikiText-2 (bidirectional LM), pseudo-perplexity evaluation, and unsupervised parsing.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use arbor_cells::GumbelSampler;
+use arbor_data::metrics::PseudoPerplexity;
+use arbor_data::parseval::load_gold;
+use arbor_data::tree::{BinaryTree, TreePrep};
+use arbor_data::wordpiece::{
+    save_vocab_txt, train_wordpiece, WordPieceTokenizer, WordPieceTrainConfig,
+};
+use arbor_encoders::r2d2::{word_tree, R2d2Lm, R2d2LmConfig};
+use arbor_encoders::Decisions;
+use arbor_train::{
+    load_model, seed_everything, train, CheckpointFile, EvalReport, OptimizerKind, StepOutput,
+    Task, TrainConfig,
+};
+use burn::backend::Autodiff;
+use burn::module::AutodiffModule;
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use clap::{Args, Parser, Subcommand};
+
+use crate::device::{run_on, BackendJob};
+
+/// R2D2: pretraining, pseudo-perplexity, parsing.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "r2d2", about = "R2D2: pretrain, evaluate (PPPL) and parse")]
+pub struct R2d2Args {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Pretrain the bidirectional LM on WikiText-2-style text.
+    Pretrain(PretrainArgs),
+    /// Pseudo-perplexity of a checkpoint on a text file.
+    Eval(EvalArgs),
+    /// Trees for a file of sentences, or for the sentences of a gold treebank.
+    Parse(ParseArgs),
+}
+
+/// Flags of `pretrain`.
+#[derive(Debug, Clone, Args)]
+pub struct PretrainArgs {
+    /// Training text (WikiText-2 format: ` = Heading = ` lines, empty lines, paragraphs).
+    #[arg(long, default_value = "../shared/data/wikitext2/train.txt")]
+    pub train: PathBuf,
+    /// Validation text (same format); the LM loss on it selects the best checkpoint.
+    #[arg(long, default_value = "../shared/data/wikitext2/valid.txt")]
+    pub valid: PathBuf,
+    /// A WordPiece `vocab.txt`; without it a vocabulary is trained on the training text.
+    #[arg(long)]
+    pub vocab: Option<PathBuf>,
+    /// Size of the trained vocabulary.
+    #[arg(long, default_value_t = 8000)]
+    pub vocab_size: usize,
+    /// Model width.
+    #[arg(long, default_value_t = 128)]
+    pub dim: usize,
+    /// Transformer layers.
+    #[arg(long, default_value_t = 2)]
+    pub layers: usize,
+    /// Attention heads.
+    #[arg(long, default_value_t = 4)]
+    pub heads: usize,
+    /// Pruning window m.
+    #[arg(long, default_value_t = 4)]
+    pub window: usize,
+    /// Exhaustive CKY instead of pruned induction.
+    #[arg(long)]
+    pub no_pruning: bool,
+    /// Keep training sentences of 2..=this many word pieces (longer ones are dropped).
+    #[arg(long, default_value_t = 40)]
+    pub max_len: usize,
+    /// Use at most this many training sentences (0: all).
+    #[arg(long, default_value_t = 0)]
+    pub max_sentences: usize,
+    /// Validation sentences used for model selection (0: all).
+    #[arg(long, default_value_t = 500)]
+    pub valid_sentences: usize,
+    /// Cap on padded tokens per batch (length-bucketed batches).
+    #[arg(long, default_value_t = 1024)]
+    pub max_tokens: usize,
+    /// Sentences per batch at most.
+    #[arg(long, default_value_t = 64)]
+    pub batch_size: usize,
+    /// Peak learning rate (AdamW).
+    #[arg(long, default_value_t = 5e-4)]
+    pub lr: f64,
+    /// Linear warm-up steps.
+    #[arg(long, default_value_t = 100)]
+    pub warmup: u64,
+    /// AdamW weight decay.
+    #[arg(long, default_value_t = 0.01)]
+    pub weight_decay: f64,
+    /// Clip the global gradient norm (0: no clipping).
+    #[arg(long, default_value_t = 1.0)]
+    pub clip: f64,
+    /// Epochs.
+    #[arg(long, default_value_t = 1)]
+    pub epochs: usize,
+    /// Stop after this many optimizer steps.
+    #[arg(long)]
+    pub max_steps: Option<u64>,
+    /// Evaluate and checkpoint every N steps (0: every epoch).
+    #[arg(long, default_value_t = 200)]
+    pub eval_every: u64,
+    /// Seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Backend and device: flex, ndarray, cuda, cuda:N.
+    #[arg(long, default_value = "flex")]
+    pub device: String,
+    /// Output directory (checkpoints, metrics.jsonl, vocab.txt).
+    #[arg(long, default_value = "runs/r2d2")]
+    pub out: PathBuf,
+    /// Continue from OUT/last.ckpt.
+    #[arg(long)]
+    pub resume: bool,
+    /// No progress bars.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Flags of `eval`.
+#[derive(Debug, Clone, Args)]
+pub struct EvalArgs {
+    /// Checkpoint (`best.ckpt` or `last.ckpt` of a pretraining run).
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// Text to evaluate (WikiText-2 format).
+    #[arg(long, default_value = "../shared/data/wikitext2/valid.txt")]
+    pub text: PathBuf,
+    /// Skip sentences longer than this many word pieces (0: none).
+    #[arg(long, default_value_t = 0)]
+    pub max_len: usize,
+    /// Evaluate at most this many sentences (0: all), taken in file order.
+    #[arg(long, default_value_t = 0)]
+    pub max_sentences: usize,
+    /// Sentences whose contexts are encoded together.
+    #[arg(long, default_value_t = 4)]
+    pub batch_size: usize,
+    /// Backend and device.
+    #[arg(long, default_value = "flex")]
+    pub device: String,
+}
+
+/// Flags of `parse`.
+#[derive(Debug, Clone, Args)]
+pub struct ParseArgs {
+    /// Checkpoint.
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// Sentences, one per line, words separated by spaces.
+    #[arg(long, conflicts_with = "gold")]
+    pub input: Option<PathBuf>,
+    /// A gold treebank (one tree per line, e.g. `wsj_gold_trees/22.auto.clean`): parse its
+    /// sentences after the evaluation preprocessing (punctuation removed), one output line per
+    /// kept sentence, at word level, ready for `arbor-parse-f1 --gold FILE --pred OUTPUT`.
+    #[arg(long)]
+    pub gold: Option<PathBuf>,
+    /// Word-level trees (pieces of a word kept together, then collapsed).
+    #[arg(long)]
+    pub word_level: bool,
+    /// Output file (default: stdout).
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// Sentences per batch.
+    #[arg(long, default_value_t = 16)]
+    pub batch_size: usize,
+    /// Backend and device.
+    #[arg(long, default_value = "flex")]
+    pub device: String,
+}
+
+/// Whether a WikiText line is a heading (` = Title = `, ` = = Section = = `).
+pub fn is_heading(line: &str) -> bool {
+    let t = line.trim();
+    t.len() >= 2 && t.starts_with('=') && t.ends_with('=')
+}
+
+/// WikiText-2 text as sentences: headings and empty lines dropped, each paragraph split after
+/// the tokens `.`, `?` and `!`; `@-@`-style tokens joined back (`@-@` → `-`) and `<unk>`
+/// written `unk` so the WordPiece pipeline sees one word.
+pub fn wikitext_sentences(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.trim().is_empty() || is_heading(line) {
+            continue;
+        }
+        let mut current: Vec<&str> = Vec::new();
+        for tok in line.split_whitespace() {
+            let tok = match tok {
+                "@-@" => "-",
+                "@,@" => ",",
+                "@.@" => ".",
+                "<unk>" => "unk",
+                t => t,
+            };
+            current.push(tok);
+            if matches!(tok, "." | "?" | "!") && current.len() > 1 {
+                out.push(current.join(" "));
+                current.clear();
+            }
+        }
+        if !current.is_empty() {
+            out.push(current.join(" "));
+        }
+    }
+    out
+}
+
+fn read_text(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// Piece ids of `sentences`, keeping those of `2..=max_len` pieces (`max_len` 0: no cap).
+fn encode_all(
+    tok: &WordPieceTokenizer,
+    sentences: &[String],
+    max_len: usize,
+) -> Result<Vec<Vec<u32>>> {
+    let mut out = Vec::new();
+    for s in sentences {
+        let ids = tok.encode(s)?.ids;
+        if ids.len() >= 2 && (max_len == 0 || ids.len() <= max_len) {
+            out.push(ids);
+        }
+    }
+    Ok(out)
+}
+
+/// What a pretraining checkpoint stores besides the weights.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct R2d2Meta {
+    /// The model configuration.
+    pub model: R2d2LmConfig,
+    /// The WordPiece vocabulary, in id order.
+    pub vocab: Vec<String>,
+}
+
+/// The LM pretraining task.
+pub struct LmTask<B: AutodiffBackend> {
+    /// Training sentences (piece ids).
+    pub train: Vec<Vec<u32>>,
+    /// Validation sentences.
+    pub valid: Vec<Vec<u32>>,
+    /// Checkpoint metadata.
+    pub meta: R2d2Meta,
+    /// Sentences per validation batch.
+    pub eval_batch: usize,
+    /// Device.
+    pub device: B::Device,
+}
+
+impl<B: AutodiffBackend> Task<B> for LmTask<B> {
+    type Model = R2d2Lm<B>;
+
+    fn train_lengths(&self) -> Vec<usize> {
+        self.train.iter().map(Vec::len).collect()
+    }
+
+    fn step(
+        &self,
+        model: &R2d2Lm<B>,
+        batch: &[usize],
+        sampler: &mut GumbelSampler,
+    ) -> StepOutput<B> {
+        let refs: Vec<&[u32]> = batch.iter().map(|&i| self.train[i].as_slice()).collect();
+        let out = model.lm_loss(&refs, Decisions::Sample(sampler));
+        StepOutput {
+            loss: out.loss,
+            correct: 0,
+            total: 0,
+        }
+    }
+
+    fn eval_splits(&self) -> Vec<String> {
+        vec!["valid".into()]
+    }
+
+    fn evaluate(&self, model: &R2d2Lm<B::InnerBackend>, _split: &str) -> EvalReport {
+        let mut report = EvalReport::default();
+        let mut order: Vec<usize> = (0..self.valid.len()).collect();
+        order.sort_by_key(|&i| self.valid[i].len());
+        for chunk in order.chunks(self.eval_batch.max(1)) {
+            let refs: Vec<&[u32]> = chunk.iter().map(|&i| self.valid[i].as_slice()).collect();
+            let out = model.lm_loss(&refs, Decisions::Argmax);
+            let sum: f64 = out.nll.sum().into_scalar().elem();
+            report.loss_sum += sum;
+            report.loss_count += out.tokens;
+        }
+        if let Some(l) = report.loss() {
+            report.extra.insert("lm_ppl".into(), l.exp());
+        }
+        report
+    }
+
+    fn selection_metric(&self, report: &EvalReport) -> f64 {
+        -report.loss().unwrap_or(f64::INFINITY)
+    }
+
+    fn metadata(&self) -> serde_json::Value {
+        serde_json::to_value(&self.meta).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+struct PretrainJob {
+    args: PretrainArgs,
+}
+
+impl BackendJob for PretrainJob {
+    type Output = Result<()>;
+
+    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+        type Ad<B> = Autodiff<B>;
+        let a = &self.args;
+        std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+        let train_text = read_text(&a.train)?;
+        let valid_text = read_text(&a.valid)?;
+        let mut train_sents = wikitext_sentences(&train_text);
+        let valid_sents = wikitext_sentences(&valid_text);
+        let vocab_path = a.out.join("vocab.txt");
+        let (tok, vocab) = match &a.vocab {
+            Some(p) => {
+                let tok = WordPieceTokenizer::from_vocab_file(p, true)?;
+                let pieces = read_text(p)?
+                    .lines()
+                    .map(str::to_string)
+                    .collect::<Vec<_>>();
+                (tok, pieces)
+            }
+            None if a.resume && vocab_path.exists() => {
+                let pieces = read_text(&vocab_path)?
+                    .lines()
+                    .map(str::to_string)
+                    .collect::<Vec<_>>();
+                (WordPieceTokenizer::from_pieces(&pieces, true)?, pieces)
+            }
+            None => {
+                eprintln!("training a WordPiece vocabulary of {} pieces", a.vocab_size);
+                let config = WordPieceTrainConfig {
+                    vocab_size: a.vocab_size,
+                    ..WordPieceTrainConfig::default()
+                };
+                let pieces = train_wordpiece(train_sents.iter().map(String::as_str), &config)?;
+                save_vocab_txt(&pieces, &vocab_path)?;
+                (WordPieceTokenizer::from_pieces(&pieces, true)?, pieces)
+            }
+        };
+        if a.max_sentences > 0 {
+            train_sents.truncate(a.max_sentences);
+        }
+        let train_ids = encode_all(&tok, &train_sents, a.max_len)?;
+        let mut valid_ids = encode_all(&tok, &valid_sents, a.max_len)?;
+        if a.valid_sentences > 0 {
+            valid_ids.truncate(a.valid_sentences);
+        }
+        if train_ids.is_empty() || valid_ids.is_empty() {
+            bail!(
+                "no training or validation sentence of 2..={} pieces",
+                a.max_len
+            );
+        }
+        let model_config = R2d2LmConfig::new(tok.vocab_size())
+            .with_d_model(a.dim)
+            .with_n_layers(a.layers)
+            .with_n_heads(a.heads)
+            .with_window(a.window)
+            .with_pruning(!a.no_pruning);
+        seed_everything::<Ad<B>>(&device, a.seed);
+        let model = model_config.init::<Ad<B>>(&device);
+        let tokens: usize = train_ids.iter().map(Vec::len).sum();
+        eprintln!(
+            "R2D2 pretraining: {} training sentences ({} pieces, ≤ {} each), {} validation; \
+             vocabulary {}; dim {}, {} layers, {} heads, window {}, pruning {}; device {}",
+            train_ids.len(),
+            tokens,
+            a.max_len,
+            valid_ids.len(),
+            tok.vocab_size(),
+            a.dim,
+            a.layers,
+            a.heads,
+            a.window,
+            !a.no_pruning,
+            a.device
+        );
+        let task = LmTask::<Ad<B>> {
+            train: train_ids,
+            valid: valid_ids,
+            meta: R2d2Meta {
+                model: model_config,
+                vocab,
+            },
+            eval_batch: 32,
+            device: device.clone(),
+        };
+        let mut config = TrainConfig::new(&a.out);
+        config.optimizer = OptimizerKind::AdamW;
+        config.lr = a.lr;
+        config.weight_decay = a.weight_decay;
+        config.clip_norm = (a.clip > 0.0).then_some(a.clip);
+        config.batch_size = a.batch_size;
+        config.max_tokens = Some(a.max_tokens);
+        config.epochs = a.epochs;
+        config.max_steps = a.max_steps;
+        config.eval_every = a.eval_every;
+        config.seed = a.seed;
+        config.warmup_steps = a.warmup;
+        config.resume = a.resume;
+        config.quiet = a.quiet;
+        let outcome = train(&task, model, &config, &device)?;
+        if let Some(r) = outcome.evals.get("valid") {
+            println!(
+                "valid LM loss {:.4} (perplexity of the chart-context LM {:.2}) over {} tokens",
+                r.loss().unwrap_or(f64::NAN),
+                r.loss().unwrap_or(f64::NAN).exp(),
+                r.loss_count
+            );
+        }
+        let _ = &task.device;
+        let inner = outcome.model.valid();
+        let refs: Vec<&[u32]> = task.valid.iter().take(3).map(Vec::as_slice).collect();
+        let chart = inner.chart(&refs, None, Decisions::Argmax);
+        for (t, ids) in chart.trees().iter().zip(&refs) {
+            let pieces: Vec<String> = ids
+                .iter()
+                .map(|&i| tok.id_piece(i).unwrap_or_default())
+                .collect();
+            println!("{}", t.to_bracketed(&pieces));
+        }
+        println!("checkpoints: {}", outcome.last_checkpoint.display());
+        Ok(())
+    }
+}
+
+/// Loads a pretraining checkpoint: model, tokenizer.
+fn load<B: Backend>(path: &Path, device: &B::Device) -> Result<(R2d2Lm<B>, WordPieceTokenizer)> {
+    let file = CheckpointFile::load(path)?;
+    let meta: R2d2Meta = serde_json::from_value(file.meta["task"].clone())
+        .with_context(|| format!("{}: no R2D2 model metadata", path.display()))?;
+    let tok = WordPieceTokenizer::from_pieces(&meta.vocab, true)?;
+    let (model, _) = load_model(meta.model.init::<B>(device), path, device)?;
+    Ok((model, tok))
+}
+
+struct EvalJob {
+    args: EvalArgs,
+}
+
+impl BackendJob for EvalJob {
+    type Output = Result<()>;
+
+    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+        let a = &self.args;
+        let (model, tok) = load::<B>(&a.checkpoint, &device)?;
+        let sents = wikitext_sentences(&read_text(&a.text)?);
+        let mut ids: Vec<Vec<u32>> = Vec::new();
+        let mut skipped = 0;
+        for s in &sents {
+            let p = tok.encode(s)?.ids;
+            if p.is_empty() {
+                continue;
+            }
+            if a.max_len > 0 && p.len() > a.max_len {
+                skipped += 1;
+                continue;
+            }
+            ids.push(p);
+        }
+        if a.max_sentences > 0 {
+            ids.truncate(a.max_sentences);
+        }
+        let mut pppl = PseudoPerplexity::default();
+        let started = std::time::Instant::now();
+        for (k, chunk) in ids.chunks(a.batch_size.max(1)).enumerate() {
+            let refs: Vec<&[u32]> = chunk.iter().map(Vec::as_slice).collect();
+            for nll in model.pseudo_nll(&refs) {
+                pppl.add_sentence(&nll);
+            }
+            if k % 25 == 0 {
+                eprintln!(
+                    "{} sentences, {:.0} s, corpus PPPL so far {:.2}",
+                    pppl.sentences,
+                    started.elapsed().as_secs_f64(),
+                    pppl.corpus_pppl()
+                );
+            }
+        }
+        println!(
+            "{}: {} sentences, {} pieces ({} sentences over --max-len skipped)",
+            a.text.display(),
+            pppl.sentences,
+            pppl.tokens,
+            skipped
+        );
+        println!(
+            "corpus PPPL exp(Σ NLL / Σ tokens): {:.3}",
+            pppl.corpus_pppl()
+        );
+        println!(
+            "mean over sentences of the per-sentence mean NLL (released script): {:.4}",
+            pppl.mean_sentence_nll()
+        );
+        Ok(())
+    }
+}
+
+struct ParseJob {
+    args: ParseArgs,
+}
+
+/// Piece ids and the word index of every piece; a word that yields no piece gets `[UNK]`.
+fn pieces_of_words(tok: &WordPieceTokenizer, words: &[String]) -> Result<(Vec<u32>, Vec<usize>)> {
+    let wp = tok.encode_words(words)?;
+    let unk = tok.piece_id("[UNK]").unwrap_or(0);
+    let (mut ids, mut word_of) = (Vec::new(), Vec::new());
+    let mut at = 0;
+    for w in 0..words.len() {
+        let start = at;
+        while at < wp.ids.len() && wp.word_ids[at] == w {
+            ids.push(wp.ids[at]);
+            word_of.push(w);
+            at += 1;
+        }
+        if at == start {
+            ids.push(unk);
+            word_of.push(w);
+        }
+    }
+    Ok((ids, word_of))
+}
+
+impl BackendJob for ParseJob {
+    type Output = Result<()>;
+
+    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+        let a = &self.args;
+        let (model, tok) = load::<B>(&a.checkpoint, &device)?;
+        let (sentences, word_level): (Vec<Vec<String>>, bool) = match (&a.gold, &a.input) {
+            (Some(gold), _) => {
+                let g = load_gold(gold, &TreePrep::evaluation(), None)?;
+                (g.sentences.into_iter().map(|s| s.words).collect(), true)
+            }
+            (None, Some(input)) => (
+                read_text(input)?
+                    .lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .map(|l| l.split_whitespace().map(str::to_string).collect())
+                    .collect(),
+                a.word_level,
+            ),
+            (None, None) => bail!("give --input FILE or --gold TREEBANK"),
+        };
+        let mut out: Box<dyn Write> = match &a.output {
+            Some(p) => Box::new(std::io::BufWriter::new(
+                std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+            )),
+            None => Box::new(std::io::stdout().lock()),
+        };
+        let started = std::time::Instant::now();
+        for (k, chunk) in sentences.chunks(a.batch_size.max(1)).enumerate() {
+            let mut ids = Vec::new();
+            let mut word_of = Vec::new();
+            for words in chunk {
+                let (i, w) = pieces_of_words(&tok, words)?;
+                ids.push(i);
+                word_of.push(w);
+            }
+            let refs: Vec<&[u32]> = ids.iter().map(Vec::as_slice).collect();
+            let constraint = word_level.then_some(word_of.as_slice());
+            let trees = model.chart(&refs, constraint, Decisions::Argmax).trees();
+            for (((t, words), piece_ids), w) in trees.iter().zip(chunk).zip(&ids).zip(&word_of) {
+                let line = if word_level {
+                    let wt: BinaryTree =
+                        word_tree(t, w).context("internal: a word's pieces were split")?;
+                    wt.to_bracketed(words)
+                } else {
+                    let pieces: Vec<String> = piece_ids
+                        .iter()
+                        .map(|&i| tok.id_piece(i).unwrap_or_default())
+                        .collect();
+                    t.to_bracketed(&pieces)
+                };
+                writeln!(out, "{line}")?;
+            }
+            if k % 20 == 0 {
+                eprintln!(
+                    "{} / {} sentences, {:.0} s",
+                    ((k + 1) * a.batch_size).min(sentences.len()),
+                    sentences.len(),
+                    started.elapsed().as_secs_f64()
+                );
+            }
+        }
+        out.flush()?;
+        Ok(())
+    }
+}
+
+/// Runs the program.
+pub fn run(args: R2d2Args) -> Result<()> {
+    match args.command {
+        Command::Pretrain(a) => {
+            let device = a.device.clone();
+            run_on(&device, PretrainJob { args: a })?
+        }
+        Command::Eval(a) => {
+            let device = a.device.clone();
+            run_on(&device, EvalJob { args: a })?
+        }
+        Command::Parse(a) => {
+            let device = a.device.clone();
+            run_on(&device, ParseJob { args: a })?
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wikitext_lines_become_sentences() {
+        let text = " = Valkyria = \n\n The game @-@ a sequel . It sold <unk> copies ! Then\n = = Plot = = \n";
+        assert_eq!(
+            wikitext_sentences(text),
+            vec!["The game - a sequel .", "It sold unk copies !", "Then"]
+        );
+        assert!(is_heading(" = = Plot = = "));
+        assert!(!is_heading(" = "));
+    }
+}
