@@ -1,0 +1,84 @@
+//! R2D2: pruned (window m = 4) against exhaustive CKY over sentence length; the pruned model's
+//! time must grow linearly in n.
+
+use arbor::encoders::r2d2::{lm_forward, lm_forward_backward, random_tokens, R2d2Lm, R2d2LmConfig};
+use burn::backend::Autodiff;
+use burn::module::AutodiffModule;
+use burn::prelude::*;
+use serde_json::json;
+
+use crate::harness::{Mode, Workload};
+use crate::report::RatioSpec;
+
+/// Vocabulary size.
+pub const VOCAB: usize = 1000;
+/// Sentences per batch.
+pub const BATCH: usize = 8;
+/// Lengths of the pruned sweep.
+pub const LENGTHS: [usize; 3] = [16, 32, 64];
+/// Lengths at which exhaustive CKY also runs (it grows as n³: at n = 32 one CPU
+/// forward+backward already takes minutes, too long for the suite's 10-minute budget).
+pub const FULL_LENGTHS: [usize; 2] = [8, 16];
+
+fn workload<B: Backend>(device: &B::Device, n: usize, pruning: bool) -> Workload {
+    let device = device.clone();
+    let config = R2d2LmConfig::bench(VOCAB, pruning);
+    let params = json!({
+        "d_model": config.d_model, "n_layers": config.n_layers, "n_heads": config.n_heads,
+        "window": config.window, "pruning": pruning, "vocab": VOCAB, "batch": BATCH, "length": n,
+        "tokens": "uniform ids, seed 0", "loss": "bidirectional LM loss (forward: argmax; forward+backward: ST Gumbel, seed 0)",
+    });
+    let (tag, series) = if pruning {
+        ("pruned", "R2D2 pruned (m = 4)")
+    } else {
+        ("full-cky", "R2D2 exhaustive CKY")
+    };
+    Workload::new(
+        "r2d2",
+        format!("{tag}-n{n}"),
+        params,
+        BATCH * n,
+        "tokens",
+        move || {
+            B::seed(&device, 0);
+            let model: R2d2Lm<Autodiff<B>> = config.init(&device);
+            let eval = model.valid();
+            let tokens = random_tokens(BATCH, n, VOCAB, 0);
+            Box::new(move |mode| match mode {
+                Mode::Forward => lm_forward(&eval, &tokens).0,
+                Mode::ForwardBackward => lm_forward_backward(&model, &tokens, 0).0,
+            })
+        },
+    )
+    .in_sweep("r2d2-length", series, n as f64, "sentence length (tokens)")
+}
+
+/// Pruned at 16/32/64, exhaustive at 8/16.
+pub fn workloads<B: Backend>(device: &B::Device) -> Vec<Workload> {
+    let mut out: Vec<Workload> = LENGTHS
+        .iter()
+        .map(|&n| workload::<B>(device, n, true))
+        .collect();
+    out.extend(
+        FULL_LENGTHS
+            .iter()
+            .map(|&n| workload::<B>(device, n, false)),
+    );
+    out
+}
+
+/// Linear scaling means time(64)/time(16) ≈ 4.
+pub fn ratios() -> Vec<RatioSpec> {
+    vec![
+        RatioSpec {
+            label: "R2D2 pruned time(n=64) / time(n=16) (linear: 4)",
+            numerator: "r2d2/pruned-n64",
+            denominator: "r2d2/pruned-n16",
+        },
+        RatioSpec {
+            label: "R2D2 exhaustive / pruned time at n=16",
+            numerator: "r2d2/full-cky-n16",
+            denominator: "r2d2/pruned-n16",
+        },
+    ]
+}
