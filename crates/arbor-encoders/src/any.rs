@@ -14,6 +14,7 @@ use crate::{
     Decisions, EncoderInput, EncoderOutput, GumbelTreeLstm, GumbelTreeLstmConfig, LeafKind,
     LstmEncoder, LstmEncoderConfig, SentenceEncoder,
 };
+use crate::Pooling;
 
 /// The sentence encoders arbor provides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -127,6 +128,9 @@ pub struct EncoderConfig {
     /// that is at most 10).
     #[config(default = 0)]
     pub chunk_size: usize,
+    /// LSTM/cumax encoders: how the sentence vector is pooled from the top layer.
+    #[config(default = "Pooling::Last")]
+    pub pooling: Pooling,
 }
 
 impl EncoderConfig {
@@ -145,6 +149,7 @@ impl EncoderConfig {
                     .with_dropout(self.dropout)
                     .with_cell(other.cell().unwrap_or(CellKind::Lstm))
                     .with_chunk_size(self.chunk_size)
+                    .with_pooling(self.pooling)
                     .init(device),
             ),
         }

@@ -17,4 +17,4 @@ pub use any::{Encoder, EncoderConfig, EncoderKind};
 pub use gumbel_tree_lstm::{
     GumbelTreeLstm, GumbelTreeLstmConfig, GumbelTreeOutput, Leaf, LeafKind,
 };
-pub use lstm::{default_chunk_size, LstmEncoder, LstmEncoderConfig};
+pub use lstm::{default_chunk_size, LstmEncoder, LstmEncoderConfig, Pooling};
