@@ -4,7 +4,7 @@ use arbor_cells::{
     syntactic_distance, AnyCell, CellKind, LstmState, RecurrentCell, RecurrentStack,
     RecurrentStackConfig,
 };
-use burn::module::Param;
+use burn::module::{ModuleVisitor, Param};
 use burn::nn::DropoutConfig;
 use burn::prelude::*;
 use burn::tensor::activation::log_softmax;
@@ -186,7 +186,7 @@ impl RnnLmConfig {
                     .expect("one layer")
             })
             .collect();
-        RnnLm {
+        let model = RnnLm {
             embedding: Param::from_tensor(Tensor::random(
                 [self.n_tokens, self.d_embed],
                 Distribution::Uniform(-0.1, 0.1),
@@ -198,7 +198,21 @@ impl RnnLmConfig {
                 dropout: DropoutConfig::new(0.0).init(),
             },
             reg: self.regularisers(),
-        }
+        };
+        // Burn initialises parameters lazily, and a clone of a not-yet-initialised parameter
+        // draws its own values. DropConnect clones the cells in every forward pass, so every
+        // parameter is materialised here, once.
+        model.visit(&mut Materialize);
+        model
+    }
+}
+
+/// Forces the lazy initialisation of every parameter it visits.
+struct Materialize;
+
+impl<B: Backend> ModuleVisitor<B> for Materialize {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let _ = param.val();
     }
 }
 
@@ -241,7 +255,10 @@ fn run_layer<B: Backend>(
     let mut outputs = Vec::with_capacity(time);
     let mut distances = Vec::with_capacity(time);
     for t in 0..time {
-        let xp_t = xp.clone().narrow(1, t, 1).reshape([batch, width]);
+        let xp_t = xp
+            .clone()
+            .slice([0..batch, t..t + 1, 0..width])
+            .reshape([batch, width]);
         let step = cell.step(xp_t, state);
         state = step.state;
         outputs.push(state.h.clone().unsqueeze_dim::<3>(1));
