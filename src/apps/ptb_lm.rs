@@ -22,7 +22,6 @@ use arbor_train::{
     Task, TrainConfig,
 };
 use burn::backend::Autodiff;
-use burn::module::AutodiffModule;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::TensorData;
@@ -271,8 +270,6 @@ pub struct LmTask<B: AutodiffBackend> {
     carry: RefCell<Option<(usize, LmState<B>)>>,
     /// Training NLL sum and tokens since the last evaluation.
     running: RefCell<(f64, usize)>,
-    /// Training tokens and wall-clock seconds of steps since the start.
-    speed: RefCell<(usize, f64)>,
 }
 
 impl<B: AutodiffBackend> LmTask<B> {
@@ -294,14 +291,7 @@ impl<B: AutodiffBackend> LmTask<B> {
             device,
             carry: RefCell::new(None),
             running: RefCell::new((0.0, 0)),
-            speed: RefCell::new((0, 0.0)),
         }
-    }
-
-    /// Training tokens per second of step time so far in this process.
-    pub fn tokens_per_sec(&self) -> f64 {
-        let (tokens, secs) = *self.speed.borrow();
-        tokens as f64 / secs.max(1e-9)
     }
 }
 
@@ -317,7 +307,6 @@ impl<B: AutodiffBackend> Task<B> for LmTask<B> {
     }
 
     fn step(&self, model: &RnnLm<B>, batch: &[usize], _: &mut GumbelSampler) -> StepOutput<B> {
-        let started = Instant::now();
         let s = batch[0];
         let init = self
             .carry
@@ -338,9 +327,6 @@ impl<B: AutodiffBackend> Task<B> for LmTask<B> {
         let mut r = self.running.borrow_mut();
         r.0 += nll_value * tokens as f64;
         r.1 += tokens;
-        let mut sp = self.speed.borrow_mut();
-        sp.0 += tokens;
-        sp.1 += started.elapsed().as_secs_f64();
         StepOutput {
             loss,
             correct,
@@ -363,7 +349,7 @@ impl<B: AutodiffBackend> Task<B> for LmTask<B> {
         }
         eprintln!(
             "valid perplexity {:.2} ({} tokens, {:.0} s); train perplexity {} (running, with \
-             dropout); {:.0} training tokens/s",
+             dropout)",
             report.extra.get("perplexity").copied().unwrap_or(f64::NAN),
             report.total,
             started.elapsed().as_secs_f64(),
@@ -372,7 +358,6 @@ impl<B: AutodiffBackend> Task<B> for LmTask<B> {
                 .get("train_perplexity")
                 .map(|p| format!("{p:.2}"))
                 .unwrap_or_else(|| "-".into()),
-            self.tokens_per_sec()
         );
         report
     }
