@@ -32,7 +32,10 @@ use crate::device::{run_on, BackendJob};
 
 /// Train (or evaluate, or parse with) a recurrent language model on PTB.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "ptb_lm", about = "Word-level language models on PTB with any recurrent cell")]
+#[command(
+    name = "ptb_lm",
+    about = "Word-level language models on PTB with any recurrent cell"
+)]
 pub struct PtbLmArgs {
     /// Training text (one sentence per line; `<eos>` is appended to every line).
     #[arg(long, default_value = "../shared/data/ptb_lm/ptb.train.txt")]
@@ -197,7 +200,10 @@ pub fn read_stream(path: &Path, vocab: &Vocab) -> Result<Vec<u32>> {
 /// words to `<unk>`).
 pub fn build_vocab(path: &Path) -> Result<Vocab> {
     if !path.exists() {
-        bail!("{} not found; PTB is in ../shared/data/ptb_lm", path.display());
+        bail!(
+            "{} not found; PTB is in ../shared/data/ptb_lm",
+            path.display()
+        );
     }
     let corpus = read_lm(path, ReadOptions::strict())?;
     Ok(Vocab::build(
@@ -491,13 +497,16 @@ impl Job {
         let (model, vocab, _, path) = load_trained::<B>(&dir, &device)?;
         let gold = load_gold(file, &parse_prep(), None)?;
         let n_layers = model.stack.layers.len();
-        if !model
+        if model
             .stack
             .layers
             .first()
-            .is_some_and(|l| arbor_cells::RecurrentCell::n_chunks(l).is_some())
+            .is_none_or(|l| arbor_cells::RecurrentCell::n_chunks(l).is_none())
         {
-            bail!("{}: an LSTM has no syntactic distances to parse with", path.display());
+            bail!(
+                "{}: an LSTM has no syntactic distances to parse with",
+                path.display()
+            );
         }
         let eos = vocab.id(EOS);
         let mut scores = vec![ParsingF1::default(); n_layers];
@@ -523,9 +532,11 @@ impl Job {
             let x = int_tensor::<B>(&ids, [chunk.len(), time], &device);
             let distances = model.layer_distances(x, &lengths);
             for (l, d) in distances.into_iter().enumerate() {
-                let d = d.into_data().convert::<f64>().to_vec::<f64>().map_err(|e| {
-                    anyhow::anyhow!("reading distances: {e:?}")
-                })?;
+                let d = d
+                    .into_data()
+                    .convert::<f64>()
+                    .to_vec::<f64>()
+                    .map_err(|e| anyhow::anyhow!("reading distances: {e:?}"))?;
                 for (b, s) in chunk.iter().enumerate() {
                     let n = s.words.len();
                     let row = &d[b * time + 1..b * time + 1 + n];
@@ -566,8 +577,14 @@ impl Job {
             row(&format!("layer {}", l + 1), f);
         }
         let spans = gold.span_lists();
-        row("right-branching", &baseline_f1(&spans, Baseline::RightBranching));
-        row("left-branching", &baseline_f1(&spans, Baseline::LeftBranching));
+        row(
+            "right-branching",
+            &baseline_f1(&spans, Baseline::RightBranching),
+        );
+        row(
+            "left-branching",
+            &baseline_f1(&spans, Baseline::LeftBranching),
+        );
         row("balanced", &baseline_f1(&spans, Baseline::Balanced));
         if let Some(out) = &a.trees_out {
             let best = (0..n_layers)

@@ -10,11 +10,11 @@ use std::str::FromStr;
 use arbor_cells::CellKind;
 use burn::prelude::*;
 
+use crate::Pooling;
 use crate::{
     Decisions, EncoderInput, EncoderOutput, GumbelTreeLstm, GumbelTreeLstmConfig, LeafKind,
     LstmEncoder, LstmEncoderConfig, SentenceEncoder,
 };
-use crate::Pooling;
 
 /// The sentence encoders arbor provides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]

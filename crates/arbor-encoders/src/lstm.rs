@@ -1,6 +1,8 @@
 //! Left-to-right recurrent encoders: the LSTM baseline and the ON-LSTM/FastTrees family.
 
-use arbor_cells::{length_mask, AnyCell, CellKind, RecurrentStack, RecurrentStackConfig, StackOutput};
+use arbor_cells::{
+    length_mask, AnyCell, CellKind, RecurrentStack, RecurrentStackConfig, StackOutput,
+};
 use arbor_data::tree::BinaryTree;
 use burn::prelude::*;
 
@@ -32,7 +34,9 @@ pub struct LstmEncoderConfig {
 }
 
 /// How a recurrent encoder turns its top layer's outputs `h_1 … h_n` into a sentence vector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Pooling {
     /// `h_n`, the output after the last real word (the default).
@@ -197,9 +201,7 @@ impl<B: Backend> SentenceEncoder<B> for LstmEncoder<B> {
             (true, Some(d)) => distance_trees(d, &lengths),
             _ => None,
         };
-        let sentence = self
-            .pooling
-            .apply(out.outputs.clone(), top.h, &lengths);
+        let sentence = self.pooling.apply(out.outputs.clone(), top.h, &lengths);
         EncoderOutput {
             sentence,
             tokens: Some(out.outputs),

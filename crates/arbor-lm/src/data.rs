@@ -104,7 +104,9 @@ mod tests {
         assert_eq!(s1.len, 2);
         assert_eq!(s1.inputs, [4, 5, 11, 12, 18, 19]);
         assert_eq!(s1.targets, [5, 6, 12, 13, 19, 20]);
-        let total: usize = (0..b.num_segments()).map(|s| b.segment(s).targets.len()).sum();
+        let total: usize = (0..b.num_segments())
+            .map(|s| b.segment(s).targets.len())
+            .sum();
         assert_eq!(total, b.num_targets());
         assert_eq!(Batchified::new(&stream, 30, 4).num_segments(), 0);
     }

@@ -171,12 +171,19 @@ impl RnnLmConfig {
     /// # Panics
     /// If `n_layers` is 0, or `chunk_size` does not divide the widths of a cumax cell.
     pub fn init<B: Backend>(&self, device: &B::Device) -> RnnLm<B> {
-        assert!(self.n_layers > 0, "a language model needs at least one layer");
+        assert!(
+            self.n_layers > 0,
+            "a language model needs at least one layer"
+        );
         let n = self.n_layers;
         let layers = (0..n)
             .map(|l| {
                 let d_in = if l == 0 { self.d_embed } else { self.d_hidden };
-                let h = if l + 1 == n { self.d_embed } else { self.d_hidden };
+                let h = if l + 1 == n {
+                    self.d_embed
+                } else {
+                    self.d_hidden
+                };
                 RecurrentStackConfig::new(self.cell, d_in, h)
                     .with_chunk_size(self.chunk_size)
                     .with_kernel_size(self.kernel_size)

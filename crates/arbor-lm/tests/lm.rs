@@ -35,7 +35,10 @@ fn no_reg(c: RnnLmConfig) -> RnnLmConfig {
 
 fn ids<B: Backend>(rows: &[&[u32]]) -> Tensor<B, 2, Int> {
     let t = rows[0].len();
-    let v: Vec<i64> = rows.iter().flat_map(|r| r.iter().map(|&x| x as i64)).collect();
+    let v: Vec<i64> = rows
+        .iter()
+        .flat_map(|r| r.iter().map(|&x| x as i64))
+        .collect();
     Tensor::from_data(TensorData::new(v, [rows.len(), t]), &Default::default())
 }
 
@@ -45,7 +48,10 @@ fn vals<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
 
 fn max_diff(a: &[f64], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
 }
 
 #[test]
@@ -65,10 +71,16 @@ fn carrying_the_state_across_segments_equals_running_the_joined_segment() {
         let h_joined = vals(joined.state.layers[1].state.h.clone());
         let h_split = vals(b.state.layers[1].state.h.clone());
         assert!(max_diff(&h_joined, &h_split) < 1e-5, "{cell}: final state");
-        assert_eq!(joined.distances.len(), if cell == CellKind::Lstm { 0 } else { 2 });
+        assert_eq!(
+            joined.distances.len(),
+            if cell == CellKind::Lstm { 0 } else { 2 }
+        );
         for (l, dj) in joined.distances.iter().enumerate() {
             let ds = Tensor::cat(vec![a.distances[l].clone(), b.distances[l].clone()], 1);
-            assert!(max_diff(&vals(ds), &vals(dj.clone())) < 1e-5, "{cell}: distances");
+            assert!(
+                max_diff(&vals(ds), &vals(dj.clone())) < 1e-5,
+                "{cell}: distances"
+            );
         }
     }
 }
@@ -122,7 +134,10 @@ fn each_regulariser_changes_training_output_but_not_evaluation() {
         let base: RnnLm<Ad> = no_reg(config(cell)).init(&device);
         let reference = vals(base.valid().forward(ids(&x), None).logits);
         let base_train = vals(base.forward(ids(&x), None).logits);
-        assert!(max_diff(&reference, &base_train) < 1e-5, "{cell}: no regulariser");
+        assert!(
+            max_diff(&reference, &base_train) < 1e-5,
+            "{cell}: no regulariser"
+        );
         for (name, set) in cases {
             let mut m = base.clone();
             m.reg = set(no_reg(config(cell))).regularisers();
@@ -161,7 +176,10 @@ fn locked_dropout_shares_one_mask_over_time_and_embedding_dropout_drops_rows() {
     let e = vals(embedding_dropout(w, 0.5));
     let rows: Vec<f64> = e.chunks(4).map(|r| r[0]).collect();
     for (r, chunk) in e.chunks(4).enumerate() {
-        assert!(chunk.iter().all(|&v| v == rows[r]), "row {r} partly dropped");
+        assert!(
+            chunk.iter().all(|&v| v == rows[r]),
+            "row {r} partly dropped"
+        );
     }
     assert!(rows.contains(&0.0) && rows.contains(&2.0));
     // Without autodiff both are the identity.
@@ -185,7 +203,11 @@ fn weight_drop_masks_the_recurrent_matrix_and_keeps_its_gradient() {
     let u = vals(cell.hidden.weight.val());
     let du = vals(dc.hidden.weight.val());
     let zeros = du.iter().filter(|&&v| v == 0.0).count();
-    assert!(zeros > du.len() / 4 && zeros < 3 * du.len() / 4, "{zeros} of {}", du.len());
+    assert!(
+        zeros > du.len() / 4 && zeros < 3 * du.len() / 4,
+        "{zeros} of {}",
+        du.len()
+    );
     for (a, b) in u.iter().zip(&du) {
         assert!(*b == 0.0 || (b - 2.0 * a).abs() < 1e-6);
     }
@@ -210,10 +232,14 @@ fn ar_and_tar_follow_their_definitions() {
     let h = vals(out.outputs.clone());
     let d = 6;
     let ar: f64 = h.iter().map(|v| v * v).sum::<f64>() / h.len() as f64;
-    let tar: f64 = (d..h.len()).map(|i| (h[i] - h[i - d]).powi(2)).sum::<f64>()
-        / (h.len() - d) as f64;
+    let tar: f64 =
+        (d..h.len()).map(|i| (h[i] - h[i - d]).powi(2)).sum::<f64>() / (h.len() - d) as f64;
     let got = vals(out.ar_tar(2.0, 1.0))[0];
-    assert!((got - (2.0 * ar + tar)).abs() < 1e-6, "{got} vs {}", 2.0 * ar + tar);
+    assert!(
+        (got - (2.0 * ar + tar)).abs() < 1e-6,
+        "{got} vs {}",
+        2.0 * ar + tar
+    );
 }
 
 #[test]
@@ -234,11 +260,17 @@ fn the_loss_decreases_on_a_tiny_corpus() {
         for s in 0..data.num_segments() {
             let seg = data.segment(s);
             let x = Tensor::<Fx, 2, Int>::from_data(
-                TensorData::new(seg.inputs.iter().map(|&v| v as i64).collect(), [seg.batch, seg.len]),
+                TensorData::new(
+                    seg.inputs.iter().map(|&v| v as i64).collect(),
+                    [seg.batch, seg.len],
+                ),
                 &device,
             );
             let y = Tensor::<Fx, 2, Int>::from_data(
-                TensorData::new(seg.targets.iter().map(|&v| v as i64).collect(), [seg.batch, seg.len]),
+                TensorData::new(
+                    seg.targets.iter().map(|&v| v as i64).collect(),
+                    [seg.batch, seg.len],
+                ),
                 &device,
             );
             let out = m.forward(x, state);
@@ -253,15 +285,23 @@ fn the_loss_decreases_on_a_tiny_corpus() {
         for s in 0..data.num_segments() {
             let seg = data.segment(s);
             let x = Tensor::<Ad, 2, Int>::from_data(
-                TensorData::new(seg.inputs.iter().map(|&v| v as i64).collect(), [seg.batch, seg.len]),
+                TensorData::new(
+                    seg.inputs.iter().map(|&v| v as i64).collect(),
+                    [seg.batch, seg.len],
+                ),
                 &device,
             );
             let y = Tensor::<Ad, 2, Int>::from_data(
-                TensorData::new(seg.targets.iter().map(|&v| v as i64).collect(), [seg.batch, seg.len]),
+                TensorData::new(
+                    seg.targets.iter().map(|&v| v as i64).collect(),
+                    [seg.batch, seg.len],
+                ),
                 &device,
             );
             let out = model.forward(x, state);
-            let loss = token_nll(out.logits.clone(), y).mean().add(out.ar_tar(2.0, 1.0));
+            let loss = token_nll(out.logits.clone(), y)
+                .mean()
+                .add(out.ar_tar(2.0, 1.0));
             state = Some(out.state.detach());
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             model = optim.step(2e-2, model, grads);

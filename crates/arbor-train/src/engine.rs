@@ -541,7 +541,9 @@ where
             .max_minutes
             .is_none_or(|m| state.elapsed_sec < 60.0 * m)
     };
-    'epochs: while (state.epoch as usize) < config.epochs && state.step < max_steps && in_time(&state)
+    'epochs: while (state.epoch as usize) < config.epochs
+        && state.step < max_steps
+        && in_time(&state)
     {
         let batches = task
             .batches(state.epoch)
