@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use arbor_encoders::{EncoderConfig, EncoderKind, LeafKind};
+use arbor_encoders::{EncoderConfig, EncoderKind, LeafKind, Pooling};
 use arbor_train::{OptimizerKind, TrainConfig};
 use clap::{Args, ValueEnum};
 
@@ -46,6 +46,10 @@ pub struct TrainArgs {
     /// Leaves of Gumbel Tree-LSTM.
     #[arg(long, value_enum, default_value = "lstm")]
     pub leaf: LeafArg,
+    /// Sentence vector of the recurrent encoders: last real state, or mean or max over the
+    /// real words.
+    #[arg(long, default_value = "last", value_parser = parse_pooling)]
+    pub pooling: Pooling,
     /// Examples per batch.
     #[arg(long, default_value_t = 64)]
     pub batch_size: usize,
@@ -94,6 +98,10 @@ fn parse_encoder(s: &str) -> Result<EncoderKind, String> {
     s.parse()
 }
 
+fn parse_pooling(s: &str) -> Result<Pooling, String> {
+    s.parse()
+}
+
 impl TrainArgs {
     /// The engine configuration these flags describe.
     pub fn train_config(&self) -> TrainConfig {
@@ -117,9 +125,11 @@ impl TrainArgs {
 
     /// The encoder configuration for word embeddings of width `d_embed`.
     pub fn encoder_config(&self, d_embed: usize) -> EncoderConfig {
-        EncoderConfig::new(self.encoder, d_embed, self.dim).with_leaf(match self.leaf {
-            LeafArg::Lstm => LeafKind::Lstm,
-            LeafArg::Affine => LeafKind::Affine,
-        })
+        EncoderConfig::new(self.encoder, d_embed, self.dim)
+            .with_leaf(match self.leaf {
+                LeafArg::Lstm => LeafKind::Lstm,
+                LeafArg::Affine => LeafKind::Affine,
+            })
+            .with_pooling(self.pooling)
     }
 }

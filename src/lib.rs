@@ -20,6 +20,7 @@ pub use arbor_cells as cells;
 pub use arbor_data as data;
 pub use arbor_encoders as encoders;
 pub use arbor_heads as heads;
+pub use arbor_lm as lm;
 pub use arbor_train as train;
 pub use burn;
 

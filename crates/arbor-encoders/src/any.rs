@@ -10,6 +10,7 @@ use std::str::FromStr;
 use arbor_cells::CellKind;
 use burn::prelude::*;
 
+use crate::Pooling;
 use crate::{
     Decisions, EncoderInput, EncoderOutput, GumbelTreeLstm, GumbelTreeLstmConfig, LeafKind,
     LstmEncoder, LstmEncoderConfig, R2d2, R2d2Config, SentenceEncoder,
@@ -140,6 +141,9 @@ pub struct EncoderConfig {
     /// R2D2: attention heads (the largest divisor of `d_hidden` not above this is used).
     #[config(default = 4)]
     pub heads: usize,
+    /// LSTM/cumax encoders: how the sentence vector is pooled from the top layer.
+    #[config(default = "Pooling::Last")]
+    pub pooling: Pooling,
 }
 
 impl EncoderConfig {
@@ -171,6 +175,7 @@ impl EncoderConfig {
                     .with_dropout(self.dropout)
                     .with_cell(other.cell().unwrap_or(CellKind::Lstm))
                     .with_chunk_size(self.chunk_size)
+                    .with_pooling(self.pooling)
                     .init(device),
             ),
         }

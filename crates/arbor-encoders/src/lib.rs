@@ -18,5 +18,5 @@ pub use any::{Encoder, EncoderConfig, EncoderKind};
 pub use gumbel_tree_lstm::{
     GumbelTreeLstm, GumbelTreeLstmConfig, GumbelTreeOutput, Leaf, LeafKind,
 };
-pub use lstm::{default_chunk_size, LstmEncoder, LstmEncoderConfig};
+pub use lstm::{default_chunk_size, LstmEncoder, LstmEncoderConfig, Pooling};
 pub use r2d2::{R2d2, R2d2Config, R2d2Lm, R2d2LmConfig};

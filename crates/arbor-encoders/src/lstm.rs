@@ -1,6 +1,8 @@
 //! Left-to-right recurrent encoders: the LSTM baseline and the ON-LSTM/FastTrees family.
 
-use arbor_cells::{AnyCell, CellKind, RecurrentStack, RecurrentStackConfig, StackOutput};
+use arbor_cells::{
+    length_mask, AnyCell, CellKind, RecurrentStack, RecurrentStackConfig, StackOutput,
+};
 use arbor_data::tree::BinaryTree;
 use burn::prelude::*;
 
@@ -26,6 +28,91 @@ pub struct LstmEncoderConfig {
     /// `d_hidden` that is at most 10 (ON-LSTM's usual chunk size).
     #[config(default = 0)]
     pub chunk_size: usize,
+    /// How the sentence vector is read from the top layer's outputs.
+    #[config(default = "Pooling::Last")]
+    pub pooling: Pooling,
+}
+
+/// How a recurrent encoder turns its top layer's outputs `h_1 … h_n` into a sentence vector.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pooling {
+    /// `h_n`, the output after the last real word (the default).
+    #[default]
+    Last,
+    /// `(1/n) Σ_t h_t` over the real words.
+    Mean,
+    /// The element-wise maximum of `h_t` over the real words.
+    Max,
+}
+
+impl Pooling {
+    /// Every pooling, in a fixed order.
+    pub const ALL: [Pooling; 3] = [Pooling::Last, Pooling::Mean, Pooling::Max];
+
+    /// The command-line name (`last`, `mean`, `max`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Pooling::Last => "last",
+            Pooling::Mean => "mean",
+            Pooling::Max => "max",
+        }
+    }
+
+    /// Pools top-layer outputs over the real positions.
+    ///
+    /// # Shapes
+    /// - `outputs`: `[batch, time, H]` (zeros at padding, as the runner returns them)
+    /// - `last`: `[batch, H]`, the output after each example's last real word
+    /// - `lengths`: `batch` entries, each in `1..=time`
+    /// - output: `[batch, H]`
+    pub fn apply<B: Backend>(
+        self,
+        outputs: Tensor<B, 3>,
+        last: Tensor<B, 2>,
+        lengths: &[usize],
+    ) -> Tensor<B, 2> {
+        let [batch, time, h] = outputs.dims();
+        let device = outputs.device();
+        match self {
+            Pooling::Last => last,
+            Pooling::Mean => {
+                let inv: Vec<f32> = lengths.iter().map(|&l| 1.0 / l.max(1) as f32).collect();
+                let inv = Tensor::<B, 1>::from_floats(inv.as_slice(), &device).reshape([batch, 1]);
+                // Padded positions hold zeros, so the plain sum is the sum over real words.
+                outputs.sum_dim(1).reshape([batch, h]).mul(inv)
+            }
+            Pooling::Max => {
+                let pad = length_mask::<B>(lengths, time, &device)
+                    .bool_not()
+                    .unsqueeze_dim::<3>(2)
+                    .expand([batch, time, h]);
+                outputs
+                    .mask_fill(pad, f32::NEG_INFINITY)
+                    .max_dim(1)
+                    .reshape([batch, h])
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Pooling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Pooling {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Pooling::ALL
+            .into_iter()
+            .find(|p| p.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("unknown pooling `{s}`; expected one of last, mean, max"))
+    }
 }
 
 /// The chunk size used for `d_hidden` when none is given: the largest divisor ≤ 10.
@@ -43,6 +130,8 @@ pub fn default_chunk_size(d_hidden: usize) -> usize {
 pub struct LstmEncoder<B: Backend> {
     /// The layers.
     pub stack: RecurrentStack<B>,
+    /// How the sentence vector is read from the top layer.
+    pub pooling: Pooling,
 }
 
 impl LstmEncoderConfig {
@@ -60,6 +149,7 @@ impl LstmEncoderConfig {
                     c => c,
                 })
                 .init(device),
+            pooling: self.pooling,
         }
     }
 }
@@ -92,8 +182,8 @@ impl<B: Backend> SentenceEncoder<B> for LstmEncoder<B> {
         self.stack.d_hidden()
     }
 
-    /// Encodes a batch: `sentence` is the top layer's last real `h`, `tokens` the top layer's
-    /// outputs. Recurrent cells make no discrete decisions, so `decisions` is ignored.
+    /// Encodes a batch: `sentence` is the top layer's last real `h` (or its mean or maximum over
+    /// the real words, as [`Pooling`] says), `tokens` the top layer's outputs. Recurrent cells make no discrete decisions, so `decisions` is ignored.
     ///
     /// # Shapes
     /// - `input.embeddings`: `[batch, time, d_input]`
@@ -111,8 +201,9 @@ impl<B: Backend> SentenceEncoder<B> for LstmEncoder<B> {
             (true, Some(d)) => distance_trees(d, &lengths),
             _ => None,
         };
+        let sentence = self.pooling.apply(out.outputs.clone(), top.h, &lengths);
         EncoderOutput {
-            sentence: top.h,
+            sentence,
             tokens: Some(out.outputs),
             trees,
             aux_loss: None,

@@ -49,6 +49,10 @@ pub struct TrainConfig {
     pub epochs: usize,
     /// Stop after this many optimizer steps in total (across resumes).
     pub max_steps: Option<u64>,
+    /// Stop once this many minutes of training steps (evaluation excluded, across resumes) have
+    /// run: a time budget for comparing models at equal wall-clock cost.
+    #[serde(default)]
+    pub max_minutes: Option<f64>,
     /// Evaluate (and checkpoint) every this many steps; 0 = at the end of every epoch.
     pub eval_every: u64,
     /// Seed of initialisation, data order, dropout and Gumbel noise.
@@ -84,6 +88,7 @@ impl TrainConfig {
             max_tokens: None,
             epochs: 1,
             max_steps: None,
+            max_minutes: None,
             eval_every: 0,
             seed: 0,
             plateau_factor: 0.5,
@@ -189,6 +194,14 @@ pub trait Task<B: AutodiffBackend> {
     /// Metadata stored in every checkpoint (model configuration, vocabulary…).
     fn metadata(&self) -> serde_json::Value {
         serde_json::Value::Null
+    }
+
+    /// The batches of epoch `epoch`, in order, when the task fixes them itself (e.g. the
+    /// consecutive segments of truncated BPTT, which must not be shuffled); `None` (the default)
+    /// lets the engine bucket and shuffle [`Task::train_lengths`].
+    fn batches(&self, epoch: u64) -> Option<Vec<Vec<usize>>> {
+        let _ = epoch;
+        None
     }
 }
 
@@ -537,8 +550,18 @@ where
 
     let max_steps = config.max_steps.unwrap_or(u64::MAX);
     let mut last_eval_step = None;
-    'epochs: while (state.epoch as usize) < config.epochs && state.step < max_steps {
-        let batches = make_batches(&lengths, &batch_config, state.epoch);
+    let in_time = |state: &TrainState| {
+        config
+            .max_minutes
+            .is_none_or(|m| state.elapsed_sec < 60.0 * m)
+    };
+    'epochs: while (state.epoch as usize) < config.epochs
+        && state.step < max_steps
+        && in_time(&state)
+    {
+        let batches = task
+            .batches(state.epoch)
+            .unwrap_or_else(|| make_batches(&lengths, &batch_config, state.epoch));
         let progress = Progress::new(batches.len() as u64, state.epoch, config.quiet);
         progress.bar.set_position(state.batch_in_epoch as u64);
         let (mut win_loss, mut win_steps, mut win_correct, mut win_total) = (0.0, 0u64, 0, 0);
@@ -585,7 +608,10 @@ where
                 state.lr
             ));
             let eval_now = config.eval_every > 0 && state.step.is_multiple_of(config.eval_every);
-            let stop = state.step >= max_steps;
+            let out_of_time = config
+                .max_minutes
+                .is_some_and(|m| state.elapsed_sec >= 60.0 * m);
+            let stop = state.step >= max_steps || out_of_time;
             if eval_now || stop || state.batch_in_epoch == batches.len() {
                 log.append(&MetricsRecord {
                     kind: "train".into(),

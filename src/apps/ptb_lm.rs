@@ -1,0 +1,629 @@
+//! `cargo run --release --example ptb_lm`: word-level language models on Penn Treebank with any
+//! recurrent cell, trained by arbor-train's engine with truncated BPTT; perplexity of a trained
+//! model on any file (`--eval`); unsupervised parsing from its per-layer syntactic distances
+//! (`--parse`), scored against gold trees. See `docs/lm.md`.
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use arbor_cells::{CellKind, GumbelSampler};
+use arbor_data::metrics::{baseline_f1, Baseline, F1Convention, ParsingF1};
+use arbor_data::parseval::load_gold;
+use arbor_data::readers::lm::EOS;
+use arbor_data::readers::read_lm;
+use arbor_data::tree::{BinaryTree, DigitNorm, TextNorm, TreePrep};
+use arbor_data::vocab::{Vocab, VocabConfig};
+use arbor_data::ReadOptions;
+use arbor_lm::{token_nll, Batchified, LmState, RnnLm, RnnLmConfig};
+use arbor_train::{
+    load_model, seed_everything, train, CheckpointFile, EvalReport, OptimizerKind, StepOutput,
+    Task, TrainConfig,
+};
+use burn::backend::Autodiff;
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::TensorData;
+use clap::Parser;
+
+use super::common::checkpoint_in;
+use crate::device::{run_on, BackendJob};
+
+/// Train (or evaluate, or parse with) a recurrent language model on PTB.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "ptb_lm",
+    about = "Word-level language models on PTB with any recurrent cell"
+)]
+pub struct PtbLmArgs {
+    /// Training text (one sentence per line; `<eos>` is appended to every line).
+    #[arg(long, default_value = "../shared/data/ptb_lm/ptb.train.txt")]
+    pub train: PathBuf,
+    /// Validation text.
+    #[arg(long, default_value = "../shared/data/ptb_lm/ptb.valid.txt")]
+    pub valid: PathBuf,
+    /// Evaluate the perplexity of `--checkpoint` on this file instead of training.
+    #[arg(long)]
+    pub eval: Option<PathBuf>,
+    /// Parse this one-tree-per-line gold treebank with `--checkpoint`'s syntactic distances and
+    /// print parsing F1 per layer, instead of training.
+    #[arg(long)]
+    pub parse: Option<PathBuf>,
+    /// Run directory or checkpoint file for `--eval` / `--parse` (default: `--out`).
+    #[arg(long)]
+    pub checkpoint: Option<PathBuf>,
+    /// Write the predicted trees of the best layer here (`--parse`), one per gold sentence.
+    #[arg(long)]
+    pub trees_out: Option<PathBuf>,
+    /// Recurrent cell: lstm, on-lstm, fasttrees, faster-fasttrees, conv-fasttrees.
+    #[arg(long, default_value = "on-lstm", value_parser = parse_cell)]
+    pub cell: CellKind,
+    /// Embedding width (= the top layer's width, tied decoder).
+    #[arg(long, default_value_t = 200)]
+    pub emb: usize,
+    /// Hidden width of the lower layers.
+    #[arg(long, default_value_t = 400)]
+    pub hidden: usize,
+    /// Layers.
+    #[arg(long, default_value_t = 3)]
+    pub layers: usize,
+    /// Neurons per master-gate chunk (divides --emb and --hidden).
+    #[arg(long, default_value_t = 10)]
+    pub chunk_size: usize,
+    /// Conv FastTrees kernel width.
+    #[arg(long, default_value_t = 3)]
+    pub kernel_size: usize,
+    /// Output locked dropout.
+    #[arg(long, default_value_t = 0.45)]
+    pub dropout: f64,
+    /// Locked dropout between layers.
+    #[arg(long, default_value_t = 0.3)]
+    pub dropout_hidden: f64,
+    /// Input locked dropout.
+    #[arg(long, default_value_t = 0.5)]
+    pub dropout_input: f64,
+    /// Embedding (word) dropout.
+    #[arg(long, default_value_t = 0.1)]
+    pub dropout_embedding: f64,
+    /// DropConnect on hidden-to-hidden weights.
+    #[arg(long, default_value_t = 0.45)]
+    pub weight_drop: f64,
+    /// AR weight α.
+    #[arg(long, default_value_t = 2.0)]
+    pub alpha: f64,
+    /// TAR weight β.
+    #[arg(long, default_value_t = 1.0)]
+    pub beta: f64,
+    /// Rows trained in parallel.
+    #[arg(long, default_value_t = 20)]
+    pub batch_size: usize,
+    /// Rows in evaluation.
+    #[arg(long, default_value_t = 10)]
+    pub eval_batch_size: usize,
+    /// Truncated-BPTT segment length.
+    #[arg(long, default_value_t = 35)]
+    pub bptt: usize,
+    /// Evaluate on at most this many validation tokens during training (default: all).
+    #[arg(long)]
+    pub valid_tokens: Option<usize>,
+    /// Epochs.
+    #[arg(long, default_value_t = 1)]
+    pub epochs: usize,
+    /// Stop after this many optimizer steps.
+    #[arg(long)]
+    pub max_steps: Option<u64>,
+    /// Stop after this many minutes of training steps (evaluation time excluded).
+    #[arg(long)]
+    pub max_minutes: Option<f64>,
+    /// Adam learning rate.
+    #[arg(long, default_value_t = 2e-3)]
+    pub lr: f64,
+    /// Weight decay (Adam, coupled L2).
+    #[arg(long, default_value_t = 1.2e-6)]
+    pub weight_decay: f64,
+    /// Clip the global gradient norm (0: none).
+    #[arg(long, default_value_t = 0.25)]
+    pub clip: f64,
+    /// Evaluate and checkpoint every N steps (0: every epoch).
+    #[arg(long, default_value_t = 0)]
+    pub eval_every: u64,
+    /// Seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Backend and device: flex, ndarray, cuda, cuda:N.
+    #[arg(long, default_value = "flex")]
+    pub device: String,
+    /// Output directory (checkpoints, metrics.jsonl).
+    #[arg(long, default_value = "runs/ptb_lm")]
+    pub out: PathBuf,
+    /// Continue from OUT/last.ckpt (the carried state restarts from zeros).
+    #[arg(long)]
+    pub resume: bool,
+    /// No progress bars.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+fn parse_cell(s: &str) -> Result<CellKind, String> {
+    s.parse()
+}
+
+impl PtbLmArgs {
+    /// The model configuration these flags describe.
+    pub fn model_config(&self, n_tokens: usize) -> RnnLmConfig {
+        RnnLmConfig::new(self.cell, n_tokens, self.emb, self.hidden)
+            .with_n_layers(self.layers)
+            .with_chunk_size(self.chunk_size)
+            .with_kernel_size(self.kernel_size)
+            .with_dropout(self.dropout)
+            .with_dropout_hidden(self.dropout_hidden)
+            .with_dropout_input(self.dropout_input)
+            .with_dropout_embedding(self.dropout_embedding)
+            .with_weight_drop(self.weight_drop)
+            .with_alpha(self.alpha)
+            .with_beta(self.beta)
+    }
+
+    /// The engine configuration these flags describe.
+    pub fn train_config(&self) -> TrainConfig {
+        let mut c = TrainConfig::new(&self.out);
+        c.optimizer = OptimizerKind::Adam;
+        c.lr = self.lr;
+        c.weight_decay = self.weight_decay;
+        c.clip_norm = (self.clip > 0.0).then_some(self.clip);
+        c.batch_size = 1;
+        c.epochs = self.epochs;
+        c.max_steps = self.max_steps;
+        c.max_minutes = self.max_minutes;
+        c.eval_every = self.eval_every;
+        c.seed = self.seed;
+        c.resume = self.resume;
+        c.quiet = self.quiet;
+        c
+    }
+}
+
+/// A text file as ids of the `<eos>`-terminated token stream.
+pub fn read_stream(path: &Path, vocab: &Vocab) -> Result<Vec<u32>> {
+    if !path.exists() {
+        bail!(
+            "{} not found; PTB is in ../shared/data/ptb_lm (or pass --train/--valid/--eval)",
+            path.display()
+        );
+    }
+    let corpus = read_lm(path, ReadOptions::strict())?;
+    Ok(vocab.encode(&corpus.token_stream(EOS)))
+}
+
+/// The training vocabulary: every token of the stream, `<eos>` included (PTB already maps rare
+/// words to `<unk>`).
+pub fn build_vocab(path: &Path) -> Result<Vocab> {
+    if !path.exists() {
+        bail!(
+            "{} not found; PTB is in ../shared/data/ptb_lm",
+            path.display()
+        );
+    }
+    let corpus = read_lm(path, ReadOptions::strict())?;
+    Ok(Vocab::build(
+        corpus.token_stream(EOS),
+        &VocabConfig {
+            extra_specials: vec![EOS.to_string()],
+            ..VocabConfig::default()
+        },
+    ))
+}
+
+fn int_tensor<B: Backend>(v: &[u32], shape: [usize; 2], device: &B::Device) -> Tensor<B, 2, Int> {
+    let v: Vec<i64> = v.iter().map(|&x| x as i64).collect();
+    Tensor::from_data(TensorData::new(v, shape), device)
+}
+
+/// Correct top-1 next-word predictions of one segment.
+fn correct_predictions<B: Backend>(logits: Tensor<B, 3>, targets: Tensor<B, 2, Int>) -> usize {
+    let [b, t, _] = logits.dims();
+    let pred = logits.argmax(2).reshape([b, t]);
+    pred.equal(targets).int().sum().into_scalar().elem::<i64>() as usize
+}
+
+/// Perplexity evaluation of `model` over a whole batchified stream, carrying the state.
+pub fn evaluate_stream<B: Backend>(
+    model: &RnnLm<B>,
+    data: &Batchified,
+    device: &B::Device,
+) -> EvalReport {
+    let mut state: Option<LmState<B>> = None;
+    let mut report = EvalReport::default();
+    for s in 0..data.num_segments() {
+        let seg = data.segment(s);
+        let x = int_tensor::<B>(&seg.inputs, [seg.batch, seg.len], device);
+        let y = int_tensor::<B>(&seg.targets, [seg.batch, seg.len], device);
+        let out = model.forward(x, state);
+        let nll = token_nll(out.logits.clone(), y.clone())
+            .sum()
+            .into_scalar()
+            .elem::<f64>();
+        let correct = correct_predictions(out.logits, y);
+        report.loss_sum += nll;
+        report.loss_count += seg.batch * seg.len;
+        report.correct += correct;
+        report.total += seg.batch * seg.len;
+        state = Some(out.state);
+    }
+    if let Some(l) = report.loss() {
+        report.extra.insert("perplexity".into(), l.exp());
+    }
+    report
+}
+
+/// The language-modelling task for the engine: one batch = one TBPTT segment, in order; the
+/// state of segment `s` starts from the detached final state of segment `s − 1`.
+pub struct LmTask<B: AutodiffBackend> {
+    /// Training stream.
+    pub train: Batchified,
+    /// Validation stream.
+    pub valid: Batchified,
+    /// AR weight.
+    pub alpha: f64,
+    /// TAR weight.
+    pub beta: f64,
+    /// Checkpoint metadata.
+    pub meta: serde_json::Value,
+    /// Device.
+    pub device: B::Device,
+    /// `(next segment, its initial state)`.
+    carry: RefCell<Option<(usize, LmState<B>)>>,
+    /// Training NLL sum and tokens since the last evaluation.
+    running: RefCell<(f64, usize)>,
+}
+
+impl<B: AutodiffBackend> LmTask<B> {
+    /// A task over the given streams.
+    pub fn new(
+        train: Batchified,
+        valid: Batchified,
+        alpha: f64,
+        beta: f64,
+        meta: serde_json::Value,
+        device: B::Device,
+    ) -> Self {
+        LmTask {
+            train,
+            valid,
+            alpha,
+            beta,
+            meta,
+            device,
+            carry: RefCell::new(None),
+            running: RefCell::new((0.0, 0)),
+        }
+    }
+}
+
+impl<B: AutodiffBackend> Task<B> for LmTask<B> {
+    type Model = RnnLm<B>;
+
+    fn train_lengths(&self) -> Vec<usize> {
+        vec![1; self.train.num_segments()]
+    }
+
+    fn batches(&self, _epoch: u64) -> Option<Vec<Vec<usize>>> {
+        Some((0..self.train.num_segments()).map(|s| vec![s]).collect())
+    }
+
+    fn step(&self, model: &RnnLm<B>, batch: &[usize], _: &mut GumbelSampler) -> StepOutput<B> {
+        let s = batch[0];
+        let init = self
+            .carry
+            .borrow_mut()
+            .take()
+            .filter(|(next, _)| *next == s)
+            .map(|(_, st)| st);
+        let seg = self.train.segment(s);
+        let x = int_tensor::<B>(&seg.inputs, [seg.batch, seg.len], &self.device);
+        let y = int_tensor::<B>(&seg.targets, [seg.batch, seg.len], &self.device);
+        let out = model.forward(x, init);
+        let nll = token_nll(out.logits.clone(), y.clone()).mean();
+        let nll_value = nll.clone().into_scalar().elem::<f64>();
+        let correct = correct_predictions(out.logits.clone(), y);
+        let loss = nll.add(out.ar_tar(self.alpha, self.beta));
+        *self.carry.borrow_mut() = Some((s + 1, out.state.clone().detach()));
+        let tokens = seg.batch * seg.len;
+        let mut r = self.running.borrow_mut();
+        r.0 += nll_value * tokens as f64;
+        r.1 += tokens;
+        StepOutput {
+            loss,
+            correct,
+            total: tokens,
+        }
+    }
+
+    fn eval_splits(&self) -> Vec<String> {
+        vec!["valid".into()]
+    }
+
+    fn evaluate(&self, model: &RnnLm<B::InnerBackend>, _split: &str) -> EvalReport {
+        let started = Instant::now();
+        let mut report = evaluate_stream(model, &self.valid, &self.device);
+        let (sum, tokens) = std::mem::take(&mut *self.running.borrow_mut());
+        if tokens > 0 {
+            report
+                .extra
+                .insert("train_perplexity".into(), (sum / tokens as f64).exp());
+        }
+        eprintln!(
+            "valid perplexity {:.2} ({} tokens, {:.0} s); train perplexity {} (running, with \
+             dropout)",
+            report.extra.get("perplexity").copied().unwrap_or(f64::NAN),
+            report.total,
+            started.elapsed().as_secs_f64(),
+            report
+                .extra
+                .get("train_perplexity")
+                .map(|p| format!("{p:.2}"))
+                .unwrap_or_else(|| "-".into()),
+        );
+        report
+    }
+
+    fn selection_metric(&self, report: &EvalReport) -> f64 {
+        -report.loss().unwrap_or(f64::INFINITY)
+    }
+
+    fn metadata(&self) -> serde_json::Value {
+        self.meta.clone()
+    }
+}
+
+/// Words of a gold tree the way ON-LSTM's parsing evaluation sees them: punctuation removed,
+/// lower-cased, digit runs → `N`.
+pub fn parse_prep() -> TreePrep {
+    TreePrep {
+        norm: TextNorm {
+            lowercase: true,
+            digits: DigitNorm::RunsToN,
+        },
+        ..TreePrep::evaluation()
+    }
+}
+
+struct Job {
+    args: PtbLmArgs,
+}
+
+fn load_trained<B: Backend>(
+    dir: &Path,
+    device: &B::Device,
+) -> Result<(RnnLm<B>, Vocab, serde_json::Value, PathBuf)> {
+    let path = checkpoint_in(dir)?;
+    let file = CheckpointFile::load(&path)?;
+    let task = &file.meta["task"];
+    let config: RnnLmConfig = serde_json::from_value(task["model"].clone())
+        .with_context(|| format!("{}: no language-model configuration", path.display()))?;
+    let tokens: Vec<String> = serde_json::from_value(task["vocab"].clone())
+        .with_context(|| format!("{}: no vocabulary", path.display()))?;
+    let vocab = Vocab::from_tokens(tokens)?;
+    let (model, meta) = load_model(config.init::<B>(device), &path, device)?;
+    Ok((model, vocab, meta, path))
+}
+
+impl Job {
+    fn train<B: Backend>(self, device: B::Device) -> Result<()> {
+        type Ad<B> = Autodiff<B>;
+        let a = &self.args;
+        seed_everything::<Ad<B>>(&device, a.seed);
+        let vocab = build_vocab(&a.train)?;
+        let train_ids = read_stream(&a.train, &vocab)?;
+        let mut valid_ids = read_stream(&a.valid, &vocab)?;
+        if let Some(n) = a.valid_tokens {
+            valid_ids.truncate(n + 1);
+        }
+        let config = a.model_config(vocab.len());
+        let model: RnnLm<Ad<B>> = config.init(&device);
+        let meta = serde_json::json!({
+            "model": config,
+            "vocab": vocab.tokens(),
+            "bptt": a.bptt,
+            "batch_size": a.batch_size,
+        });
+        let task = LmTask::<Ad<B>>::new(
+            Batchified::new(&train_ids, a.batch_size, a.bptt),
+            Batchified::new(&valid_ids, a.eval_batch_size, a.bptt),
+            a.alpha,
+            a.beta,
+            meta,
+            device.clone(),
+        );
+        if task.train.num_segments() == 0 || task.valid.num_segments() == 0 {
+            bail!("the training or validation text is too short for the batch size");
+        }
+        eprintln!(
+            "PTB LM: {} training tokens ({} segments of {}x{}), {} validation tokens; vocabulary \
+             {}; cell {}, emb {}, hidden {}, {} layers; device {}",
+            train_ids.len(),
+            task.train.num_segments(),
+            a.batch_size,
+            a.bptt,
+            task.valid.num_targets(),
+            vocab.len(),
+            a.cell,
+            a.emb,
+            a.hidden,
+            a.layers,
+            a.device
+        );
+        let outcome = train(&task, model, &a.train_config(), &device)?;
+        let r = &outcome.evals["valid"];
+        let s = &outcome.state;
+        println!(
+            "cell {} steps {} epochs {:.2} train-time {:.1} s: valid perplexity {:.2}, \
+             {:.0} training tokens/s",
+            a.cell,
+            s.step,
+            s.step as f64 / task.train.num_segments() as f64,
+            s.elapsed_sec,
+            r.loss().map_or(f64::NAN, f64::exp),
+            (s.step as usize * a.batch_size * a.bptt) as f64 / s.elapsed_sec.max(1e-9)
+        );
+        println!("checkpoints: {}", outcome.last_checkpoint.display());
+        Ok(())
+    }
+
+    fn eval<B: Backend>(self, device: B::Device, file: &Path) -> Result<()> {
+        let a = &self.args;
+        let dir = a.checkpoint.clone().unwrap_or_else(|| a.out.clone());
+        let (model, vocab, _, path) = load_trained::<B>(&dir, &device)?;
+        let ids = read_stream(file, &vocab)?;
+        let data = Batchified::new(&ids, a.eval_batch_size, a.bptt);
+        let started = Instant::now();
+        let r = evaluate_stream(&model, &data, &device);
+        println!(
+            "{} on {}: perplexity {:.2} over {} tokens (next-word accuracy {:.4}); {:.1} s",
+            path.display(),
+            file.display(),
+            r.loss().map_or(f64::NAN, f64::exp),
+            r.total,
+            r.accuracy(),
+            started.elapsed().as_secs_f64()
+        );
+        Ok(())
+    }
+
+    fn parse<B: Backend>(self, device: B::Device, file: &Path) -> Result<()> {
+        let a = &self.args;
+        let dir = a.checkpoint.clone().unwrap_or_else(|| a.out.clone());
+        let (model, vocab, _, path) = load_trained::<B>(&dir, &device)?;
+        let gold = load_gold(file, &parse_prep(), None)?;
+        let n_layers = model.stack.layers.len();
+        if model
+            .stack
+            .layers
+            .first()
+            .is_none_or(|l| arbor_cells::RecurrentCell::n_chunks(l).is_none())
+        {
+            bail!(
+                "{}: an LSTM has no syntactic distances to parse with",
+                path.display()
+            );
+        }
+        let eos = vocab.id(EOS);
+        let mut scores = vec![ParsingF1::default(); n_layers];
+        let mut trees: Vec<Vec<Option<BinaryTree>>> = vec![Vec::new(); n_layers];
+        let mut unknown = 0usize;
+        let mut words_total = 0usize;
+        let sentences = &gold.sentences;
+        for chunk in sentences.chunks(64) {
+            // `<eos>` first, as the LM saw every sentence start in training; the distance of
+            // word i is read at its own step (the model is causal, so nothing after it matters).
+            let lengths: Vec<usize> = chunk.iter().map(|s| s.words.len() + 1).collect();
+            let time = *lengths.iter().max().expect("non-empty chunk");
+            let mut ids = vec![0u32; chunk.len() * time];
+            for (b, s) in chunk.iter().enumerate() {
+                ids[b * time] = eos;
+                for (i, w) in s.words.iter().enumerate() {
+                    let id = vocab.id(w);
+                    unknown += usize::from(id == arbor_data::vocab::UNK_ID);
+                    ids[b * time + 1 + i] = id;
+                }
+                words_total += s.words.len();
+            }
+            let x = int_tensor::<B>(&ids, [chunk.len(), time], &device);
+            let distances = model.layer_distances(x, &lengths);
+            for (l, d) in distances.into_iter().enumerate() {
+                let d = d
+                    .into_data()
+                    .convert::<f64>()
+                    .to_vec::<f64>()
+                    .map_err(|e| anyhow::anyhow!("reading distances: {e:?}"))?;
+                for (b, s) in chunk.iter().enumerate() {
+                    let n = s.words.len();
+                    let row = &d[b * time + 1..b * time + 1 + n];
+                    let tree = BinaryTree::from_distances(row);
+                    let spans = tree.as_ref().map(|t| t.spans()).unwrap_or_default();
+                    scores[l].add(&spans, &s.spans, n);
+                    trees[l].push(tree);
+                }
+            }
+        }
+        println!(
+            "{} on {} ({} sentences, {} words, {:.1}% mapped to <unk>; punctuation removed, \
+             lower-cased, digits → N):",
+            path.display(),
+            file.display(),
+            sentences.len(),
+            words_total,
+            100.0 * unknown as f64 / words_total.max(1) as f64
+        );
+        let convs = [
+            F1Convention::Sentence,
+            F1Convention::Corpus,
+            F1Convention::Evalb,
+            F1Convention::SentenceWithRoot,
+        ];
+        println!(
+            "| trees | {} |",
+            convs.map(|c| format!("F1 {}", c.name())).join(" | ")
+        );
+        println!("| --- |{}", " --- |".repeat(convs.len()));
+        let row = |name: &str, f: &ParsingF1| {
+            println!(
+                "| {name} | {} |",
+                convs.map(|c| format!("{:.1}", f.percent(c))).join(" | ")
+            );
+        };
+        for (l, f) in scores.iter().enumerate() {
+            row(&format!("layer {}", l + 1), f);
+        }
+        let spans = gold.span_lists();
+        row(
+            "right-branching",
+            &baseline_f1(&spans, Baseline::RightBranching),
+        );
+        row(
+            "left-branching",
+            &baseline_f1(&spans, Baseline::LeftBranching),
+        );
+        row("balanced", &baseline_f1(&spans, Baseline::Balanced));
+        if let Some(out) = &a.trees_out {
+            let best = (0..n_layers)
+                .max_by(|&i, &j| {
+                    scores[i]
+                        .f1(F1Convention::Sentence)
+                        .total_cmp(&scores[j].f1(F1Convention::Sentence))
+                })
+                .unwrap_or(0);
+            let mut text = String::new();
+            for (s, t) in sentences.iter().zip(&trees[best]) {
+                if let Some(t) = t {
+                    text.push_str(&t.to_bracketed(&s.words));
+                }
+                text.push('\n');
+            }
+            std::fs::write(out, text).with_context(|| format!("writing {}", out.display()))?;
+            println!("layer {} trees written to {}", best + 1, out.display());
+        }
+        Ok(())
+    }
+}
+
+impl BackendJob for Job {
+    type Output = Result<()>;
+
+    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+        if let Some(file) = self.args.parse.clone() {
+            self.parse::<B>(device, &file)
+        } else if let Some(file) = self.args.eval.clone() {
+            self.eval::<B>(device, &file)
+        } else {
+            self.train::<B>(device)
+        }
+    }
+}
+
+/// Runs the program.
+pub fn run(args: PtbLmArgs) -> Result<()> {
+    let device = args.device.clone();
+    run_on(&device, Job { args })?
+}
