@@ -4,3 +4,4 @@
 pub mod common;
 pub mod snli;
 pub mod sst;
+pub mod logic;

@@ -12,7 +12,7 @@ use burn::prelude::*;
 
 use crate::{
     Decisions, EncoderInput, EncoderOutput, GumbelTreeLstm, GumbelTreeLstmConfig, LeafKind,
-    LstmEncoder, LstmEncoderConfig, SentenceEncoder,
+    LstmEncoder, LstmEncoderConfig, SentenceEncoder, Spinn, SpinnConfig, SpinnVariant,
 };
 
 /// The sentence encoders arbor provides.
@@ -34,17 +34,26 @@ pub enum EncoderKind {
     /// [`LstmEncoder`] with Conv FastTrees cells.
     #[serde(rename = "conv-fasttrees")]
     ConvFastTrees,
+    /// [`Spinn`] without tracking (SPINN-PI-NT): follows given trees.
+    SpinnPiNt,
+    /// [`Spinn`] with a tracking LSTM (SPINN-PI): follows given trees.
+    SpinnPi,
+    /// Full [`Spinn`]: tracking and a transition classifier; parses on its own at evaluation.
+    Spinn,
 }
 
 impl EncoderKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [EncoderKind; 6] = [
+    pub const ALL: [EncoderKind; 9] = [
         EncoderKind::Gumbel,
         EncoderKind::Lstm,
         EncoderKind::OnLstm,
         EncoderKind::FastTrees,
         EncoderKind::FasterFastTrees,
         EncoderKind::ConvFastTrees,
+        EncoderKind::SpinnPiNt,
+        EncoderKind::SpinnPi,
+        EncoderKind::Spinn,
     ];
 
     /// The kind's command-line (and serde) name: `gumbel`, `lstm`, `on-lstm`, `fasttrees`,
@@ -52,6 +61,9 @@ impl EncoderKind {
     pub fn name(self) -> &'static str {
         match self {
             EncoderKind::Gumbel => "gumbel",
+            EncoderKind::SpinnPiNt | EncoderKind::SpinnPi | EncoderKind::Spinn => {
+                self.spinn_variant().map_or("spinn", SpinnVariant::name)
+            }
             other => other.cell().map_or("gumbel", CellKind::name),
         }
     }
@@ -59,7 +71,10 @@ impl EncoderKind {
     /// The recurrent cell of the recurrent kinds.
     pub fn cell(self) -> Option<CellKind> {
         match self {
-            EncoderKind::Gumbel => None,
+            EncoderKind::Gumbel
+            | EncoderKind::SpinnPiNt
+            | EncoderKind::SpinnPi
+            | EncoderKind::Spinn => None,
             EncoderKind::Lstm => Some(CellKind::Lstm),
             EncoderKind::OnLstm => Some(CellKind::OnLstm),
             EncoderKind::FastTrees => Some(CellKind::FastTrees),
@@ -71,7 +86,26 @@ impl EncoderKind {
     /// Whether the encoder induces a tree of its own and returns it in
     /// [`EncoderOutput::trees`] (the cumax cells: in evaluation mode, from syntactic distances).
     pub fn induces_trees(self) -> bool {
-        !matches!(self, EncoderKind::Lstm)
+        !matches!(
+            self,
+            EncoderKind::Lstm | EncoderKind::SpinnPiNt | EncoderKind::SpinnPi
+        )
+    }
+
+    /// The SPINN variant of the SPINN kinds.
+    pub fn spinn_variant(self) -> Option<SpinnVariant> {
+        match self {
+            EncoderKind::SpinnPiNt => Some(SpinnVariant::PiNt),
+            EncoderKind::SpinnPi => Some(SpinnVariant::Pi),
+            EncoderKind::Spinn => Some(SpinnVariant::Full),
+            _ => None,
+        }
+    }
+
+    /// Whether the encoder needs gold transitions in [`EncoderInput::transitions`] (the SPINN
+    /// kinds: always in training; PI-NT and PI also at evaluation).
+    pub fn needs_transitions(self) -> bool {
+        self.spinn_variant().is_some()
     }
 }
 
@@ -127,6 +161,12 @@ pub struct EncoderConfig {
     /// that is at most 10).
     #[config(default = 0)]
     pub chunk_size: usize,
+    /// SPINN-PI and full SPINN: width of the tracking LSTM (0: `d_hidden`).
+    #[config(default = 0)]
+    pub tracking_dim: usize,
+    /// Full SPINN: weight `α` of the transition loss.
+    #[config(default = 1.0)]
+    pub transition_weight: f64,
 }
 
 impl EncoderConfig {
@@ -137,6 +177,13 @@ impl EncoderConfig {
                 GumbelTreeLstmConfig::new(self.d_input, self.d_hidden)
                     .with_leaf(self.leaf)
                     .with_tau(self.tau)
+                    .init(device),
+            ),
+            EncoderKind::SpinnPiNt | EncoderKind::SpinnPi | EncoderKind::Spinn => Encoder::Spinn(
+                SpinnConfig::new(self.d_input, self.d_hidden)
+                    .with_variant(self.kind.spinn_variant().unwrap_or_default())
+                    .with_d_tracking(self.tracking_dim)
+                    .with_transition_weight(self.transition_weight)
                     .init(device),
             ),
             other => Encoder::Lstm(
@@ -159,6 +206,8 @@ pub enum Encoder<B: Backend> {
     Gumbel(GumbelTreeLstm<B>),
     /// A recurrent stack (LSTM or a cumax cell).
     Lstm(LstmEncoder<B>),
+    /// SPINN (any variant).
+    Spinn(Spinn<B>),
 }
 
 macro_rules! dispatch {
@@ -166,6 +215,7 @@ macro_rules! dispatch {
         match $self {
             Encoder::Gumbel($enc) => $e,
             Encoder::Lstm($enc) => $e,
+            Encoder::Spinn($enc) => $e,
         }
     };
 }
@@ -179,6 +229,11 @@ impl<B: Backend> Encoder<B> {
                 .into_iter()
                 .find(|k| k.cell() == Some(e.cell()))
                 .unwrap_or(EncoderKind::Lstm),
+            Encoder::Spinn(s) => match s.variant() {
+                SpinnVariant::PiNt => EncoderKind::SpinnPiNt,
+                SpinnVariant::Pi => EncoderKind::SpinnPi,
+                SpinnVariant::Full => EncoderKind::Spinn,
+            },
         }
     }
 }

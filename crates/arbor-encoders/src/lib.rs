@@ -12,9 +12,11 @@ pub use encoder::{Decisions, EncoderInput, EncoderOutput, SentenceEncoder};
 mod any;
 mod gumbel_tree_lstm;
 mod lstm;
+pub mod spinn;
 
 pub use any::{Encoder, EncoderConfig, EncoderKind};
 pub use gumbel_tree_lstm::{
     GumbelTreeLstm, GumbelTreeLstmConfig, GumbelTreeOutput, Leaf, LeafKind,
 };
 pub use lstm::{default_chunk_size, LstmEncoder, LstmEncoderConfig};
+pub use spinn::{Spinn, SpinnConfig, SpinnError, SpinnOutput, SpinnVariant};
