@@ -345,7 +345,7 @@ impl BackendJob for EvalJob {
 /// For encoders that follow gold trees: keeps only the pairs whose premise and hypothesis both
 /// have a binary parse, saying how many were dropped from each split.
 pub fn keep_parsed(splits: &mut SnliSplits, kind: arbor_encoders::EncoderKind) -> Result<()> {
-    let mut keep = |name: &str, pairs: &mut Vec<SnliPair>| -> Result<()> {
+    let keep = |name: &str, pairs: &mut Vec<SnliPair>| -> Result<()> {
         let before = pairs.len();
         pairs.retain(SnliPair::has_parses);
         if before > pairs.len() {
