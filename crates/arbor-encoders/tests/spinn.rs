@@ -302,3 +302,35 @@ fn sentence_vector_is_the_root_h() {
     assert_eq!(to_vec(a.unwrap().root.h), to_vec(b.sentence));
     assert!(b.trees.is_none());
 }
+
+#[test]
+fn spinn_kinds_in_the_common_configuration() {
+    use arbor_encoders::{Encoder, EncoderConfig, EncoderKind};
+    for (name, kind, variant) in [
+        ("spinn-pi-nt", EncoderKind::SpinnPiNt, SpinnVariant::PiNt),
+        ("spinn-pi", EncoderKind::SpinnPi, SpinnVariant::Pi),
+        ("spinn", EncoderKind::Spinn, SpinnVariant::Full),
+    ] {
+        assert_eq!(name.parse::<EncoderKind>(), Ok(kind));
+        assert_eq!(kind.name(), name);
+        assert_eq!(variant.name(), name);
+        assert!(kind.needs_transitions());
+        assert_eq!(kind.induces_trees(), variant == SpinnVariant::Full);
+        let enc: Encoder<Fx> = EncoderConfig::new(kind, 3, 6)
+            .with_tracking_dim(2)
+            .init(&dev::<Fx>());
+        assert_eq!(enc.kind(), kind);
+        let Encoder::Spinn(s) = &enc else {
+            panic!("{name}: a SPINN encoder")
+        };
+        assert_eq!(s.variant(), variant);
+        assert_eq!(s.tracker.as_ref().map(|t| t.d_hidden), (variant != SpinnVariant::PiNt).then_some(2));
+        let out = enc.encode(
+            EncoderInput::new(padded_batch::<Fx>(&[2, 3], 3, 3, 4), vec![2, 3])
+                .with_transitions(vec![vec![S, S, R], vec![S, S, R, S, R]]),
+            Decisions::Argmax,
+        );
+        assert_eq!(out.sentence.dims(), [2, 6]);
+    }
+    assert!(!EncoderKind::Lstm.needs_transitions() && !EncoderKind::Gumbel.needs_transitions());
+}
