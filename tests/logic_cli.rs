@@ -15,14 +15,29 @@ static TRAINING: Mutex<()> = Mutex::new(());
 fn write_fixture(dir: &Path) {
     let files: [(&str, &[&str]); 6] = [
         ("train0", &["=\ta\ta", "#\ta\tb", "=\tb\tb", "#\tb\tc"]),
-        ("train1", &["^\ta\t( not a )", "<\t( a ( and b ) )\ta", ">\ta\t( a ( and b ) )"]),
-        ("train2", &["=\t( not ( not a ) )\ta", "|\t( a ( and b ) )\t( not ( a ( or b ) ) )"]),
+        (
+            "train1",
+            &[
+                "^\ta\t( not a )",
+                "<\t( a ( and b ) )\ta",
+                ">\ta\t( a ( and b ) )",
+            ],
+        ),
+        (
+            "train2",
+            &[
+                "=\t( not ( not a ) )\ta",
+                "|\t( a ( and b ) )\t( not ( a ( or b ) ) )",
+            ],
+        ),
         ("train3", &["=\t( not ( not ( not a ) ) )\t( not a )"]),
         ("test0", &["=\tc\tc", "#\tc\ta"]),
         ("test1", &["^\tb\t( not b )"]),
     ];
     for (name, lines) in files {
-        let body: String = (0..4).flat_map(|_| lines.iter().map(|l| format!("{l}\n"))).collect();
+        let body: String = (0..4)
+            .flat_map(|_| lines.iter().map(|l| format!("{l}\n")))
+            .collect();
         std::fs::write(dir.join(name), body).unwrap();
     }
     std::fs::write(
@@ -42,7 +57,10 @@ fn args(dir: &Path, extra: &[&str]) -> LogicArgs {
 fn loads_splits_by_operator_count_with_extra_test_files() {
     let dir = tempfile::tempdir().unwrap();
     write_fixture(dir.path());
-    let a = args(dir.path(), &["--max-train-operators", "2", "--valid-fraction", "0.25"]);
+    let a = args(
+        dir.path(),
+        &["--max-train-operators", "2", "--valid-fraction", "0.25"],
+    );
     assert_eq!(a.common.encoder, EncoderKind::Gumbel);
     let s = load_splits(&a).unwrap();
     // 9 distinct lines × 4 with ≤ 2 operators; 25% held out.
@@ -52,14 +70,22 @@ fn loads_splits_by_operator_count_with_extra_test_files() {
     let long = dir.path().join("long");
     let b = args(
         dir.path(),
-        &["--test", long.to_str().unwrap(), "--test", dir.path().join("test1").to_str().unwrap()],
+        &[
+            "--test",
+            long.to_str().unwrap(),
+            "--test",
+            dir.path().join("test1").to_str().unwrap(),
+        ],
     );
     let s = load_splits(&b).unwrap();
     assert_eq!(s.test.len(), 5);
     assert_eq!(s.test[0].operators, 5);
     assert_eq!(s.train.len() + s.valid.len(), 40);
     let missing = args(&dir.path().join("nope"), &[]);
-    assert!(load_splits(&missing).unwrap_err().to_string().contains("train0"));
+    assert!(load_splits(&missing)
+        .unwrap_err()
+        .to_string()
+        .contains("train0"));
     assert!(LogicArgs::try_parse_from(["logic", "--encoder", "spinn-x"]).is_err());
     let p = LogicArgs::try_parse_from(["logic", "--encoder", "spinn-pi-nt"]).unwrap();
     assert_eq!(p.common.encoder, EncoderKind::SpinnPiNt);

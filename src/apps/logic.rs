@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use arbor_data::readers::logic::{read_logic, read_logic_dir, train_valid_split, LogicPair, Relation};
+use arbor_data::readers::logic::{
+    read_logic, read_logic_dir, train_valid_split, LogicPair, Relation,
+};
 use arbor_data::vocab::Vocab;
 use arbor_data::ReadOptions;
 use arbor_heads::NliClassifierConfig;
@@ -114,11 +116,17 @@ pub fn load_splits(args: &LogicArgs) -> Result<LogicSplits> {
 pub fn to_data(pairs: &[LogicPair], vocab: &Vocab) -> NliData {
     NliData {
         premises: pairs.iter().map(|p| vocab.encode(&p.left.tokens)).collect(),
-        hypotheses: pairs.iter().map(|p| vocab.encode(&p.right.tokens)).collect(),
+        hypotheses: pairs
+            .iter()
+            .map(|p| vocab.encode(&p.right.tokens))
+            .collect(),
         labels: pairs.iter().map(|p| p.relation.id()).collect(),
         transitions: Some((
             pairs.iter().map(|p| p.left.tree.to_transitions()).collect(),
-            pairs.iter().map(|p| p.right.tree.to_transitions()).collect(),
+            pairs
+                .iter()
+                .map(|p| p.right.tree.to_transitions())
+                .collect(),
         )),
         groups: Some(pairs.iter().map(|p| p.operators).collect()),
     }
@@ -198,7 +206,10 @@ impl BackendJob for Job {
                 head,
             },
             vocab: vocab.tokens().to_vec(),
-            labels: Relation::ALL.iter().map(|r| r.symbol().to_string()).collect(),
+            labels: Relation::ALL
+                .iter()
+                .map(|r| r.symbol().to_string())
+                .collect(),
             lowercase: false,
         };
         let train_data = to_data(&splits.train, &vocab);

@@ -2,6 +2,6 @@
 //! parses its arguments and calls `run` here.
 
 pub mod common;
+pub mod logic;
 pub mod snli;
 pub mod sst;
-pub mod logic;

@@ -121,7 +121,12 @@ impl BackendJob for Job {
             .with_dropout(a.dropout);
         let model = head.init(enc_config.init::<Ad<B>>(&device), emb, &device);
         let data = to_data(&self.train, &vocab);
-        check_gold_transitions(a.encoder, "train", &data.sentences, data.transitions.as_deref())?;
+        check_gold_transitions(
+            a.encoder,
+            "train",
+            &data.sentences,
+            data.transitions.as_deref(),
+        )?;
         let task = ClassifyTask::<Ad<B>> {
             train: data,
             splits: self
@@ -187,7 +192,9 @@ pub fn run(args: SstArgs) -> Result<()> {
         eval.push(("test".into(), read_split(t)?));
     }
     if args.common.encoder.needs_transitions() {
-        for (name, split) in std::iter::once(("train", &train)).chain(eval.iter().map(|(n, s)| (n.as_str(), s))) {
+        for (name, split) in
+            std::iter::once(("train", &train)).chain(eval.iter().map(|(n, s)| (n.as_str(), s)))
+        {
             if split.transitions.is_none() {
                 bail!(
                     "{name}: the {} encoder follows gold trees; pass SST tree files (PTB-style \

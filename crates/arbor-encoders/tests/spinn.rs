@@ -3,12 +3,12 @@
 
 mod common;
 
+use arbor_cells::GumbelSampler;
 use arbor_data::tree::{BinaryTree, Transition, Transition::Reduce as R, Transition::Shift as S};
 use arbor_encoders::spinn::{check_transitions, repair_transitions, trace, transition_accuracy};
 use arbor_encoders::{
     Decisions, EncoderInput, SentenceEncoder, Spinn, SpinnConfig, SpinnError, SpinnVariant,
 };
-use arbor_cells::GumbelSampler;
 use burn::module::Param;
 use burn::prelude::*;
 use burn::tensor::TensorData;
@@ -57,10 +57,18 @@ fn thin_stack_trace_of_spot_sat_down() {
 #[test]
 fn malformed_transitions_are_rejected_with_a_clear_error() {
     let cases: [(&[Transition], usize, &str); 5] = [
-        (&[S, S, R, R], 2, "4 SHIFT/REDUCE steps for 2 word(s); expected 3"),
+        (
+            &[S, S, R, R],
+            2,
+            "4 SHIFT/REDUCE steps for 2 word(s); expected 3",
+        ),
         (&[S, R, S], 2, "step 2: REDUCE with 1 item(s) on the stack"),
         (&[S, S, S], 2, "step 3: SHIFT with an empty buffer"),
-        (&[S, Transition::Skip, S, R], 2, "step 2: SKIP before the sentence is complete"),
+        (
+            &[S, Transition::Skip, S, R],
+            2,
+            "step 2: SKIP before the sentence is complete",
+        ),
         (&[], 1, "0 SHIFT/REDUCE steps for 1 word(s)"),
     ];
     for (ts, n, msg) in cases {
@@ -78,7 +86,13 @@ fn malformed_transitions_are_rejected_with_a_clear_error() {
     let e = m
         .forward(input(Some(vec![vec![S, S, R]])), Decisions::Argmax)
         .unwrap_err();
-    assert_eq!(e, SpinnError::Count { sentences: 2, sequences: 1 });
+    assert_eq!(
+        e,
+        SpinnError::Count {
+            sentences: 2,
+            sequences: 1
+        }
+    );
     let e = m
         .forward(
             input(Some(vec![vec![S, S, R], vec![S, S, R, R, S]])),
@@ -86,7 +100,10 @@ fn malformed_transitions_are_rejected_with_a_clear_error() {
         )
         .unwrap_err()
         .to_string();
-    assert!(e.starts_with("sentence 1: malformed transitions: step 4"), "{e}");
+    assert!(
+        e.starts_with("sentence 1: malformed transitions: step 4"),
+        "{e}"
+    );
     let e = m.forward(input(None), Decisions::Argmax).unwrap_err();
     assert!(e.to_string().contains("needs gold transitions"), "{e}");
     let e = m
@@ -95,7 +112,14 @@ fn malformed_transitions_are_rejected_with_a_clear_error() {
             Decisions::Argmax,
         )
         .unwrap_err();
-    assert!(matches!(e, SpinnError::Length { sentence: 1, length: 4, time: 3 }));
+    assert!(matches!(
+        e,
+        SpinnError::Length {
+            sentence: 1,
+            length: 4,
+            time: 3
+        }
+    ));
     // The infallible path repairs instead of panicking, and says so in its docs.
     let out = m.encode(input(Some(vec![vec![R, R], vec![]])), Decisions::Argmax);
     assert_eq!(out.sentence.dims(), [2, 4]);
@@ -130,7 +154,12 @@ fn pi_nt_equals_the_recursive_tree_lstm_forward_and_gradients() {
             } else {
                 m.encode_recursive(x.clone(), &lengths, &trees).unwrap()
             };
-            let loss = root.h.clone().mul(w.clone()).sum().add(root.c.clone().sum());
+            let loss = root
+                .h
+                .clone()
+                .mul(w.clone())
+                .sum()
+                .add(root.c.clone().sum());
             let grads = loss.backward();
             let g = |p: &Param<Tensor<Ad, 2>>| to_vec(p.grad(&grads).unwrap());
             (
@@ -154,7 +183,11 @@ fn pi_nt_equals_the_recursive_tree_lstm_forward_and_gradients() {
         for (bi, &n) in lengths.iter().enumerate() {
             for t in n..time {
                 for j in 0..d_in {
-                    assert_eq!(xg[(bi * time + t) * d_in + j], 0.0, "{what}: padding gradient");
+                    assert_eq!(
+                        xg[(bi * time + t) * d_in + j],
+                        0.0,
+                        "{what}: padding gradient"
+                    );
                 }
             }
         }
@@ -233,16 +266,22 @@ fn the_validity_rule_holds_whatever_the_classifier_says() {
         let x = padded_batch::<Fx>(&lengths, time, d_in, 100 + seed);
         let mut m = spinn::<Fx>(SpinnVariant::Full, d_in, d);
         let (bias, scale) = match seed % 4 {
-            0 => ([1e4, -1e4], 1.0),  // always SHIFT
-            1 => ([-1e4, 1e4], 1.0),  // always REDUCE
-            2 => ([0.0, 0.0], 1e3),   // extreme, input-dependent
-            _ => ([0.0, 0.0], 1.0),   // as initialised
+            0 => ([1e4, -1e4], 1.0), // always SHIFT
+            1 => ([-1e4, 1e4], 1.0), // always REDUCE
+            2 => ([0.0, 0.0], 1e3),  // extreme, input-dependent
+            _ => ([0.0, 0.0], 1.0),  // as initialised
         };
         force_classifier(&mut m, bias, scale);
         let out = m.encode(EncoderInput::new(x, lengths.to_vec()), Decisions::Argmax);
-        let trees = out.trees.expect("full SPINN returns its parses at evaluation");
+        let trees = out
+            .trees
+            .expect("full SPINN returns its parses at evaluation");
         for (b, (tree, &n)) in trees.iter().zip(&lengths).enumerate() {
-            assert_eq!(tree.leaves(), (0..n).collect::<Vec<_>>(), "seed {seed} sentence {b}");
+            assert_eq!(
+                tree.leaves(),
+                (0..n).collect::<Vec<_>>(),
+                "seed {seed} sentence {b}"
+            );
             check_transitions(b, n, &tree.to_transitions()).unwrap();
         }
         match seed % 4 {
@@ -271,7 +310,9 @@ fn full_spinn_trains_its_classifier_and_reports_transition_accuracy() {
         Decisions::Sample(&mut sampler),
     );
     assert!(out.trees.is_none(), "training follows the gold trees");
-    let aux = out.aux_loss.expect("teacher forcing gives a transition loss");
+    let aux = out
+        .aux_loss
+        .expect("teacher forcing gives a transition loss");
     let v = aux.clone().into_scalar();
     // Near-uniform initial classifier: about α·ln 2.
     assert!((v - 2.0 * std::f32::consts::LN_2).abs() < 0.5, "{v}");
@@ -324,7 +365,10 @@ fn spinn_kinds_in_the_common_configuration() {
             panic!("{name}: a SPINN encoder")
         };
         assert_eq!(s.variant(), variant);
-        assert_eq!(s.tracker.as_ref().map(|t| t.d_hidden), (variant != SpinnVariant::PiNt).then_some(2));
+        assert_eq!(
+            s.tracker.as_ref().map(|t| t.d_hidden),
+            (variant != SpinnVariant::PiNt).then_some(2)
+        );
         let out = enc.encode(
             EncoderInput::new(padded_batch::<Fx>(&[2, 3], 3, 3, 4), vec![2, 3])
                 .with_transitions(vec![vec![S, S, R], vec![S, S, R, S, R]]),

@@ -125,7 +125,9 @@ impl FromStr for SpinnVariant {
         SpinnVariant::ALL
             .into_iter()
             .find(|v| v.name() == key)
-            .ok_or_else(|| format!("unknown SPINN variant `{s}`; expected spinn-pi-nt, spinn-pi or spinn"))
+            .ok_or_else(|| {
+                format!("unknown SPINN variant `{s}`; expected spinn-pi-nt, spinn-pi or spinn")
+            })
     }
 }
 
@@ -244,9 +246,7 @@ impl<B: Backend> SpinnOutput<B> {
     pub fn trees(&self) -> Vec<BinaryTree> {
         self.transitions
             .iter()
-            .map(|ts| {
-                BinaryTree::from_transitions(ts).unwrap_or_else(|_| BinaryTree::Leaf(0))
-            })
+            .map(|ts| BinaryTree::from_transitions(ts).unwrap_or(BinaryTree::Leaf(0)))
             .collect()
     }
 }
@@ -254,7 +254,10 @@ impl<B: Backend> SpinnOutput<B> {
 /// Step-aligned transition accuracy of `predicted` against `gold` (SKIPs ignored): `(correct,
 /// total)` over the gold SHIFT/REDUCE steps. A prediction shorter than the gold counts the
 /// missing steps as wrong.
-pub fn transition_accuracy(predicted: &[Vec<Transition>], gold: &[Vec<Transition>]) -> (usize, usize) {
+pub fn transition_accuracy(
+    predicted: &[Vec<Transition>],
+    gold: &[Vec<Transition>],
+) -> (usize, usize) {
     let mut correct = 0;
     let mut total = 0;
     for (p, g) in predicted.iter().zip(gold) {
@@ -355,8 +358,10 @@ impl<B: Backend> Spinn<B> {
         // The thin stack: [(steps+1)·batch, 2D], step-major; row 0 stays zeros.
         let mut stack = Tensor::<B, 2>::zeros([(steps + 1) * batch, 2 * d], &device);
         let mut queues: Vec<PointerQueue> = lengths.iter().map(|&n| PointerQueue::new(n)).collect();
-        let mut followed: Vec<Vec<Transition>> =
-            lengths.iter().map(|&n| Vec::with_capacity(2 * n - 1)).collect();
+        let mut followed: Vec<Vec<Transition>> = lengths
+            .iter()
+            .map(|&n| Vec::with_capacity(2 * n - 1))
+            .collect();
         let mut tracking = self
             .tracker
             .as_ref()
@@ -366,8 +371,10 @@ impl<B: Backend> Spinn<B> {
         let mut gold_ids: Vec<i64> = Vec::new();
         let mut gold_rows: Vec<i64> = Vec::new();
 
-        let index = |v: Vec<i64>| Tensor::<B, 1, Int>::from_data(TensorData::new(v, [batch]), &device);
-        let mask = |v: Vec<bool>| Tensor::<B, 2, Bool>::from_data(TensorData::new(v, [batch, 1]), &device);
+        let index =
+            |v: Vec<i64>| Tensor::<B, 1, Int>::from_data(TensorData::new(v, [batch]), &device);
+        let mask =
+            |v: Vec<bool>| Tensor::<B, 2, Bool>::from_data(TensorData::new(v, [batch, 1]), &device);
 
         for t in 1..=steps {
             // The reads of this step, from each example's pointers (row 0 = zeros).
@@ -375,11 +382,23 @@ impl<B: Backend> Spinn<B> {
             let row_of = |p: Option<usize>, b: usize| (p.unwrap_or(0) * batch + b) as i64;
             let top = stack.clone().select(
                 0,
-                index(reads.iter().enumerate().map(|(b, r)| row_of(r.top, b)).collect()),
+                index(
+                    reads
+                        .iter()
+                        .enumerate()
+                        .map(|(b, r)| row_of(r.top, b))
+                        .collect(),
+                ),
             );
             let second = stack.clone().select(
                 0,
-                index(reads.iter().enumerate().map(|(b, r)| row_of(r.second, b)).collect()),
+                index(
+                    reads
+                        .iter()
+                        .enumerate()
+                        .map(|(b, r)| row_of(r.second, b))
+                        .collect(),
+                ),
             );
             let buf_top = buffer.clone().select(
                 0,
@@ -515,7 +534,11 @@ impl<B: Backend> SentenceEncoder<B> for Spinn<B> {
     /// - output `sentence`: `[batch, D]`
     fn encode(&self, input: EncoderInput<B>, decisions: Decisions<'_>) -> EncoderOutput<B> {
         let [_, time, _] = input.embeddings.dims();
-        let lengths: Vec<usize> = input.lengths.iter().map(|&n| n.clamp(1, time.max(1))).collect();
+        let lengths: Vec<usize> = input
+            .lengths
+            .iter()
+            .map(|&n| n.clamp(1, time.max(1)))
+            .collect();
         let plan = if self.parses(&decisions) {
             Plan::Own
         } else {
@@ -527,7 +550,11 @@ impl<B: Backend> SentenceEncoder<B> for Spinn<B> {
                     .map(|(i, &n)| {
                         let ts = given.get(i).map(Vec::as_slice).unwrap_or(&[]);
                         match check_transitions(i, n, ts) {
-                            Ok(()) => ts.iter().copied().filter(|t| *t != Transition::Skip).collect(),
+                            Ok(()) => ts
+                                .iter()
+                                .copied()
+                                .filter(|t| *t != Transition::Skip)
+                                .collect(),
                             Err(_) => repair_transitions(n, ts),
                         }
                     })

@@ -179,7 +179,9 @@ pub fn trace(transitions: &[Transition]) -> Result<Vec<TraceStep>, SpinnError> {
     let mut out = Vec::with_capacity(transitions.len());
     for (i, &op) in transitions.iter().enumerate() {
         let t = i + 1;
-        let word = (op == Transition::Shift).then(|| q.reads().buffer).flatten();
+        let word = (op == Transition::Shift)
+            .then(|| q.reads().buffer)
+            .flatten();
         q.apply(t, op).map_err(|message| SpinnError::Transitions {
             sentence: 0,
             message: format!("step {t}: {message}"),
