@@ -136,3 +136,23 @@ pub fn words(tokens: &[String], lowercase: bool) -> Vec<String> {
         tokens.to_vec()
     }
 }
+
+/// Before training an encoder that follows gold trees (SPINN): checks that `transitions` exist
+/// and fit `sentences` (one valid sequence of `2n − 1` steps per sentence of `n` tokens).
+/// `what` names the data in the error, e.g. `"valid premises"`. Other encoders pass.
+pub fn check_gold_transitions(
+    kind: arbor_encoders::EncoderKind,
+    what: &str,
+    sentences: &[Vec<u32>],
+    transitions: Option<&[Vec<arbor_data::tree::Transition>]>,
+) -> Result<()> {
+    if !kind.needs_transitions() {
+        return Ok(());
+    }
+    let Some(ts) = transitions else {
+        bail!("{what}: the {kind} encoder needs gold trees (transitions), and this data has none");
+    };
+    let lengths: Vec<usize> = sentences.iter().map(Vec::len).collect();
+    arbor_encoders::spinn::check_batch_transitions(&lengths, ts)
+        .with_context(|| format!("{what}: gold transitions do not fit the sentences"))
+}

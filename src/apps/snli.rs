@@ -342,13 +342,42 @@ impl BackendJob for EvalJob {
     }
 }
 
+/// For encoders that follow gold trees: keeps only the pairs whose premise and hypothesis both
+/// have a binary parse, saying how many were dropped from each split.
+pub fn keep_parsed(splits: &mut SnliSplits, kind: arbor_encoders::EncoderKind) -> Result<()> {
+    let keep = |name: &str, pairs: &mut Vec<SnliPair>| -> Result<()> {
+        let before = pairs.len();
+        pairs.retain(SnliPair::has_parses);
+        if before > pairs.len() {
+            eprintln!(
+                "{name}: kept {} of {before} pairs ({} dropped: no binary parse, which the {kind} \
+                 encoder needs)",
+                pairs.len(),
+                before - pairs.len()
+            );
+        }
+        if pairs.is_empty() && before > 0 {
+            bail!("{name}: no pair has binary parses, which the {kind} encoder needs");
+        }
+        Ok(())
+    };
+    keep("train", &mut splits.train)?;
+    for (name, pairs) in &mut splits.eval {
+        keep(name, pairs)?;
+    }
+    Ok(())
+}
+
 /// Runs the program.
 pub fn run(args: SnliArgs) -> Result<()> {
     let device = args.common.device.clone();
     if args.parse.is_some() {
         return run_on(&device, EvalJob { args, splits: None })?;
     }
-    let splits = load_splits(&args)?;
+    let mut splits = load_splits(&args)?;
+    if args.common.encoder.needs_transitions() {
+        keep_parsed(&mut splits, args.common.encoder)?;
+    }
     if args.eval_only {
         return run_on(
             &device,

@@ -14,7 +14,7 @@ use burn::module::AutodiffModule;
 use burn::prelude::*;
 use clap::Parser;
 
-use super::common::{build_vocab, embedding, parse_one, print_tree, words};
+use super::common::{build_vocab, check_gold_transitions, embedding, parse_one, print_tree, words};
 use crate::cli::TrainArgs;
 use crate::device::{run_on, BackendJob};
 use crate::tasks::{ClassifyData, ClassifyTask, ModelConfig, ModelMeta};
@@ -120,8 +120,15 @@ impl BackendJob for Job {
             .with_n_classes(2)
             .with_dropout(a.dropout);
         let model = head.init(enc_config.init::<Ad<B>>(&device), emb, &device);
+        let data = to_data(&self.train, &vocab);
+        check_gold_transitions(
+            a.encoder,
+            "train",
+            &data.sentences,
+            data.transitions.as_deref(),
+        )?;
         let task = ClassifyTask::<Ad<B>> {
-            train: to_data(&self.train, &vocab),
+            train: data,
             splits: self
                 .eval
                 .iter()
@@ -183,6 +190,19 @@ pub fn run(args: SstArgs) -> Result<()> {
     let mut eval = vec![("valid".to_string(), read_split(&args.valid)?)];
     if let Some(t) = &args.test {
         eval.push(("test".into(), read_split(t)?));
+    }
+    if args.common.encoder.needs_transitions() {
+        for (name, split) in
+            std::iter::once(("train", &train)).chain(eval.iter().map(|(n, s)| (n.as_str(), s)))
+        {
+            if split.transitions.is_none() {
+                bail!(
+                    "{name}: the {} encoder follows gold trees; pass SST tree files (PTB-style \
+                     `(3 (2 It) ...)`), not tsv",
+                    args.common.encoder
+                );
+            }
+        }
     }
     let device = args.common.device.clone();
     run_on(&device, Job { args, train, eval })?

@@ -90,23 +90,47 @@ pub struct NliTask<B: Backend> {
 }
 
 /// Exact accuracy (and mean loss, and per-group accuracy when the data has groups) of a model
-/// over a whole split, with argmax decisions.
+/// over a whole split, with argmax decisions; for full SPINN also `transition_accuracy`, the
+/// step-aligned agreement of its own parses with the gold transitions.
 pub fn evaluate_nli<B: Backend>(
     model: &NliClassifier<B, Encoder<B>>,
     data: &NliData,
     batch_size: usize,
     device: &B::Device,
 ) -> EvalReport {
-    super::evaluate_batches(
+    // Full SPINN parses on its own at evaluation: compare its parses with the gold transitions.
+    let parses = model.encoder.kind() == arbor_encoders::EncoderKind::Spinn;
+    let mut transitions = (0usize, 0usize);
+    let mut report = super::evaluate_batches(
         &data.lengths(),
         &data.labels,
         data.groups.as_deref(),
         batch_size,
         |idx| {
             let (batch, labels) = data.batch::<B>(idx, device);
-            (model.forward(batch, Decisions::Argmax).logits, labels)
+            let out = model.forward(batch, Decisions::Argmax);
+            if let (true, Some((l, r)), Some((gl, gr))) = (parses, &out.trees, &data.transitions) {
+                let pred: Vec<Vec<Transition>> =
+                    l.iter().chain(r).map(BinaryTree::to_transitions).collect();
+                let gold: Vec<Vec<Transition>> = idx
+                    .iter()
+                    .map(|&i| gl[i].clone())
+                    .chain(idx.iter().map(|&i| gr[i].clone()))
+                    .collect();
+                let (c, t) = arbor_encoders::spinn::transition_accuracy(&pred, &gold);
+                transitions.0 += c;
+                transitions.1 += t;
+            }
+            (out.logits, labels)
         },
-    )
+    );
+    if transitions.1 > 0 {
+        report.extra.insert(
+            "transition_accuracy".into(),
+            transitions.0 as f64 / transitions.1 as f64,
+        );
+    }
+    report
 }
 
 impl<B: Backend> NliTask<B> {

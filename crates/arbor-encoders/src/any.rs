@@ -13,7 +13,8 @@ use burn::prelude::*;
 use crate::Pooling;
 use crate::{
     Decisions, EncoderInput, EncoderOutput, GumbelTreeLstm, GumbelTreeLstmConfig, LeafKind,
-    LstmEncoder, LstmEncoderConfig, R2d2, R2d2Config, SentenceEncoder,
+    LstmEncoder, LstmEncoderConfig, R2d2, R2d2Config, SentenceEncoder, Spinn, SpinnConfig,
+    SpinnVariant,
 };
 
 /// The sentence encoders arbor provides.
@@ -37,11 +38,17 @@ pub enum EncoderKind {
     ConvFastTrees,
     /// [`R2d2`]: pruned differentiable CKY with a recursive Transformer.
     R2d2,
+    /// [`Spinn`] without tracking (SPINN-PI-NT): follows given trees.
+    SpinnPiNt,
+    /// [`Spinn`] with a tracking LSTM (SPINN-PI): follows given trees.
+    SpinnPi,
+    /// Full [`Spinn`]: tracking and a transition classifier; parses on its own at evaluation.
+    Spinn,
 }
 
 impl EncoderKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [EncoderKind; 7] = [
+    pub const ALL: [EncoderKind; 10] = [
         EncoderKind::Gumbel,
         EncoderKind::Lstm,
         EncoderKind::OnLstm,
@@ -49,6 +56,9 @@ impl EncoderKind {
         EncoderKind::FasterFastTrees,
         EncoderKind::ConvFastTrees,
         EncoderKind::R2d2,
+        EncoderKind::SpinnPiNt,
+        EncoderKind::SpinnPi,
+        EncoderKind::Spinn,
     ];
 
     /// The kind's command-line (and serde) name: `gumbel`, `lstm`, `on-lstm`, `fasttrees`,
@@ -57,6 +67,9 @@ impl EncoderKind {
         match self {
             EncoderKind::Gumbel => "gumbel",
             EncoderKind::R2d2 => "r2d2",
+            EncoderKind::SpinnPiNt | EncoderKind::SpinnPi | EncoderKind::Spinn => {
+                self.spinn_variant().map_or("spinn", SpinnVariant::name)
+            }
             other => other.cell().map_or("gumbel", CellKind::name),
         }
     }
@@ -64,7 +77,11 @@ impl EncoderKind {
     /// The recurrent cell of the recurrent kinds.
     pub fn cell(self) -> Option<CellKind> {
         match self {
-            EncoderKind::Gumbel | EncoderKind::R2d2 => None,
+            EncoderKind::Gumbel
+            | EncoderKind::R2d2
+            | EncoderKind::SpinnPiNt
+            | EncoderKind::SpinnPi
+            | EncoderKind::Spinn => None,
             EncoderKind::Lstm => Some(CellKind::Lstm),
             EncoderKind::OnLstm => Some(CellKind::OnLstm),
             EncoderKind::FastTrees => Some(CellKind::FastTrees),
@@ -76,7 +93,26 @@ impl EncoderKind {
     /// Whether the encoder induces a tree of its own and returns it in
     /// [`EncoderOutput::trees`] (the cumax cells: in evaluation mode, from syntactic distances).
     pub fn induces_trees(self) -> bool {
-        !matches!(self, EncoderKind::Lstm)
+        !matches!(
+            self,
+            EncoderKind::Lstm | EncoderKind::SpinnPiNt | EncoderKind::SpinnPi
+        )
+    }
+
+    /// The SPINN variant of the SPINN kinds.
+    pub fn spinn_variant(self) -> Option<SpinnVariant> {
+        match self {
+            EncoderKind::SpinnPiNt => Some(SpinnVariant::PiNt),
+            EncoderKind::SpinnPi => Some(SpinnVariant::Pi),
+            EncoderKind::Spinn => Some(SpinnVariant::Full),
+            _ => None,
+        }
+    }
+
+    /// Whether the encoder needs gold transitions in [`EncoderInput::transitions`] (the SPINN
+    /// kinds: always in training; PI-NT and PI also at evaluation).
+    pub fn needs_transitions(self) -> bool {
+        self.spinn_variant().is_some()
     }
 }
 
@@ -144,6 +180,12 @@ pub struct EncoderConfig {
     /// LSTM/cumax encoders: how the sentence vector is pooled from the top layer.
     #[config(default = "Pooling::Last")]
     pub pooling: Pooling,
+    /// SPINN-PI and full SPINN: width of the tracking LSTM (0: `d_hidden`).
+    #[config(default = 0)]
+    pub tracking_dim: usize,
+    /// Full SPINN: weight `α` of the transition loss.
+    #[config(default = 1.0)]
+    pub transition_weight: f64,
 }
 
 impl EncoderConfig {
@@ -169,6 +211,13 @@ impl EncoderConfig {
                     .with_tau(self.tau)
                     .init(device),
             ),
+            EncoderKind::SpinnPiNt | EncoderKind::SpinnPi | EncoderKind::Spinn => Encoder::Spinn(
+                SpinnConfig::new(self.d_input, self.d_hidden)
+                    .with_variant(self.kind.spinn_variant().unwrap_or_default())
+                    .with_d_tracking(self.tracking_dim)
+                    .with_transition_weight(self.transition_weight)
+                    .init(device),
+            ),
             other => Encoder::Lstm(
                 LstmEncoderConfig::new(self.d_input, self.d_hidden)
                     .with_n_layers(self.n_layers)
@@ -192,6 +241,8 @@ pub enum Encoder<B: Backend> {
     Lstm(LstmEncoder<B>),
     /// R2D2.
     R2d2(R2d2<B>),
+    /// SPINN (any variant).
+    Spinn(Spinn<B>),
 }
 
 macro_rules! dispatch {
@@ -200,6 +251,7 @@ macro_rules! dispatch {
             Encoder::Gumbel($enc) => $e,
             Encoder::Lstm($enc) => $e,
             Encoder::R2d2($enc) => $e,
+            Encoder::Spinn($enc) => $e,
         }
     };
 }
@@ -214,6 +266,11 @@ impl<B: Backend> Encoder<B> {
                 .into_iter()
                 .find(|k| k.cell() == Some(e.cell()))
                 .unwrap_or(EncoderKind::Lstm),
+            Encoder::Spinn(s) => match s.variant() {
+                SpinnVariant::PiNt => EncoderKind::SpinnPiNt,
+                SpinnVariant::Pi => EncoderKind::SpinnPi,
+                SpinnVariant::Full => EncoderKind::Spinn,
+            },
         }
     }
 }

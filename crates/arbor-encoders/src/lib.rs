@@ -13,6 +13,7 @@ mod any;
 mod gumbel_tree_lstm;
 mod lstm;
 pub mod r2d2;
+pub mod spinn;
 
 pub use any::{Encoder, EncoderConfig, EncoderKind};
 pub use gumbel_tree_lstm::{
@@ -20,3 +21,4 @@ pub use gumbel_tree_lstm::{
 };
 pub use lstm::{default_chunk_size, LstmEncoder, LstmEncoderConfig, Pooling};
 pub use r2d2::{R2d2, R2d2Config, R2d2Lm, R2d2LmConfig};
+pub use spinn::{Spinn, SpinnConfig, SpinnError, SpinnOutput, SpinnVariant};

@@ -1,0 +1,303 @@
+//! `cargo run --release --example logic`: propositional-logic inference (Bowman et al. 2015),
+//! the task where tree structure matters most. Train on formulas with at most 6 operators,
+//! hold out 10% of them for validation, and report test accuracy separately for every operator
+//! count in the test files.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use arbor_data::readers::logic::{
+    read_logic, read_logic_dir, train_valid_split, LogicPair, Relation,
+};
+use arbor_data::vocab::Vocab;
+use arbor_data::ReadOptions;
+use arbor_heads::NliClassifierConfig;
+use arbor_train::{load_model, seed_everything, train, EvalReport};
+use burn::backend::Autodiff;
+use burn::module::AutodiffModule;
+use burn::prelude::*;
+use clap::Parser;
+
+use super::common::{build_vocab, check_gold_transitions, embedding, print_tree};
+use crate::cli::TrainArgs;
+use crate::device::{run_on, BackendJob};
+use crate::tasks::{evaluate_nli, ModelConfig, ModelMeta, NliData, NliTask};
+
+/// Train a sentence-pair encoder on propositional-logic inference.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "logic",
+    about = "Propositional-logic inference: train on formulas with few operators, test per operator count"
+)]
+pub struct LogicArgs {
+    /// Directory with train0..trainK (and test0..testK) files.
+    #[arg(long, default_value = "../shared/data/propositional_logic")]
+    pub data_dir: PathBuf,
+    /// Train on pairs with at most this many operators.
+    #[arg(long, default_value_t = 6)]
+    pub max_train_operators: usize,
+    /// Fraction of the training pairs held out for validation (model selection).
+    #[arg(long, default_value_t = 0.1)]
+    pub valid_fraction: f64,
+    /// Use only the first N training pairs after the split (for quick runs).
+    #[arg(long)]
+    pub train_limit: Option<usize>,
+    /// Test files (repeatable; any operator counts). Default: the test0..testK files of
+    /// --data-dir.
+    #[arg(long)]
+    pub test: Vec<PathBuf>,
+    /// How many test pairs to draw trees for after training (encoders that build trees).
+    #[arg(long, default_value_t = 2)]
+    pub show_trees: usize,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub common: TrainArgs,
+}
+
+/// The logic data a run uses.
+#[derive(Debug, Default)]
+pub struct LogicSplits {
+    /// Training pairs (after the validation split).
+    pub train: Vec<LogicPair>,
+    /// The held-out validation pairs.
+    pub valid: Vec<LogicPair>,
+    /// Test pairs.
+    pub test: Vec<LogicPair>,
+}
+
+/// Reads the training files of `--data-dir` (pairs with ≤ `--max-train-operators`
+/// operators), splits off the validation pairs, and reads the test files.
+pub fn load_splits(args: &LogicArgs) -> Result<LogicSplits> {
+    let data = read_logic_dir(&args.data_dir, ReadOptions::strict())?;
+    let pool: Vec<LogicPair> = data
+        .train
+        .into_iter()
+        .filter(|p| p.operators <= args.max_train_operators)
+        .collect();
+    if pool.is_empty() {
+        bail!(
+            "{}: no training pair with at most {} operators",
+            args.data_dir.display(),
+            args.max_train_operators
+        );
+    }
+    let (mut train, valid) = train_valid_split(pool, args.valid_fraction, args.common.seed);
+    if let Some(n) = args.train_limit {
+        train.truncate(n);
+    }
+    if train.is_empty() || valid.is_empty() {
+        bail!(
+            "{} training and {} validation pairs: need at least one of each (check \
+             --valid-fraction and --train-limit)",
+            train.len(),
+            valid.len()
+        );
+    }
+    let test = if args.test.is_empty() {
+        data.test
+    } else {
+        let mut test = Vec::new();
+        for path in &args.test {
+            test.extend(read_logic(path, ReadOptions::strict())?.records);
+        }
+        test
+    };
+    if test.is_empty() {
+        bail!(
+            "no test pairs: {} has no test0.. files and no --test FILE was given",
+            args.data_dir.display()
+        );
+    }
+    Ok(LogicSplits { train, valid, test })
+}
+
+/// Token ids, relation ids, gold transitions and operator counts (the groups).
+pub fn to_data(pairs: &[LogicPair], vocab: &Vocab) -> NliData {
+    NliData {
+        premises: pairs.iter().map(|p| vocab.encode(&p.left.tokens)).collect(),
+        hypotheses: pairs
+            .iter()
+            .map(|p| vocab.encode(&p.right.tokens))
+            .collect(),
+        labels: pairs.iter().map(|p| p.relation.id()).collect(),
+        transitions: Some((
+            pairs.iter().map(|p| p.left.tree.to_transitions()).collect(),
+            pairs
+                .iter()
+                .map(|p| p.right.tree.to_transitions())
+                .collect(),
+        )),
+        groups: Some(pairs.iter().map(|p| p.operators).collect()),
+    }
+}
+
+/// Per-operator-count accuracy from a report of [`evaluate_nli`] over grouped data:
+/// `operators → (accuracy, count)`.
+pub fn per_operator_count(report: &EvalReport) -> BTreeMap<usize, (f64, usize)> {
+    let mut out = BTreeMap::new();
+    for (key, &value) in &report.extra {
+        let Some(g) = key
+            .strip_prefix("group_")
+            .and_then(|k| k.strip_suffix("_accuracy"))
+            .and_then(|k| k.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        let count = report
+            .extra
+            .get(&format!("group_{g}_count"))
+            .copied()
+            .unwrap_or(0.0);
+        out.insert(g, (value, count as usize));
+    }
+    out
+}
+
+/// Prints the per-operator-count table of a test report.
+pub fn print_table(title: &str, report: &EvalReport) {
+    println!(
+        "{title}: accuracy {:.4} ({} / {})",
+        report.accuracy(),
+        report.correct,
+        report.total
+    );
+    println!("  operators  pairs  accuracy");
+    for (g, (acc, n)) in per_operator_count(report) {
+        println!("  {g:>9}  {n:>5}  {acc:.4}");
+    }
+    if let Some(t) = report.extra.get("transition_accuracy") {
+        println!("  transition accuracy (own parses vs gold): {t:.4}");
+    }
+}
+
+struct Job {
+    args: LogicArgs,
+    splits: LogicSplits,
+}
+
+impl BackendJob for Job {
+    type Output = Result<()>;
+
+    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+        type Ad<B> = Autodiff<B>;
+        let Job { args, splits } = self;
+        let a = &args.common;
+        seed_everything::<Ad<B>>(&device, a.seed);
+        let vocab = build_vocab(
+            splits
+                .train
+                .iter()
+                .flat_map(|p| [&p.left.tokens[..], &p.right.tokens[..]]),
+            false,
+        );
+        let d_embed = a.embed_dim.unwrap_or(a.dim);
+        let (emb_config, emb) = embedding::<Ad<B>>(&vocab, d_embed, a.glove.as_deref(), &device)?;
+        let enc_config = a.encoder_config(emb_config.d_embed);
+        let head =
+            NliClassifierConfig::new(vocab.len(), emb_config.d_embed, a.mlp_dim.unwrap_or(a.dim))
+                .with_n_classes(Relation::ALL.len())
+                .with_dropout(a.dropout);
+        let model = head.init(enc_config.init::<Ad<B>>(&device), emb, &device);
+        let meta = ModelMeta {
+            model: ModelConfig::Nli {
+                embedding: emb_config,
+                encoder: enc_config,
+                head,
+            },
+            vocab: vocab.tokens().to_vec(),
+            labels: Relation::ALL
+                .iter()
+                .map(|r| r.symbol().to_string())
+                .collect(),
+            lowercase: false,
+        };
+        let train_data = to_data(&splits.train, &vocab);
+        if let Some((l, r)) = &train_data.transitions {
+            check_gold_transitions(a.encoder, "train (left)", &train_data.premises, Some(l))?;
+            check_gold_transitions(a.encoder, "train (right)", &train_data.hypotheses, Some(r))?;
+        }
+        let task = NliTask::<Ad<B>> {
+            train: train_data,
+            splits: vec![
+                ("valid".into(), to_data(&splits.valid, &vocab)),
+                ("test".into(), to_data(&splits.test, &vocab)),
+            ],
+            eval_batch_size: 256,
+            meta,
+            device: device.clone(),
+        };
+        let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
+        for p in &splits.test {
+            *counts.entry(p.operators).or_default() += 1;
+        }
+        eprintln!(
+            "logic: {} training pairs (≤ {} operators), {} validation, {} test (operators: {}); \
+             vocabulary {}; encoder {} (dim {}), device {}",
+            splits.train.len(),
+            args.max_train_operators,
+            splits.valid.len(),
+            splits.test.len(),
+            counts
+                .iter()
+                .map(|(k, n)| format!("{k}: {n}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            vocab.len(),
+            a.encoder,
+            a.dim,
+            a.device
+        );
+        let outcome = train(&task, model, &a.train_config(), &device)?;
+        println!();
+        if let Some(r) = outcome.evals.get("test") {
+            print_table("test (last model)", r);
+        }
+        let inner = outcome.model.valid();
+        let (model, which) = match &outcome.best_checkpoint {
+            Some(best) => (
+                load_model(inner, best, &device)
+                    .with_context(|| format!("loading {}", best.display()))?
+                    .0,
+                format!("best on valid, {}", best.display()),
+            ),
+            None => (inner, "last model".to_string()),
+        };
+        let test = &task.splits[1].1;
+        let valid_report = evaluate_nli(&model, &task.splits[0].1, 256, &device);
+        let report = evaluate_nli(&model, test, 256, &device);
+        println!(
+            "valid accuracy {:.4} ({} / {})",
+            valid_report.accuracy(),
+            valid_report.correct,
+            valid_report.total
+        );
+        print_table(&format!("test ({which})"), &report);
+        let shown: Vec<usize> = (0..test.len()).take(args.show_trees).collect();
+        if !shown.is_empty() {
+            let (batch, _) = test.batch::<B>(&shown, &device);
+            let out = model.forward(batch, arbor_encoders::Decisions::Argmax);
+            if let Some((left, right)) = out.trees {
+                for (k, &i) in shown.iter().enumerate() {
+                    let p = &splits.test[i];
+                    print_tree(&format!("test {i} left"), &left[k], &p.left.tokens);
+                    print_tree(&format!("test {i} right"), &right[k], &p.right.tokens);
+                }
+            }
+        }
+        println!("checkpoints: {}", outcome.last_checkpoint.display());
+        Ok(())
+    }
+}
+
+/// Runs the program.
+pub fn run(args: LogicArgs) -> Result<()> {
+    let splits = load_splits(&args)?;
+    let device = args.common.device.clone();
+    run_on(&device, Job { args, splits })?
+}
+
+/// Whether `path` looks like a logic data directory (has `train0`).
+pub fn has_logic_data(path: &Path) -> bool {
+    path.join("train0").is_file()
+}
