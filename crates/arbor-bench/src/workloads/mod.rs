@@ -14,6 +14,7 @@ use crate::report::RatioSpec;
 pub mod cells;
 pub mod gumbel;
 pub mod r2d2;
+pub mod spinn;
 
 /// Every workload of the suite, in order, for backend `B` (timed in forward mode on `B` and in
 /// forward+backward mode on `Autodiff<B>`).
@@ -21,6 +22,7 @@ pub fn suite<B: Backend>(device: &B::Device) -> Vec<Workload> {
     let mut all = Vec::new();
     all.extend(cells::workloads::<B>(device));
     all.extend(gumbel::workloads::<B>(device));
+    all.extend(spinn::workloads::<B>(device));
     all.extend(r2d2::workloads::<B>(device));
     all
 }
@@ -30,6 +32,7 @@ pub fn ratio_specs() -> Vec<RatioSpec> {
     let mut all = Vec::new();
     all.extend(cells::ratios());
     all.extend(gumbel::ratios());
+    all.extend(spinn::ratios());
     all.extend(r2d2::ratios());
     all
 }

@@ -410,6 +410,7 @@ impl<B: Backend> Spinn<B> {
                         .collect(),
                 ),
             );
+            let (top_rows, second_rows) = (top.clone(), second.clone());
             let top = LstmState::split(top);
             let second = LstmState::split(second);
 
@@ -476,10 +477,36 @@ impl<B: Backend> Spinn<B> {
                 }
             }
 
-            // Compose for every example, then write one row: shift → buffer top, else reduce.
-            let reduced = self.composition.forward(second, top, e).concat();
-            let is_shift = mask(ops.iter().map(|op| *op == Transition::Shift).collect());
-            let row = reduced.mask_where(is_shift.expand([batch, 2 * d]), buf_top);
+            // Compose only for the examples that REDUCE at this step (one batched call), then
+            // write one row per example: the composed node for a REDUCE, the buffer top
+            // otherwise (a SKIP row is never read).
+            let reducing: Vec<usize> = (0..batch)
+                .filter(|&b| ops[b] == Transition::Reduce)
+                .collect();
+            let row = if reducing.is_empty() {
+                buf_top
+            } else {
+                let r = reducing.len();
+                let pick = Tensor::<B, 1, Int>::from_data(
+                    TensorData::new(reducing.iter().map(|&b| b as i64).collect(), [r]),
+                    &device,
+                );
+                let reduced = self
+                    .composition
+                    .forward(
+                        LstmState::split(second_rows.select(0, pick.clone())),
+                        LstmState::split(top_rows.select(0, pick.clone())),
+                        e.map(|e| e.select(0, pick)),
+                    )
+                    .concat();
+                // Rows of [buffer tops; composed nodes], picked back into batch order.
+                let mut order: Vec<i64> = (0..batch as i64).collect();
+                for (j, &b) in reducing.iter().enumerate() {
+                    order[b] = (batch + j) as i64;
+                }
+                Tensor::cat(vec![buf_top, reduced], 0).select(0, index(order))
+            };
+            drop((top, second));
             stack = stack.slice_assign([t * batch..(t + 1) * batch, 0..2 * d], row);
 
             for (b, (q, op)) in queues.iter_mut().zip(&ops).enumerate() {

@@ -1,0 +1,152 @@
+//! SPINN's thin stack against a per-sentence recursive Tree-LSTM and a same-width LSTM (the
+//! paper: ≈25× faster than recursion at batch 512, ≈4× slower than an LSTM).
+
+use arbor::cells::{CellKind, RecurrentStack, RecurrentStackConfig};
+use arbor::data::tree::{BinaryTree, Transition};
+use arbor::encoders::{Decisions, EncoderInput, Spinn, SpinnConfig, SpinnVariant};
+use burn::backend::Autodiff;
+use burn::module::AutodiffModule;
+use burn::prelude::*;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use serde_json::json;
+
+use super::{read, uniform, uniform_lengths};
+use crate::harness::{Mode, Workload};
+use crate::report::RatioSpec;
+
+/// Width `D` of embeddings, nodes and the LSTM.
+pub const D: usize = 300;
+/// Sentences per batch.
+pub const BATCH: usize = 512;
+/// Longest sentence; lengths are uniform in `2..=MAX_LEN`.
+pub const MAX_LEN: usize = 30;
+
+struct Data {
+    lengths: Vec<usize>,
+    trees: Vec<BinaryTree>,
+    transitions: Vec<Vec<Transition>>,
+}
+
+fn data() -> Data {
+    let lengths = uniform_lengths(BATCH, 2, MAX_LEN, 0);
+    let mut rng = StdRng::seed_from_u64(0);
+    let trees: Vec<BinaryTree> = lengths
+        .iter()
+        .map(|&n| BinaryTree::random(n, &mut rng).expect("n ≥ 1"))
+        .collect();
+    let transitions = trees.iter().map(BinaryTree::to_transitions).collect();
+    Data {
+        lengths,
+        trees,
+        transitions,
+    }
+}
+
+fn params(kind: &str) -> serde_json::Value {
+    json!({
+        "encoder": kind, "d": D, "batch": BATCH, "lengths": format!("uniform 2..={MAX_LEN}, seed 0"),
+        "trees": "uniformly random binary trees, seed 0", "loss": "sum of the sentence vectors",
+    })
+}
+
+fn spinn<B: Backend>(device: &B::Device, recursive: bool) -> Workload {
+    let device = device.clone();
+    let name = if recursive { "recursive" } else { "thin-stack" };
+    let kind = if recursive {
+        "recursive Tree-LSTM (one composition call per node, SPINN-PI-NT's weights)"
+    } else {
+        "SPINN-PI-NT thin stack"
+    };
+    Workload::new("spinn", name, params(kind), BATCH, "sentences", move || {
+        B::seed(&device, 0);
+        let model: Spinn<Autodiff<B>> = SpinnConfig::new(D, D)
+            .with_variant(SpinnVariant::PiNt)
+            .init(&device);
+        let eval = model.valid();
+        let Data {
+            lengths,
+            trees,
+            transitions,
+        } = data();
+        let x = uniform::<B, 3>([BATCH, MAX_LEN, D], 1, &device);
+        let run_eval = move |x: Tensor<B, 3>| -> Tensor<B, 2> {
+            if recursive {
+                eval.encode_recursive(x, &lengths, &trees).expect("valid trees").h
+            } else {
+                let input = EncoderInput::new(x, lengths.clone()).with_transitions(transitions.clone());
+                eval.forward(input, Decisions::Argmax).expect("valid transitions").root.h
+            }
+        };
+        let Data {
+            lengths,
+            trees,
+            transitions,
+        } = data();
+        Box::new(move |mode| match mode {
+            Mode::Forward => read(run_eval(x.clone()).sum()),
+            Mode::ForwardBackward => {
+                let xa = Tensor::<Autodiff<B>, 3>::from_inner(x.clone()).require_grad();
+                let h = if recursive {
+                    model.encode_recursive(xa.clone(), &lengths, &trees).expect("valid trees").h
+                } else {
+                    let mut sampler = arbor::cells::GumbelSampler::seeded(0);
+                    let input = EncoderInput::new(xa.clone(), lengths.clone())
+                        .with_transitions(transitions.clone());
+                    model
+                        .forward(input, Decisions::Sample(&mut sampler))
+                        .expect("valid transitions")
+                        .root
+                        .h
+                };
+                let grads = h.sum().backward();
+                xa.grad(&grads).map_or(f64::NAN, |g| read(g.sum()))
+            }
+        })
+    })
+}
+
+fn lstm<B: Backend>(device: &B::Device) -> Workload {
+    let device = device.clone();
+    Workload::new("spinn", "lstm", params("LSTM (one layer)"), BATCH, "sentences", move || {
+        B::seed(&device, 0);
+        let stack: RecurrentStack<Autodiff<B>> =
+            RecurrentStackConfig::new(CellKind::Lstm, D, D).init(&device);
+        let eval = stack.valid();
+        let lengths = data().lengths;
+        let x = uniform::<B, 3>([BATCH, MAX_LEN, D], 1, &device);
+        Box::new(move |mode| match mode {
+            Mode::Forward => {
+                let out = eval.forward(x.clone(), Some(&lengths), None);
+                read(out.last[0].h.clone().sum())
+            }
+            Mode::ForwardBackward => {
+                let xa = Tensor::<Autodiff<B>, 3>::from_inner(x.clone()).require_grad();
+                let out = stack.forward(xa.clone(), Some(&lengths), None);
+                let grads = out.last[0].h.clone().sum().backward();
+                xa.grad(&grads).map_or(f64::NAN, |g| read(g.sum()))
+            }
+        })
+    })
+}
+
+/// Thin stack, recursive reference and LSTM at D 300, batch 512, lengths ≤ 30.
+pub fn workloads<B: Backend>(device: &B::Device) -> Vec<Workload> {
+    vec![spinn::<B>(device, false), spinn::<B>(device, true), lstm::<B>(device)]
+}
+
+/// The paper's two claims.
+pub fn ratios() -> Vec<RatioSpec> {
+    vec![
+        RatioSpec {
+            label: "recursive / thin-stack time (thin-stack speed-up; paper ≈25×)",
+            numerator: "spinn/recursive",
+            denominator: "spinn/thin-stack",
+        },
+        RatioSpec {
+            label: "thin-stack / LSTM time (paper ≈4×)",
+            numerator: "spinn/thin-stack",
+            denominator: "spinn/lstm",
+        },
+    ]
+}
