@@ -130,7 +130,11 @@ pub fn random_input<B: Backend>(
     device: &B::Device,
 ) -> (Tensor<B, 3>, Vec<usize>) {
     (
-        Tensor::random([batch, time, d_input], Distribution::Normal(0.0, 1.0), device),
+        Tensor::random(
+            [batch, time, d_input],
+            Distribution::Normal(0.0, 1.0),
+            device,
+        ),
         vec![time; batch],
     )
 }

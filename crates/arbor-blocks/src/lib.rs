@@ -37,6 +37,8 @@ pub use encoder::{
     padding_mask, random_input, TransformerEncoder, TransformerEncoderConfig,
     TransformerEncoderOutput,
 };
-pub use gate::{FastTreesGate, FastTreesGateConfig, FastTreesGateOutput, GateInput, GateProjection};
+pub use gate::{
+    FastTreesGate, FastTreesGateConfig, FastTreesGateOutput, GateInput, GateProjection,
+};
 pub use layer::{TransformerLayer, TransformerLayerConfig, TransformerLayerOutput};
 pub use positions::{sinusoids, PositionKind, Positions};
