@@ -344,6 +344,7 @@ impl BackendJob for EvalJob {
 
 /// Runs the program.
 pub fn run(args: SnliArgs) -> Result<()> {
+    args.common.check()?;
     let device = args.common.device.clone();
     if args.parse.is_some() {
         return run_on(&device, EvalJob { args, splits: None })?;

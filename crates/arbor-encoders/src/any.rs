@@ -14,6 +14,8 @@ use crate::{
     Decisions, EncoderInput, EncoderOutput, GumbelTreeLstm, GumbelTreeLstmConfig, LeafKind,
     LstmEncoder, LstmEncoderConfig, SentenceEncoder,
 };
+use crate::{Pooling, TransformerSentenceEncoder, TransformerSentenceEncoderConfig};
+use arbor_blocks::TransformerEncoderConfig;
 
 /// The sentence encoders arbor provides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -34,24 +36,33 @@ pub enum EncoderKind {
     /// [`LstmEncoder`] with Conv FastTrees cells.
     #[serde(rename = "conv-fasttrees")]
     ConvFastTrees,
+    /// [`TransformerSentenceEncoder`] without gates.
+    Transformer,
+    /// [`TransformerSentenceEncoder`] with a FastTrees gate after self-attention in every layer.
+    #[serde(rename = "transformer-fasttrees")]
+    TransformerFastTrees,
 }
 
 impl EncoderKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [EncoderKind; 6] = [
+    pub const ALL: [EncoderKind; 8] = [
         EncoderKind::Gumbel,
         EncoderKind::Lstm,
         EncoderKind::OnLstm,
         EncoderKind::FastTrees,
         EncoderKind::FasterFastTrees,
         EncoderKind::ConvFastTrees,
+        EncoderKind::Transformer,
+        EncoderKind::TransformerFastTrees,
     ];
 
     /// The kind's command-line (and serde) name: `gumbel`, `lstm`, `on-lstm`, `fasttrees`,
-    /// `faster-fasttrees`, `conv-fasttrees`.
+    /// `faster-fasttrees`, `conv-fasttrees`, `transformer`, `transformer-fasttrees`.
     pub fn name(self) -> &'static str {
         match self {
             EncoderKind::Gumbel => "gumbel",
+            EncoderKind::Transformer => "transformer",
+            EncoderKind::TransformerFastTrees => "transformer-fasttrees",
             other => other.cell().map_or("gumbel", CellKind::name),
         }
     }
@@ -59,7 +70,9 @@ impl EncoderKind {
     /// The recurrent cell of the recurrent kinds.
     pub fn cell(self) -> Option<CellKind> {
         match self {
-            EncoderKind::Gumbel => None,
+            EncoderKind::Gumbel | EncoderKind::Transformer | EncoderKind::TransformerFastTrees => {
+                None
+            }
             EncoderKind::Lstm => Some(CellKind::Lstm),
             EncoderKind::OnLstm => Some(CellKind::OnLstm),
             EncoderKind::FastTrees => Some(CellKind::FastTrees),
@@ -69,9 +82,10 @@ impl EncoderKind {
     }
 
     /// Whether the encoder induces a tree of its own and returns it in
-    /// [`EncoderOutput::trees`] (the cumax cells: in evaluation mode, from syntactic distances).
+    /// [`EncoderOutput::trees`] (the cumax cells and the gated Transformer: in evaluation mode,
+    /// from syntactic distances).
     pub fn induces_trees(self) -> bool {
-        !matches!(self, EncoderKind::Lstm)
+        !matches!(self, EncoderKind::Lstm | EncoderKind::Transformer)
     }
 }
 
@@ -112,10 +126,11 @@ pub struct EncoderConfig {
     /// Gumbel Tree-LSTM: how words become leaves.
     #[config(default = "LeafKind::Lstm")]
     pub leaf: LeafKind,
-    /// LSTM: number of stacked layers.
+    /// LSTM and Transformer: number of stacked layers.
     #[config(default = 1)]
     pub n_layers: usize,
-    /// LSTM: dropout between stacked layers. (Gumbel Tree-LSTM has none inside the encoder;
+    /// LSTM: dropout between stacked layers; Transformer: dropout on the input and inside
+    /// every layer (attention scores, residual branches, feed-forward network). (Gumbel Tree-LSTM has none inside the encoder;
     /// as in the released code, dropout on embeddings and classifier belongs to the task
     /// model.)
     #[config(default = 0.0)]
@@ -127,6 +142,15 @@ pub struct EncoderConfig {
     /// that is at most 10).
     #[config(default = 0)]
     pub chunk_size: usize,
+    /// Transformer: attention heads (0: the largest divisor of `d_hidden` that is at most 4).
+    #[config(default = 0)]
+    pub n_heads: usize,
+    /// Transformer: inner width of the feed-forward networks (0: `4 · d_hidden`).
+    #[config(default = 0)]
+    pub d_ff: usize,
+    /// Transformer: pooling of the top layer's outputs over real tokens.
+    #[config(default = "Pooling::Mean")]
+    pub pooling: Pooling,
 }
 
 impl EncoderConfig {
@@ -139,6 +163,9 @@ impl EncoderConfig {
                     .with_tau(self.tau)
                     .init(device),
             ),
+            EncoderKind::Transformer | EncoderKind::TransformerFastTrees => {
+                Encoder::Transformer(self.transformer().init(device))
+            }
             other => Encoder::Lstm(
                 LstmEncoderConfig::new(self.d_input, self.d_hidden)
                     .with_n_layers(self.n_layers)
@@ -151,6 +178,33 @@ impl EncoderConfig {
     }
 }
 
+impl EncoderConfig {
+    /// The Transformer encoder this configuration describes (for the Transformer kinds):
+    /// `n_layers` layers of width `d_hidden`, dropout `dropout`, sinusoidal positions, and for
+    /// `transformer-fasttrees` position-wise FastTrees gates with chunks of `chunk_size`.
+    pub fn transformer(&self) -> TransformerSentenceEncoderConfig {
+        let d = self.d_hidden;
+        let n_heads = match self.n_heads {
+            0 => (1..=4.min(d.max(1)))
+                .rev()
+                .find(|h| d.is_multiple_of(*h))
+                .unwrap_or(1),
+            h => h,
+        };
+        let stack = TransformerEncoderConfig::new(self.d_input, d)
+            .with_n_heads(n_heads)
+            .with_d_ff(if self.d_ff == 0 { 4 * d } else { self.d_ff })
+            .with_n_layers(self.n_layers)
+            .with_dropout(self.dropout)
+            .with_fasttrees(self.kind == EncoderKind::TransformerFastTrees)
+            .with_chunk_size(match self.chunk_size {
+                0 => crate::default_chunk_size(d),
+                c => c,
+            });
+        TransformerSentenceEncoderConfig::new(stack).with_pooling(self.pooling)
+    }
+}
+
 /// Any of the sentence encoders, as one module type.
 #[derive(Module, Debug)]
 #[allow(clippy::large_enum_variant)]
@@ -159,6 +213,8 @@ pub enum Encoder<B: Backend> {
     Gumbel(GumbelTreeLstm<B>),
     /// A recurrent stack (LSTM or a cumax cell).
     Lstm(LstmEncoder<B>),
+    /// A Transformer encoder, with or without FastTrees gates.
+    Transformer(TransformerSentenceEncoder<B>),
 }
 
 macro_rules! dispatch {
@@ -166,6 +222,7 @@ macro_rules! dispatch {
         match $self {
             Encoder::Gumbel($enc) => $e,
             Encoder::Lstm($enc) => $e,
+            Encoder::Transformer($enc) => $e,
         }
     };
 }
@@ -179,6 +236,8 @@ impl<B: Backend> Encoder<B> {
                 .into_iter()
                 .find(|k| k.cell() == Some(e.cell()))
                 .unwrap_or(EncoderKind::Lstm),
+            Encoder::Transformer(e) if e.stack.has_gates() => EncoderKind::TransformerFastTrees,
+            Encoder::Transformer(_) => EncoderKind::Transformer,
         }
     }
 }

@@ -12,9 +12,11 @@ pub use encoder::{Decisions, EncoderInput, EncoderOutput, SentenceEncoder};
 mod any;
 mod gumbel_tree_lstm;
 mod lstm;
+mod transformer;
 
 pub use any::{Encoder, EncoderConfig, EncoderKind};
 pub use gumbel_tree_lstm::{
     GumbelTreeLstm, GumbelTreeLstmConfig, GumbelTreeOutput, Leaf, LeafKind,
 };
 pub use lstm::{default_chunk_size, LstmEncoder, LstmEncoderConfig};
+pub use transformer::{Pooling, TransformerSentenceEncoder, TransformerSentenceEncoderConfig};
