@@ -50,6 +50,15 @@ pub struct TrainArgs {
     /// real words.
     #[arg(long, default_value = "last", value_parser = parse_pooling)]
     pub pooling: Pooling,
+    /// Stacked encoder layers (LSTM family and Transformer).
+    #[arg(long, default_value_t = 1)]
+    pub layers: usize,
+    /// Transformer: attention heads (0: the largest divisor of --dim that is at most 4).
+    #[arg(long, default_value_t = 0)]
+    pub heads: usize,
+    /// Transformer: feed-forward inner width (0: 4 × --dim).
+    #[arg(long, default_value_t = 0)]
+    pub ff_dim: usize,
     /// Examples per batch.
     #[arg(long, default_value_t = 64)]
     pub batch_size: usize,
@@ -123,6 +132,22 @@ impl TrainArgs {
         c
     }
 
+    /// Checks the flags that constrain each other: at least one layer, and Transformer heads
+    /// that divide the width.
+    pub fn check(&self) -> anyhow::Result<()> {
+        if self.layers == 0 {
+            anyhow::bail!("--layers must be at least 1");
+        }
+        if self.heads > 0 && !self.dim.is_multiple_of(self.heads) {
+            anyhow::bail!(
+                "--heads {} must divide --dim {} (the width of each head is dim / heads)",
+                self.heads,
+                self.dim
+            );
+        }
+        Ok(())
+    }
+
     /// The encoder configuration for word embeddings of width `d_embed`.
     pub fn encoder_config(&self, d_embed: usize) -> EncoderConfig {
         EncoderConfig::new(self.encoder, d_embed, self.dim)
@@ -131,5 +156,8 @@ impl TrainArgs {
                 LeafArg::Affine => LeafKind::Affine,
             })
             .with_pooling(self.pooling)
+            .with_n_layers(self.layers)
+            .with_n_heads(self.heads)
+            .with_d_ff(self.ff_dim)
     }
 }

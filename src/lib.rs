@@ -4,6 +4,7 @@
 //! ON-LSTM/FastTrees and Transformer+FastTrees blocks, with the heads, tasks and benchmark they
 //! are judged on. This facade re-exports the member crates:
 //!
+//! - [`blocks`]: the Transformer encoder layer and stack with the optional FastTrees gate.
 //! - [`cells`]: cumax, straight-through Gumbel-softmax, the binary Tree-LSTM composition and the
 //!   recurrent cells (LSTM, ON-LSTM, FastTrees, Faster FastTrees, Conv FastTrees) with a
 //!   padded-sequence runner.
@@ -16,6 +17,7 @@
 
 #![warn(missing_docs)]
 
+pub use arbor_blocks as blocks;
 pub use arbor_cells as cells;
 pub use arbor_data as data;
 pub use arbor_encoders as encoders;

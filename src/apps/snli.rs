@@ -370,6 +370,7 @@ pub fn keep_parsed(splits: &mut SnliSplits, kind: arbor_encoders::EncoderKind) -
 
 /// Runs the program.
 pub fn run(args: SnliArgs) -> Result<()> {
+    args.common.check()?;
     let device = args.common.device.clone();
     if args.parse.is_some() {
         return run_on(&device, EvalJob { args, splits: None })?;

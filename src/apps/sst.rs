@@ -186,6 +186,7 @@ impl BackendJob for Job {
 
 /// Runs the program.
 pub fn run(args: SstArgs) -> Result<()> {
+    args.common.check()?;
     let train = read_split(&args.train)?;
     let mut eval = vec![("valid".to_string(), read_split(&args.valid)?)];
     if let Some(t) = &args.test {

@@ -16,6 +16,8 @@ use crate::{
     LstmEncoder, LstmEncoderConfig, R2d2, R2d2Config, SentenceEncoder, Spinn, SpinnConfig,
     SpinnVariant,
 };
+use crate::{TransformerPooling, TransformerSentenceEncoder, TransformerSentenceEncoderConfig};
+use arbor_blocks::TransformerEncoderConfig;
 
 /// The sentence encoders arbor provides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -44,11 +46,16 @@ pub enum EncoderKind {
     SpinnPi,
     /// Full [`Spinn`]: tracking and a transition classifier; parses on its own at evaluation.
     Spinn,
+    /// [`TransformerSentenceEncoder`] without gates.
+    Transformer,
+    /// [`TransformerSentenceEncoder`] with a FastTrees gate after self-attention in every layer.
+    #[serde(rename = "transformer-fasttrees")]
+    TransformerFastTrees,
 }
 
 impl EncoderKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [EncoderKind; 10] = [
+    pub const ALL: [EncoderKind; 12] = [
         EncoderKind::Gumbel,
         EncoderKind::Lstm,
         EncoderKind::OnLstm,
@@ -59,10 +66,13 @@ impl EncoderKind {
         EncoderKind::SpinnPiNt,
         EncoderKind::SpinnPi,
         EncoderKind::Spinn,
+        EncoderKind::Transformer,
+        EncoderKind::TransformerFastTrees,
     ];
 
     /// The kind's command-line (and serde) name: `gumbel`, `lstm`, `on-lstm`, `fasttrees`,
-    /// `faster-fasttrees`, `conv-fasttrees`, `r2d2`.
+    /// `faster-fasttrees`, `conv-fasttrees`, `r2d2`, `spinn-pi-nt`, `spinn-pi`, `spinn`,
+    /// `transformer`, `transformer-fasttrees`.
     pub fn name(self) -> &'static str {
         match self {
             EncoderKind::Gumbel => "gumbel",
@@ -70,6 +80,8 @@ impl EncoderKind {
             EncoderKind::SpinnPiNt | EncoderKind::SpinnPi | EncoderKind::Spinn => {
                 self.spinn_variant().map_or("spinn", SpinnVariant::name)
             }
+            EncoderKind::Transformer => "transformer",
+            EncoderKind::TransformerFastTrees => "transformer-fasttrees",
             other => other.cell().map_or("gumbel", CellKind::name),
         }
     }
@@ -81,7 +93,9 @@ impl EncoderKind {
             | EncoderKind::R2d2
             | EncoderKind::SpinnPiNt
             | EncoderKind::SpinnPi
-            | EncoderKind::Spinn => None,
+            | EncoderKind::Spinn
+            | EncoderKind::Transformer
+            | EncoderKind::TransformerFastTrees => None,
             EncoderKind::Lstm => Some(CellKind::Lstm),
             EncoderKind::OnLstm => Some(CellKind::OnLstm),
             EncoderKind::FastTrees => Some(CellKind::FastTrees),
@@ -91,11 +105,15 @@ impl EncoderKind {
     }
 
     /// Whether the encoder induces a tree of its own and returns it in
-    /// [`EncoderOutput::trees`] (the cumax cells: in evaluation mode, from syntactic distances).
+    /// [`EncoderOutput::trees`] (the cumax cells and the gated Transformer: in evaluation mode,
+    /// from syntactic distances).
     pub fn induces_trees(self) -> bool {
         !matches!(
             self,
-            EncoderKind::Lstm | EncoderKind::SpinnPiNt | EncoderKind::SpinnPi
+            EncoderKind::Lstm
+                | EncoderKind::SpinnPiNt
+                | EncoderKind::SpinnPi
+                | EncoderKind::Transformer
         )
     }
 
@@ -153,10 +171,11 @@ pub struct EncoderConfig {
     /// Gumbel Tree-LSTM: how words become leaves.
     #[config(default = "LeafKind::Lstm")]
     pub leaf: LeafKind,
-    /// LSTM: number of stacked layers.
+    /// LSTM and Transformer: number of stacked layers.
     #[config(default = 1)]
     pub n_layers: usize,
-    /// LSTM: dropout between stacked layers. (Gumbel Tree-LSTM has none inside the encoder;
+    /// LSTM: dropout between stacked layers; Transformer: dropout on the input and inside
+    /// every layer (attention scores, residual branches, feed-forward network). (Gumbel Tree-LSTM has none inside the encoder;
     /// as in the released code, dropout on embeddings and classifier belongs to the task
     /// model.)
     #[config(default = 0.0)]
@@ -171,12 +190,6 @@ pub struct EncoderConfig {
     /// R2D2: pruning window `m`.
     #[config(default = 4)]
     pub window: usize,
-    /// R2D2: Transformer layers of the composition function.
-    #[config(default = 2)]
-    pub layers: usize,
-    /// R2D2: attention heads (the largest divisor of `d_hidden` not above this is used).
-    #[config(default = 4)]
-    pub heads: usize,
     /// LSTM/cumax encoders: how the sentence vector is pooled from the top layer.
     #[config(default = "Pooling::Last")]
     pub pooling: Pooling,
@@ -186,6 +199,16 @@ pub struct EncoderConfig {
     /// Full SPINN: weight `α` of the transition loss.
     #[config(default = 1.0)]
     pub transition_weight: f64,
+    /// Transformer and R2D2's composition function: attention heads (0: the largest divisor
+    /// of `d_hidden` that is at most 4).
+    #[config(default = 0)]
+    pub n_heads: usize,
+    /// Transformer: inner width of the feed-forward networks (0: `4 · d_hidden`).
+    #[config(default = 0)]
+    pub d_ff: usize,
+    /// Transformer: pooling of the top layer's outputs over real tokens.
+    #[config(default = "TransformerPooling::Mean")]
+    pub transformer_pooling: TransformerPooling,
 }
 
 impl EncoderConfig {
@@ -201,13 +224,8 @@ impl EncoderConfig {
             EncoderKind::R2d2 => Encoder::R2d2(
                 R2d2Config::new(self.d_input, self.d_hidden)
                     .with_window(self.window)
-                    .with_n_layers(self.layers)
-                    .with_n_heads(
-                        (1..=self.heads.max(1))
-                            .rev()
-                            .find(|h| self.d_hidden.is_multiple_of(*h))
-                            .unwrap_or(1),
-                    )
+                    .with_n_layers(self.n_layers)
+                    .with_n_heads(self.resolved_heads())
                     .with_tau(self.tau)
                     .init(device),
             ),
@@ -218,6 +236,9 @@ impl EncoderConfig {
                     .with_transition_weight(self.transition_weight)
                     .init(device),
             ),
+            EncoderKind::Transformer | EncoderKind::TransformerFastTrees => {
+                Encoder::Transformer(self.transformer().init(device))
+            }
             other => Encoder::Lstm(
                 LstmEncoderConfig::new(self.d_input, self.d_hidden)
                     .with_n_layers(self.n_layers)
@@ -228,6 +249,40 @@ impl EncoderConfig {
                     .init(device),
             ),
         }
+    }
+}
+
+impl EncoderConfig {
+    /// The Transformer encoder this configuration describes (for the Transformer kinds):
+    /// `n_layers` layers of width `d_hidden`, dropout `dropout`, sinusoidal positions, and for
+    /// `transformer-fasttrees` position-wise FastTrees gates with chunks of `chunk_size`.
+    pub fn transformer(&self) -> TransformerSentenceEncoderConfig {
+        let d = self.d_hidden;
+        let n_heads = self.resolved_heads();
+        let stack = TransformerEncoderConfig::new(self.d_input, d)
+            .with_n_heads(n_heads)
+            .with_d_ff(if self.d_ff == 0 { 4 * d } else { self.d_ff })
+            .with_n_layers(self.n_layers)
+            .with_dropout(self.dropout)
+            .with_fasttrees(self.kind == EncoderKind::TransformerFastTrees)
+            .with_chunk_size(match self.chunk_size {
+                0 => crate::default_chunk_size(d),
+                c => c,
+            });
+        TransformerSentenceEncoderConfig::new(stack).with_pooling(self.transformer_pooling)
+    }
+
+    /// The attention heads the Transformer kinds use: `n_heads`, or when it is 0 (or does not
+    /// divide `d_hidden`) the largest divisor of `d_hidden` that is at most `max(n_heads, 4)`.
+    pub fn resolved_heads(&self) -> usize {
+        let d = self.d_hidden;
+        if self.n_heads > 0 && d.is_multiple_of(self.n_heads) {
+            return self.n_heads;
+        }
+        (1..=self.n_heads.max(4).min(d.max(1)))
+            .rev()
+            .find(|h| d.is_multiple_of(*h))
+            .unwrap_or(1)
     }
 }
 
@@ -243,6 +298,8 @@ pub enum Encoder<B: Backend> {
     R2d2(R2d2<B>),
     /// SPINN (any variant).
     Spinn(Spinn<B>),
+    /// A Transformer encoder, with or without FastTrees gates.
+    Transformer(TransformerSentenceEncoder<B>),
 }
 
 macro_rules! dispatch {
@@ -252,6 +309,7 @@ macro_rules! dispatch {
             Encoder::Lstm($enc) => $e,
             Encoder::R2d2($enc) => $e,
             Encoder::Spinn($enc) => $e,
+            Encoder::Transformer($enc) => $e,
         }
     };
 }
@@ -271,6 +329,8 @@ impl<B: Backend> Encoder<B> {
                 SpinnVariant::Pi => EncoderKind::SpinnPi,
                 SpinnVariant::Full => EncoderKind::Spinn,
             },
+            Encoder::Transformer(e) if e.stack.has_gates() => EncoderKind::TransformerFastTrees,
+            Encoder::Transformer(_) => EncoderKind::Transformer,
         }
     }
 }

@@ -14,6 +14,7 @@ mod gumbel_tree_lstm;
 mod lstm;
 pub mod r2d2;
 pub mod spinn;
+mod transformer;
 
 pub use any::{Encoder, EncoderConfig, EncoderKind};
 pub use gumbel_tree_lstm::{
@@ -22,3 +23,6 @@ pub use gumbel_tree_lstm::{
 pub use lstm::{default_chunk_size, LstmEncoder, LstmEncoderConfig, Pooling};
 pub use r2d2::{R2d2, R2d2Config, R2d2Lm, R2d2LmConfig};
 pub use spinn::{Spinn, SpinnConfig, SpinnError, SpinnOutput, SpinnVariant};
+pub use transformer::{
+    TransformerPooling, TransformerSentenceEncoder, TransformerSentenceEncoderConfig,
+};

@@ -212,7 +212,7 @@ impl<B: Backend> SentenceEncoder<B> for LstmEncoder<B> {
 }
 
 /// Trees from syntactic distances `[batch, time]`, one per example over its real words.
-fn distance_trees<B: Backend>(
+pub(crate) fn distance_trees<B: Backend>(
     distances: Tensor<B, 2>,
     lengths: &[usize],
 ) -> Option<Vec<BinaryTree>> {

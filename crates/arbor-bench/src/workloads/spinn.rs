@@ -72,10 +72,16 @@ fn spinn<B: Backend>(device: &B::Device, recursive: bool) -> Workload {
         let x = uniform::<B, 3>([BATCH, MAX_LEN, D], 1, &device);
         let run_eval = move |x: Tensor<B, 3>| -> Tensor<B, 2> {
             if recursive {
-                eval.encode_recursive(x, &lengths, &trees).expect("valid trees").h
+                eval.encode_recursive(x, &lengths, &trees)
+                    .expect("valid trees")
+                    .h
             } else {
-                let input = EncoderInput::new(x, lengths.clone()).with_transitions(transitions.clone());
-                eval.forward(input, Decisions::Argmax).expect("valid transitions").root.h
+                let input =
+                    EncoderInput::new(x, lengths.clone()).with_transitions(transitions.clone());
+                eval.forward(input, Decisions::Argmax)
+                    .expect("valid transitions")
+                    .root
+                    .h
             }
         };
         let Data {
@@ -88,7 +94,10 @@ fn spinn<B: Backend>(device: &B::Device, recursive: bool) -> Workload {
             Mode::ForwardBackward => {
                 let xa = Tensor::<Autodiff<B>, 3>::from_inner(x.clone()).require_grad();
                 let h = if recursive {
-                    model.encode_recursive(xa.clone(), &lengths, &trees).expect("valid trees").h
+                    model
+                        .encode_recursive(xa.clone(), &lengths, &trees)
+                        .expect("valid trees")
+                        .h
                 } else {
                     let mut sampler = arbor::cells::GumbelSampler::seeded(0);
                     let input = EncoderInput::new(xa.clone(), lengths.clone())
@@ -108,31 +117,42 @@ fn spinn<B: Backend>(device: &B::Device, recursive: bool) -> Workload {
 
 fn lstm<B: Backend>(device: &B::Device) -> Workload {
     let device = device.clone();
-    Workload::new("spinn", "lstm", params("LSTM (one layer)"), BATCH, "sentences", move || {
-        B::seed(&device, 0);
-        let stack: RecurrentStack<Autodiff<B>> =
-            RecurrentStackConfig::new(CellKind::Lstm, D, D).init(&device);
-        let eval = stack.valid();
-        let lengths = data().lengths;
-        let x = uniform::<B, 3>([BATCH, MAX_LEN, D], 1, &device);
-        Box::new(move |mode| match mode {
-            Mode::Forward => {
-                let out = eval.forward(x.clone(), Some(&lengths), None);
-                read(out.last[0].h.clone().sum())
-            }
-            Mode::ForwardBackward => {
-                let xa = Tensor::<Autodiff<B>, 3>::from_inner(x.clone()).require_grad();
-                let out = stack.forward(xa.clone(), Some(&lengths), None);
-                let grads = out.last[0].h.clone().sum().backward();
-                xa.grad(&grads).map_or(f64::NAN, |g| read(g.sum()))
-            }
-        })
-    })
+    Workload::new(
+        "spinn",
+        "lstm",
+        params("LSTM (one layer)"),
+        BATCH,
+        "sentences",
+        move || {
+            B::seed(&device, 0);
+            let stack: RecurrentStack<Autodiff<B>> =
+                RecurrentStackConfig::new(CellKind::Lstm, D, D).init(&device);
+            let eval = stack.valid();
+            let lengths = data().lengths;
+            let x = uniform::<B, 3>([BATCH, MAX_LEN, D], 1, &device);
+            Box::new(move |mode| match mode {
+                Mode::Forward => {
+                    let out = eval.forward(x.clone(), Some(&lengths), None);
+                    read(out.last[0].h.clone().sum())
+                }
+                Mode::ForwardBackward => {
+                    let xa = Tensor::<Autodiff<B>, 3>::from_inner(x.clone()).require_grad();
+                    let out = stack.forward(xa.clone(), Some(&lengths), None);
+                    let grads = out.last[0].h.clone().sum().backward();
+                    xa.grad(&grads).map_or(f64::NAN, |g| read(g.sum()))
+                }
+            })
+        },
+    )
 }
 
 /// Thin stack, recursive reference and LSTM at D 300, batch 512, lengths ≤ 30.
 pub fn workloads<B: Backend>(device: &B::Device) -> Vec<Workload> {
-    vec![spinn::<B>(device, false), spinn::<B>(device, true), lstm::<B>(device)]
+    vec![
+        spinn::<B>(device, false),
+        spinn::<B>(device, true),
+        lstm::<B>(device),
+    ]
 }
 
 /// The paper's two claims.

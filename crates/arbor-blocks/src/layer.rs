@@ -1,0 +1,181 @@
+//! One Transformer encoder layer with an optional FastTrees gate after self-attention.
+
+use burn::nn::activation::ActivationConfig;
+use burn::nn::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
+use burn::nn::transformer::{PositionWiseFeedForward, PositionWiseFeedForwardConfig};
+use burn::nn::{Dropout, DropoutConfig, LayerNorm, LayerNormConfig};
+use burn::prelude::*;
+use burn::tensor::Bool;
+
+use crate::{FastTreesGate, FastTreesGateConfig, GateInput};
+
+/// Configuration of a [`TransformerLayer`].
+#[derive(Config, Debug)]
+pub struct TransformerLayerConfig {
+    /// Model width `D`.
+    pub d_model: usize,
+    /// Number of attention heads; must divide `d_model`.
+    pub n_heads: usize,
+    /// Inner width of the position-wise feed-forward network.
+    pub d_ff: usize,
+    /// Dropout on the attention scores, inside the feed-forward network and on both residual
+    /// branches (as Burn's and Vaswani et al.'s layers).
+    #[config(default = 0.1)]
+    pub dropout: f64,
+    /// Insert the FastTrees gate after self-attention (`false`: a plain Transformer layer).
+    #[config(default = false)]
+    pub fasttrees: bool,
+    /// Neurons per master-gate chunk of the gate.
+    #[config(default = 1)]
+    pub chunk_size: usize,
+    /// The gate's input functions.
+    #[config(default = "GateInput::Linear")]
+    pub gate_input: GateInput,
+    /// Pre-norm (LayerNorm before each sub-layer) instead of the default post-norm.
+    #[config(default = false)]
+    pub norm_first: bool,
+    /// Activation of the feed-forward network (ReLU as in Vaswani et al.).
+    #[config(default = "ActivationConfig::Relu")]
+    pub activation: ActivationConfig,
+    /// LayerNorm epsilon.
+    #[config(default = 1e-5)]
+    pub layer_norm_eps: f64,
+}
+
+/// A Transformer encoder layer (Vaswani et al. 2017) with an optional FastTrees gate
+/// (FastTrees §3.3) on the self-attention branch. Post-norm (the default, as the original
+/// Transformer the FastTrees paper builds on):
+///
+/// ```text
+/// A = SelfAttention(X, padding mask)
+/// A' = FASTTREES(A)            (only with the gate; otherwise A' = A)
+/// H = LayerNorm_attn(X + Dropout(A'))
+/// Y = LayerNorm_ffn(H + Dropout(FFN(H)))
+/// ```
+///
+/// Pre-norm (`norm_first`): `H = X + Dropout(A'(LayerNorm_attn(X)))`,
+/// `Y = H + Dropout(FFN(LayerNorm_ffn(H)))`.
+///
+/// Without the gate this is exactly Burn's `TransformerEncoderLayer` (whose `norm_1` is
+/// `norm_ffn` here in pre-norm and `norm_attn` in post-norm); the tests check that.
+#[derive(Module, Debug)]
+pub struct TransformerLayer<B: Backend> {
+    /// Multi-head self-attention.
+    pub mha: MultiHeadAttention<B>,
+    /// The FastTrees gate, when switched on.
+    pub gate: Option<FastTreesGate<B>>,
+    /// Position-wise feed-forward network.
+    pub pwff: PositionWiseFeedForward<B>,
+    /// LayerNorm of the attention sub-layer.
+    pub norm_attn: LayerNorm<B>,
+    /// LayerNorm of the feed-forward sub-layer.
+    pub norm_ffn: LayerNorm<B>,
+    /// Dropout on the residual branches.
+    pub dropout: Dropout,
+    /// Pre-norm instead of post-norm.
+    pub norm_first: bool,
+}
+
+/// What [`TransformerLayer::forward`] returns.
+#[derive(Debug, Clone)]
+pub struct TransformerLayerOutput<B: Backend> {
+    /// The layer's output: `[batch, time, D]`.
+    pub output: Tensor<B, 3>,
+    /// The FastTrees gate `F` (`[batch, time, D]`), when the layer has one.
+    pub gate: Option<Tensor<B, 3>>,
+    /// Syntactic distances `1 − mean(A)` (`[batch, time]`), when the layer has a gate.
+    pub distances: Option<Tensor<B, 2>>,
+}
+
+impl TransformerLayerConfig {
+    /// Builds the layer on `device`.
+    ///
+    /// # Panics
+    /// If `n_heads` does not divide `d_model`, or the gate's chunk size does not.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> TransformerLayer<B> {
+        assert!(
+            self.n_heads > 0 && self.d_model.is_multiple_of(self.n_heads),
+            "d_model {} must be a multiple of n_heads {}",
+            self.d_model,
+            self.n_heads
+        );
+        let norm = || {
+            LayerNormConfig::new(self.d_model)
+                .with_epsilon(self.layer_norm_eps)
+                .init(device)
+        };
+        TransformerLayer {
+            mha: MultiHeadAttentionConfig::new(self.d_model, self.n_heads)
+                .with_dropout(self.dropout)
+                .init(device),
+            gate: self.fasttrees.then(|| {
+                FastTreesGateConfig::new(self.d_model)
+                    .with_chunk_size(self.chunk_size)
+                    .with_input(self.gate_input)
+                    .init(device)
+            }),
+            pwff: PositionWiseFeedForwardConfig::new(self.d_model, self.d_ff)
+                .with_dropout(self.dropout)
+                .with_activation(self.activation.clone())
+                .init(device),
+            norm_attn: norm(),
+            norm_ffn: norm(),
+            dropout: DropoutConfig::new(self.dropout).init(),
+            norm_first: self.norm_first,
+        }
+    }
+}
+
+impl<B: Backend> TransformerLayer<B> {
+    /// Runs the layer.
+    ///
+    /// `mask_pad` is `true` at padding positions: no position attends to them. Real positions
+    /// get the same output whatever the padding (with a causal-conv gate too, since padding
+    /// comes after the real tokens); outputs at padding positions are unspecified.
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, time, D]`
+    /// - `mask_pad`: `[batch, time]`
+    /// - output: see [`TransformerLayerOutput`]
+    pub fn forward(
+        &self,
+        x: Tensor<B, 3>,
+        mask_pad: Option<Tensor<B, 2, Bool>>,
+    ) -> TransformerLayerOutput<B> {
+        let attn_in = if self.norm_first {
+            self.norm_attn.forward(x.clone())
+        } else {
+            x.clone()
+        };
+        let mut input = MhaInput::self_attn(attn_in);
+        if let Some(mask) = mask_pad {
+            input = input.mask_pad(mask);
+        }
+        let attended = self.mha.forward(input).context;
+        let (attended, gate, distances) = match &self.gate {
+            Some(gate) => {
+                let g = gate.forward(attended);
+                (g.output, Some(g.gate), Some(g.distances))
+            }
+            None => (attended, None, None),
+        };
+        let mut h = x + self.dropout.forward(attended);
+        if !self.norm_first {
+            h = self.norm_attn.forward(h);
+        }
+        let ffn_in = if self.norm_first {
+            self.norm_ffn.forward(h.clone())
+        } else {
+            h.clone()
+        };
+        let mut y = h + self.dropout.forward(self.pwff.forward(ffn_in));
+        if !self.norm_first {
+            y = self.norm_ffn.forward(y);
+        }
+        TransformerLayerOutput {
+            output: y,
+            gate,
+            distances,
+        }
+    }
+}
