@@ -15,6 +15,7 @@ pub mod cells;
 pub mod gumbel;
 pub mod r2d2;
 pub mod spinn;
+pub mod transformer;
 
 /// Every workload of the suite, in order, for backend `B` (timed in forward mode on `B` and in
 /// forward+backward mode on `Autodiff<B>`).
@@ -22,6 +23,7 @@ pub fn suite<B: Backend>(device: &B::Device) -> Vec<Workload> {
     let mut all = Vec::new();
     all.extend(cells::workloads::<B>(device));
     all.extend(gumbel::workloads::<B>(device));
+    all.extend(transformer::workloads::<B>(device));
     all.extend(spinn::workloads::<B>(device));
     all.extend(r2d2::workloads::<B>(device));
     all
@@ -32,6 +34,7 @@ pub fn ratio_specs() -> Vec<RatioSpec> {
     let mut all = Vec::new();
     all.extend(cells::ratios());
     all.extend(gumbel::ratios());
+    all.extend(transformer::ratios());
     all.extend(spinn::ratios());
     all.extend(r2d2::ratios());
     all
