@@ -122,16 +122,23 @@ pub struct Settings {
     pub max_reps: usize,
     /// Keep repeating (up to `max_reps`) until this much time was spent timing.
     pub min_time_s: f64,
+    /// A workload whose first timed run takes longer than this many seconds ...
+    pub slow_run_s: f64,
+    /// ... is timed only this many times (its spread is still reported).
+    pub slow_reps: usize,
 }
 
 impl Settings {
-    /// The full suite: 1 warm-up, then 3–10 runs and at least 1.5 s per workload and mode.
+    /// The full suite: 1 warm-up, then 3–10 runs and at least 1.5 s per workload and mode;
+    /// 2 runs when the first takes over 3 s.
     pub fn full() -> Self {
         Self {
             warmup: 1,
             min_reps: 3,
             max_reps: 10,
             min_time_s: 1.5,
+            slow_run_s: 3.0,
+            slow_reps: 2,
         }
     }
 
@@ -143,6 +150,8 @@ impl Settings {
             min_reps: 1,
             max_reps: 1,
             min_time_s: 0.0,
+            slow_run_s: f64::INFINITY,
+            slow_reps: 1,
         }
     }
 }
@@ -252,12 +261,22 @@ pub fn measure(
             once(&mut run)?;
         }
         reset_peak_rss();
-        let mut times = Vec::new();
+        let mut times: Vec<f64> = Vec::new();
         let timing = Instant::now();
-        while times.len() < settings.min_reps.max(1)
-            || (times.len() < settings.max_reps
-                && timing.elapsed().as_secs_f64() < settings.min_time_s)
-        {
+        loop {
+            let slow = times
+                .first()
+                .is_some_and(|&ms| ms > settings.slow_run_s * 1e3);
+            let done = if slow {
+                times.len() >= settings.slow_reps.max(1)
+            } else {
+                times.len() >= settings.min_reps.max(1)
+                    && (times.len() >= settings.max_reps
+                        || timing.elapsed().as_secs_f64() >= settings.min_time_s)
+            };
+            if done {
+                break;
+            }
             times.push(once(&mut run)?.as_secs_f64() * 1e3);
         }
         let median_ms = median(&times);
@@ -327,11 +346,13 @@ mod tests {
                 })
             },
         );
-        let settings = Settings {
+        let mut settings = Settings {
             warmup: 2,
             min_reps: 3,
             max_reps: 3,
             min_time_s: 0.0,
+            slow_run_s: 10.0,
+            slow_reps: 1,
         };
         let info = RunInfo::collect("test", "cpu");
         let records = measure(workload, &settings, &probe(), &info, |_| {}).unwrap();
@@ -348,5 +369,17 @@ mod tests {
         });
         let err = measure(bad, &settings, &probe(), &info, |_| {}).unwrap_err();
         assert!(err.to_string().contains("t/nan"), "{err}");
+
+        // A workload slower than `slow_run_s` is timed `slow_reps` times.
+        settings.slow_run_s = 0.001;
+        settings.warmup = 0;
+        let slow = Workload::new("t", "slow", serde_json::json!({}), 1, "tokens", || {
+            Box::new(|_| {
+                std::thread::sleep(Duration::from_millis(3));
+                1.0
+            })
+        });
+        let records = measure(slow, &settings, &probe(), &info, |_| {}).unwrap();
+        assert!(records.iter().all(|r| r.times_ms.len() == 1));
     }
 }

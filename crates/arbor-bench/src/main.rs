@@ -29,6 +29,10 @@ struct Args {
     /// List the workloads and exit.
     #[arg(long)]
     list: bool,
+    /// Untimed warm-up runs per workload and mode (default: 1 on CUDA, where the first run
+    /// compiles and autotunes kernels; 0 on the CPU backends).
+    #[arg(long)]
+    warmup: Option<usize>,
     /// Run every workload in the same process instead of one child process per workload
     /// (the peak RSS then includes what the allocator kept from earlier workloads).
     #[arg(long)]
@@ -50,6 +54,7 @@ fn run_isolated(args: &Args, names: &[String], settings: &Settings) -> Result<Ve
         if args.quick {
             cmd.arg("--quick");
         }
+        cmd.args(["--warmup", &settings.warmup.to_string()]);
         let out = cmd
             .stderr(std::process::Stdio::inherit())
             .output()
@@ -95,11 +100,15 @@ fn run<B: Backend>(args: &Args, device: B::Device, probe: Probe) -> Result<()> {
         }
         return Ok(());
     }
-    let settings = if args.quick {
+    let mut settings = if args.quick {
         Settings::quick()
     } else {
         Settings::full()
     };
+    let on_gpu = args.device.to_ascii_lowercase().starts_with("cuda");
+    settings.warmup = args
+        .warmup
+        .unwrap_or(if on_gpu && !args.quick { 1 } else { 0 });
     if let Some(name) = &args.worker {
         let report = run_suite::<B>(
             &device,

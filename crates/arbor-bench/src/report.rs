@@ -169,13 +169,15 @@ pub fn markdown(report: &Report) -> String {
         );
         let _ = writeln!(
             s,
-            "- arbor {} at commit {}; {} warm-up run(s), then {}–{} timed runs (at least {} s) per workload and mode",
+            "- arbor {} at commit {}; {} warm-up run(s), then {}–{} timed runs (at least {} s) per workload and mode, {} when the first takes over {} s",
             info.arbor_version,
             info.git_commit,
             report.settings.warmup,
             report.settings.min_reps,
             report.settings.max_reps,
-            report.settings.min_time_s
+            report.settings.min_time_s,
+            report.settings.slow_reps,
+            report.settings.slow_run_s
         );
         let _ = writeln!(s);
     }

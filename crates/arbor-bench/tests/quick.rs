@@ -27,8 +27,8 @@ fn quick_run_of_the_smallest_workloads_writes_every_output() {
         assert!(r.name.starts_with("gumbel/length/"));
         assert_eq!(r.times_ms.len(), 1);
         assert!(r.median_ms > 0.0 && r.items_per_s > 0.0);
-        assert_eq!(r.items, 32);
-        assert_eq!(r.params["batch"], 32);
+        assert_eq!(r.items, 16);
+        assert_eq!(r.params["batch"], 16);
         assert_eq!(r.run.backend, "flex");
         assert!(!r.run.git_commit.is_empty());
         if cfg!(target_os = "linux") {

@@ -16,7 +16,7 @@ use crate::report::RatioSpec;
 /// Sentences per batch in the two model-size workloads.
 pub const BATCH: usize = 128;
 /// Sentences per batch in the length sweep.
-pub const SWEEP_BATCH: usize = 32;
+pub const SWEEP_BATCH: usize = 16;
 /// Lengths of the sweep.
 pub const SWEEP_LENGTHS: [usize; 5] = [8, 16, 32, 64, 128];
 
