@@ -33,6 +33,10 @@ struct Args {
     /// compiles and autotunes kernels; 0 on the CPU backends).
     #[arg(long)]
     warmup: Option<usize>,
+    /// Workloads measured at the same time, each in its own process (default: 2 with
+    /// `--quick`, whose timings only show that everything runs; 1 otherwise, for clean timings).
+    #[arg(long)]
+    jobs: Option<usize>,
     /// Run every workload in the same process instead of one child process per workload
     /// (the peak RSS then includes what the allocator kept from earlier workloads).
     #[arg(long)]
@@ -47,31 +51,40 @@ const RECORDS_PREFIX: &str = "arbor-bench-records: ";
 /// Measures each workload in a child process of this binary, so its peak memory is its own.
 fn run_isolated(args: &Args, names: &[String], settings: &Settings) -> Result<Vec<Record>> {
     let exe = std::env::current_exe()?;
+    let jobs = args.jobs.unwrap_or(if args.quick { 2 } else { 1 }).max(1);
     let mut records = Vec::new();
-    for name in names {
-        let mut cmd = std::process::Command::new(&exe);
-        cmd.args(["--device", &args.device, "--worker", name]);
-        if args.quick {
-            cmd.arg("--quick");
+    for group in names.chunks(jobs) {
+        let mut children = Vec::new();
+        for name in group {
+            let mut cmd = std::process::Command::new(&exe);
+            cmd.args(["--device", &args.device, "--worker", name]);
+            if args.quick {
+                cmd.arg("--quick");
+            }
+            cmd.args(["--warmup", &settings.warmup.to_string()]);
+            let child = cmd
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::inherit())
+                .spawn()
+                .with_context(|| format!("starting {}", exe.display()))?;
+            children.push((name, child));
         }
-        cmd.args(["--warmup", &settings.warmup.to_string()]);
-        let out = cmd
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .with_context(|| format!("starting {}", exe.display()))?;
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        if !out.status.success() {
-            bail!("workload {name} failed ({})", out.status);
+        for (name, child) in children {
+            let out = child.wait_with_output()?;
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            if !out.status.success() {
+                bail!("workload {name} failed ({})", out.status);
+            }
+            let line = stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(RECORDS_PREFIX))
+                .with_context(|| format!("workload {name} printed no records"))?;
+            let mut got: Vec<Record> = serde_json::from_str(line)?;
+            for r in &mut got {
+                r.warmup = settings.warmup;
+            }
+            records.extend(got);
         }
-        let line = stdout
-            .lines()
-            .find_map(|l| l.strip_prefix(RECORDS_PREFIX))
-            .with_context(|| format!("workload {name} printed no records"))?;
-        let mut got: Vec<Record> = serde_json::from_str(line)?;
-        for r in &mut got {
-            r.warmup = settings.warmup;
-        }
-        records.extend(got);
     }
     Ok(records)
 }
