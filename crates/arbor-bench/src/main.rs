@@ -52,41 +52,52 @@ const RECORDS_PREFIX: &str = "arbor-bench-records: ";
 fn run_isolated(args: &Args, names: &[String], settings: &Settings) -> Result<Vec<Record>> {
     let exe = std::env::current_exe()?;
     let jobs = args.jobs.unwrap_or(if args.quick { 2 } else { 1 }).max(1);
-    let mut records = Vec::new();
-    for group in names.chunks(jobs) {
-        let mut children = Vec::new();
-        for name in group {
-            let mut cmd = std::process::Command::new(&exe);
-            cmd.args(["--device", &args.device, "--worker", name]);
-            if args.quick {
-                cmd.arg("--quick");
-            }
-            cmd.args(["--warmup", &settings.warmup.to_string()]);
-            let child = cmd
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::inherit())
-                .spawn()
-                .with_context(|| format!("starting {}", exe.display()))?;
-            children.push((name, child));
+    let spawn = |name: &str| -> Result<std::process::Child> {
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(["--device", &args.device, "--worker", name]);
+        if args.quick {
+            cmd.arg("--quick");
         }
-        for (name, child) in children {
-            let out = child.wait_with_output()?;
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            if !out.status.success() {
-                bail!("workload {name} failed ({})", out.status);
-            }
-            let line = stdout
-                .lines()
-                .find_map(|l| l.strip_prefix(RECORDS_PREFIX))
-                .with_context(|| format!("workload {name} printed no records"))?;
-            let mut got: Vec<Record> = serde_json::from_str(line)?;
-            for r in &mut got {
-                r.warmup = settings.warmup;
-            }
-            records.extend(got);
+        cmd.args(["--warmup", &settings.warmup.to_string()]);
+        cmd.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("starting {}", exe.display()))
+    };
+    // Up to `jobs` children at a time; a new one starts as soon as one finishes.
+    let mut results: Vec<Option<Vec<Record>>> = vec![None; names.len()];
+    let mut running: Vec<(usize, std::process::Child)> = Vec::new();
+    let mut next = 0;
+    while next < names.len() || !running.is_empty() {
+        while running.len() < jobs && next < names.len() {
+            running.push((next, spawn(&names[next])?));
+            next += 1;
         }
+        let finished = running
+            .iter_mut()
+            .position(|(_, c)| matches!(c.try_wait(), Ok(Some(_))));
+        let Some(pos) = finished else {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            continue;
+        };
+        let (i, child) = running.swap_remove(pos);
+        let name = &names[i];
+        let out = child.wait_with_output()?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            bail!("workload {name} failed ({})", out.status);
+        }
+        let line = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(RECORDS_PREFIX))
+            .with_context(|| format!("workload {name} printed no records"))?;
+        let mut got: Vec<Record> = serde_json::from_str(line)?;
+        for r in &mut got {
+            r.warmup = settings.warmup;
+        }
+        results[i] = Some(got);
     }
-    Ok(records)
+    Ok(results.into_iter().flatten().flatten().collect())
 }
 
 fn print_row(r: &Record) {
