@@ -150,7 +150,7 @@ impl Settings {
             min_reps: 1,
             max_reps: 1,
             min_time_s: 0.0,
-            slow_run_s: f64::INFINITY,
+            slow_run_s: 0.0,
             slow_reps: 1,
         }
     }
