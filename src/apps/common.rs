@@ -6,7 +6,9 @@ use anyhow::{bail, Context, Result};
 use arbor_data::tree::BinaryTree;
 use arbor_data::vocab::{load_text_vectors, Vocab, VocabConfig};
 use arbor_encoders::{Decisions, Encoder, EncoderInput, SentenceEncoder};
-use arbor_heads::{SentenceBatch, TokenEmbedding, TokenEmbeddingConfig};
+use arbor_heads::{
+    NliClassifier, NliClassifierConfig, SentenceBatch, TokenEmbedding, TokenEmbeddingConfig,
+};
 use burn::prelude::*;
 
 /// The checkpoint to load from a run directory (or a checkpoint file): `best.ckpt` when it
@@ -155,4 +157,37 @@ pub fn check_gold_transitions(
     let lengths: Vec<usize> = sentences.iter().map(Vec::len).collect();
     arbor_encoders::spinn::check_batch_transitions(&lengths, ts)
         .with_context(|| format!("{what}: gold transitions do not fit the sentences"))
+}
+
+/// An NLI pair classifier over `vocab` built from the shared training flags (embedding,
+/// encoder, MLP head with one class per label), with the metadata saved beside it.
+///
+/// # Errors
+/// When `--glove` vectors cannot be read.
+pub fn nli_model<B: Backend>(
+    a: &crate::cli::TrainArgs,
+    vocab: &Vocab,
+    labels: Vec<String>,
+    lowercase: bool,
+    device: &B::Device,
+) -> Result<(NliClassifier<B, Encoder<B>>, crate::tasks::ModelMeta)> {
+    let d_embed = a.embed_dim.unwrap_or(a.dim);
+    let (emb_config, emb) = embedding::<B>(vocab, d_embed, a.glove.as_deref(), device)?;
+    let enc_config = a.encoder_config(emb_config.d_embed);
+    let head =
+        NliClassifierConfig::new(vocab.len(), emb_config.d_embed, a.mlp_dim.unwrap_or(a.dim))
+            .with_n_classes(labels.len())
+            .with_dropout(a.dropout);
+    let model = head.init(enc_config.init::<B>(device), emb, device);
+    let meta = crate::tasks::ModelMeta {
+        model: crate::tasks::ModelConfig::Nli {
+            embedding: emb_config,
+            encoder: enc_config,
+            head,
+        },
+        vocab: vocab.tokens().to_vec(),
+        labels,
+        lowercase,
+    };
+    Ok((model, meta))
 }

@@ -12,17 +12,16 @@ use arbor_data::readers::logic::{
 };
 use arbor_data::vocab::Vocab;
 use arbor_data::ReadOptions;
-use arbor_heads::NliClassifierConfig;
 use arbor_train::{load_model, seed_everything, train, EvalReport};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::prelude::*;
 use clap::Parser;
 
-use super::common::{build_vocab, check_gold_transitions, embedding, print_tree};
+use super::common::{build_vocab, check_gold_transitions, nli_model, print_tree};
 use crate::cli::TrainArgs;
 use crate::device::{run_on, BackendJob};
-use crate::tasks::{evaluate_nli, ModelConfig, ModelMeta, NliData, NliTask};
+use crate::tasks::{evaluate_nli, NliData, NliTask};
 
 /// Train a sentence-pair encoder on propositional-logic inference.
 #[derive(Debug, Clone, Parser)]
@@ -191,27 +190,11 @@ impl BackendJob for Job {
                 .flat_map(|p| [&p.left.tokens[..], &p.right.tokens[..]]),
             false,
         );
-        let d_embed = a.embed_dim.unwrap_or(a.dim);
-        let (emb_config, emb) = embedding::<Ad<B>>(&vocab, d_embed, a.glove.as_deref(), &device)?;
-        let enc_config = a.encoder_config(emb_config.d_embed);
-        let head =
-            NliClassifierConfig::new(vocab.len(), emb_config.d_embed, a.mlp_dim.unwrap_or(a.dim))
-                .with_n_classes(Relation::ALL.len())
-                .with_dropout(a.dropout);
-        let model = head.init(enc_config.init::<Ad<B>>(&device), emb, &device);
-        let meta = ModelMeta {
-            model: ModelConfig::Nli {
-                embedding: emb_config,
-                encoder: enc_config,
-                head,
-            },
-            vocab: vocab.tokens().to_vec(),
-            labels: Relation::ALL
-                .iter()
-                .map(|r| r.symbol().to_string())
-                .collect(),
-            lowercase: false,
-        };
+        let labels = Relation::ALL
+            .iter()
+            .map(|r| r.symbol().to_string())
+            .collect();
+        let (model, meta) = nli_model::<Ad<B>>(a, &vocab, labels, false, &device)?;
         let train_data = to_data(&splits.train, &vocab);
         if let Some((l, r)) = &train_data.transitions {
             check_gold_transitions(a.encoder, "train (left)", &train_data.premises, Some(l))?;

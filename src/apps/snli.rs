@@ -7,7 +7,6 @@ use arbor_data::download::{ensure_snli_from, DownloadOptions, SnliPaths};
 use arbor_data::readers::snli::{read_snli, NliLabel, SnliPair};
 use arbor_data::vocab::Vocab;
 use arbor_data::ReadOptions;
-use arbor_heads::NliClassifierConfig;
 use arbor_train::{load_model, seed_everything, train, CheckpointFile};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
@@ -15,7 +14,7 @@ use burn::prelude::*;
 use clap::Parser;
 
 use super::common::{
-    build_vocab, checkpoint_in, embedding, parse_one, print_tree, tokenize, words,
+    build_vocab, checkpoint_in, nli_model, parse_one, print_tree, tokenize, words,
 };
 use crate::cli::TrainArgs;
 use crate::device::{run_on, BackendJob};
@@ -175,24 +174,8 @@ impl BackendJob for TrainJob {
                 .flat_map(|p| [&p.premise.tokens[..], &p.hypothesis.tokens[..]]),
             LOWERCASE,
         );
-        let d_embed = a.embed_dim.unwrap_or(a.dim);
-        let (emb_config, emb) = embedding::<Ad<B>>(&vocab, d_embed, a.glove.as_deref(), &device)?;
-        let enc_config = a.encoder_config(emb_config.d_embed);
-        let head =
-            NliClassifierConfig::new(vocab.len(), emb_config.d_embed, a.mlp_dim.unwrap_or(a.dim))
-                .with_n_classes(3)
-                .with_dropout(a.dropout);
-        let model = head.init(enc_config.init::<Ad<B>>(&device), emb, &device);
-        let meta = ModelMeta {
-            model: ModelConfig::Nli {
-                embedding: emb_config,
-                encoder: enc_config,
-                head,
-            },
-            vocab: vocab.tokens().to_vec(),
-            labels: NliLabel::ALL.iter().map(|l| l.name().to_string()).collect(),
-            lowercase: LOWERCASE,
-        };
+        let labels = NliLabel::ALL.iter().map(|l| l.name().to_string()).collect();
+        let (model, meta) = nli_model::<Ad<B>>(a, &vocab, labels, LOWERCASE, &device)?;
         let eval: Vec<(String, NliData)> = splits
             .eval
             .iter()
