@@ -6,7 +6,7 @@ use burn::module::AutodiffModule;
 use burn::prelude::*;
 use serde_json::json;
 
-use super::{read, uniform};
+use super::{backward_through, read, uniform};
 use crate::harness::{Mode, Workload};
 use crate::report::RatioSpec;
 
@@ -47,12 +47,9 @@ pub fn workloads<B: Backend>(device: &B::Device) -> Vec<Workload> {
                         Mode::Forward => {
                             read(eval.forward(x.clone(), Some(&lengths), None).outputs.sum())
                         }
-                        Mode::ForwardBackward => {
-                            let xa = Tensor::<Autodiff<B>, 3>::from_inner(x.clone()).require_grad();
-                            let out = stack.forward(xa.clone(), Some(&lengths), None);
-                            let grads = out.outputs.sum().backward();
-                            xa.grad(&grads).map_or(f64::NAN, |g| read(g.sum()))
-                        }
+                        Mode::ForwardBackward => backward_through(&x, |xa| {
+                            stack.forward(xa, Some(&lengths), None).outputs
+                        }),
                     })
                 },
             ));

@@ -9,7 +9,7 @@ use burn::module::AutodiffModule;
 use burn::prelude::*;
 use serde_json::json;
 
-use super::{read, uniform, uniform_lengths};
+use super::{backward_through, read, uniform, uniform_lengths};
 use crate::harness::{Mode, Workload};
 use crate::report::RatioSpec;
 
@@ -52,14 +52,15 @@ fn workload<B: Backend>(
                 read(out.sentence.sum())
             }
             Mode::ForwardBackward => {
-                let xa = Tensor::<Autodiff<B>, 3>::from_inner(x.clone()).require_grad();
                 let mut sampler = GumbelSampler::seeded(0);
-                let out = model.encode(
-                    EncoderInput::new(xa.clone(), lengths.clone()),
-                    Decisions::Sample(&mut sampler),
-                );
-                let grads = out.sentence.sum().backward();
-                xa.grad(&grads).map_or(f64::NAN, |g| read(g.sum()))
+                backward_through(&x, |xa| {
+                    model
+                        .encode(
+                            EncoderInput::new(xa, lengths.clone()),
+                            Decisions::Sample(&mut sampler),
+                        )
+                        .sentence
+                })
             }
         })
     })

@@ -4,6 +4,7 @@
 //! from them. To add a family: a module with `workloads::<B>(device)` and `ratios()`, and a line
 //! in [`suite`] and [`ratio_specs`].
 
+use burn::backend::Autodiff;
 use burn::prelude::*;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -57,6 +58,18 @@ pub fn uniform<B: Backend, const D: usize>(
 pub fn uniform_lengths(batch: usize, lo: usize, hi: usize, seed: u64) -> Vec<usize> {
     let mut rng = StdRng::seed_from_u64(seed);
     (0..batch).map(|_| rng.random_range(lo..=hi)).collect()
+}
+
+/// A training-mode run: `f` on `x` as a leaf of the autodiff graph, `backward()` of the sum of
+/// what it returns, and the sum of `x`'s gradient read back (so the whole backward pass is
+/// waited for).
+pub fn backward_through<B: Backend, const D: usize>(
+    x: &Tensor<B, 3>,
+    f: impl FnOnce(Tensor<Autodiff<B>, 3>) -> Tensor<Autodiff<B>, D>,
+) -> f64 {
+    let xa = Tensor::<Autodiff<B>, 3>::from_inner(x.clone()).require_grad();
+    let grads = f(xa.clone()).sum().backward();
+    xa.grad(&grads).map_or(f64::NAN, |g| read(g.sum()))
 }
 
 /// Reads a scalar back to the host (which also waits for the work that produced it).

@@ -1,7 +1,7 @@
 //! SPINN's thin stack against a per-sentence recursive Tree-LSTM and a same-width LSTM (the
 //! paper: ≈25× faster than recursion at batch 512, ≈4× slower than an LSTM).
 
-use arbor::cells::{CellKind, RecurrentStack, RecurrentStackConfig};
+use arbor::cells::{CellKind, GumbelSampler, RecurrentStack, RecurrentStackConfig};
 use arbor::data::tree::{BinaryTree, Transition};
 use arbor::encoders::{Decisions, EncoderInput, Spinn, SpinnConfig, SpinnVariant};
 use burn::backend::Autodiff;
@@ -11,7 +11,7 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde_json::json;
 
-use super::{read, uniform, uniform_lengths};
+use super::{backward_through, read, uniform, uniform_lengths};
 use crate::harness::{Mode, Workload};
 use crate::report::RatioSpec;
 
@@ -50,6 +50,30 @@ fn params(kind: &str) -> serde_json::Value {
     })
 }
 
+/// The sentence vectors of SPINN-PI-NT (`recursive`: of the per-node reference) on `x`.
+fn encode<E: Backend>(
+    model: &Spinn<E>,
+    x: Tensor<E, 3>,
+    data: &Data,
+    recursive: bool,
+    decisions: Decisions<'_>,
+) -> Tensor<E, 2> {
+    if recursive {
+        model
+            .encode_recursive(x, &data.lengths, &data.trees)
+            .expect("valid trees")
+            .h
+    } else {
+        let input =
+            EncoderInput::new(x, data.lengths.clone()).with_transitions(data.transitions.clone());
+        model
+            .forward(input, decisions)
+            .expect("valid transitions")
+            .root
+            .h
+    }
+}
+
 fn spinn<B: Backend>(device: &B::Device, recursive: bool) -> Workload {
     let device = device.clone();
     let name = if recursive { "recursive" } else { "thin-stack" };
@@ -64,52 +88,23 @@ fn spinn<B: Backend>(device: &B::Device, recursive: bool) -> Workload {
             .with_variant(SpinnVariant::PiNt)
             .init(&device);
         let eval = model.valid();
-        let Data {
-            lengths,
-            trees,
-            transitions,
-        } = data();
+        let data = data();
         let x = uniform::<B, 3>([BATCH, MAX_LEN, D], 1, &device);
-        let run_eval = move |x: Tensor<B, 3>| -> Tensor<B, 2> {
-            if recursive {
-                eval.encode_recursive(x, &lengths, &trees)
-                    .expect("valid trees")
-                    .h
-            } else {
-                let input =
-                    EncoderInput::new(x, lengths.clone()).with_transitions(transitions.clone());
-                eval.forward(input, Decisions::Argmax)
-                    .expect("valid transitions")
-                    .root
-                    .h
-            }
-        };
-        let Data {
-            lengths,
-            trees,
-            transitions,
-        } = data();
         Box::new(move |mode| match mode {
-            Mode::Forward => read(run_eval(x.clone()).sum()),
+            Mode::Forward => {
+                read(encode(&eval, x.clone(), &data, recursive, Decisions::Argmax).sum())
+            }
             Mode::ForwardBackward => {
-                let xa = Tensor::<Autodiff<B>, 3>::from_inner(x.clone()).require_grad();
-                let h = if recursive {
-                    model
-                        .encode_recursive(xa.clone(), &lengths, &trees)
-                        .expect("valid trees")
-                        .h
-                } else {
-                    let mut sampler = arbor::cells::GumbelSampler::seeded(0);
-                    let input = EncoderInput::new(xa.clone(), lengths.clone())
-                        .with_transitions(transitions.clone());
-                    model
-                        .forward(input, Decisions::Sample(&mut sampler))
-                        .expect("valid transitions")
-                        .root
-                        .h
-                };
-                let grads = h.sum().backward();
-                xa.grad(&grads).map_or(f64::NAN, |g| read(g.sum()))
+                let mut sampler = GumbelSampler::seeded(0);
+                backward_through(&x, |xa| {
+                    encode(
+                        &model,
+                        xa,
+                        &data,
+                        recursive,
+                        Decisions::Sample(&mut sampler),
+                    )
+                })
             }
         })
     })
@@ -135,12 +130,9 @@ fn lstm<B: Backend>(device: &B::Device) -> Workload {
                     let out = eval.forward(x.clone(), Some(&lengths), None);
                     read(out.last[0].h.clone().sum())
                 }
-                Mode::ForwardBackward => {
-                    let xa = Tensor::<Autodiff<B>, 3>::from_inner(x.clone()).require_grad();
-                    let out = stack.forward(xa.clone(), Some(&lengths), None);
-                    let grads = out.last[0].h.clone().sum().backward();
-                    xa.grad(&grads).map_or(f64::NAN, |g| read(g.sum()))
-                }
+                Mode::ForwardBackward => backward_through(&x, |xa| {
+                    stack.forward(xa, Some(&lengths), None).last[0].h.clone()
+                }),
             })
         },
     )

@@ -6,7 +6,7 @@ use burn::module::AutodiffModule;
 use burn::prelude::*;
 use serde_json::json;
 
-use super::{read, uniform};
+use super::{backward_through, read, uniform};
 use crate::harness::{Mode, Workload};
 use crate::report::RatioSpec;
 
@@ -43,9 +43,7 @@ fn workload<B: Backend>(device: &B::Device, fasttrees: bool) -> Workload {
             Box::new(move |mode| match mode {
                 Mode::Forward => read(eval.forward(x.clone(), &lengths).outputs.sum()),
                 Mode::ForwardBackward => {
-                    let xa = Tensor::<Autodiff<B>, 3>::from_inner(x.clone()).require_grad();
-                    let grads = model.forward(xa.clone(), &lengths).outputs.sum().backward();
-                    xa.grad(&grads).map_or(f64::NAN, |g| read(g.sum()))
+                    backward_through(&x, |xa| model.forward(xa, &lengths).outputs)
                 }
             })
         },
