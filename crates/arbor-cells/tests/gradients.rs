@@ -35,41 +35,56 @@ fn run_all<C: RecurrentCell<Ad64>>(cell: &C, t: &[Tensor<Ad64, 3>]) -> Tensor<Ad
 
 #[test]
 fn lstm_cell_gradients() {
-    let cell = LstmCellConfig::new(D_IN, H).init::<Ad64>(&Default::default());
+    let cell = seeded(1, || {
+        LstmCellConfig::new(D_IN, H).init::<Ad64>(&Default::default())
+    });
     check_gradients(&seq_inputs(), |t| run_all(&cell, t));
 }
 
 #[test]
 fn on_lstm_cell_gradients() {
-    let cell = OnLstmCellConfig::new(D_IN, H, CHUNK).init::<Ad64>(&Default::default());
+    let cell = seeded(2, || {
+        OnLstmCellConfig::new(D_IN, H, CHUNK).init::<Ad64>(&Default::default())
+    });
     check_gradients(&seq_inputs(), |t| run_all(&cell, t));
 }
 
 #[test]
 fn fast_trees_cell_gradients() {
-    let cell = FastTreesCellConfig::new(D_IN, H, CHUNK).init::<Ad64>(&Default::default());
+    let cell = seeded(3, || {
+        FastTreesCellConfig::new(D_IN, H, CHUNK).init::<Ad64>(&Default::default())
+    });
     check_gradients(&seq_inputs(), |t| run_all(&cell, t));
 }
 
 #[test]
 fn faster_fast_trees_cell_gradients() {
-    let cell = FasterFastTreesCellConfig::new(D_IN, H, CHUNK).init::<Ad64>(&Default::default());
+    let cell = seeded(4, || {
+        FasterFastTreesCellConfig::new(D_IN, H, CHUNK).init::<Ad64>(&Default::default())
+    });
     check_gradients(&seq_inputs(), |t| run_all(&cell, t));
 }
 
 #[test]
 fn conv_fast_trees_cell_gradients() {
-    let cell = ConvFastTreesCellConfig::new(D_IN, H, CHUNK)
-        .with_kernel_size(2)
-        .init::<Ad64>(&Default::default());
+    // The conv path has a ReLU: with unseeded weights a pre-activation within `eps` of its kink
+    // makes the finite difference (not the gradient) wrong. Seeded weights keep the check exact
+    // and reproducible.
+    let cell = seeded(5, || {
+        ConvFastTreesCellConfig::new(D_IN, H, CHUNK)
+            .with_kernel_size(2)
+            .init::<Ad64>(&Default::default())
+    });
     check_gradients(&seq_inputs(), |t| run_all(&cell, t));
 }
 
 #[test]
 fn tree_lstm_gradients_with_external_input() {
-    let cell = BinaryTreeLstmConfig::new(H)
-        .with_d_external(3)
-        .init::<Ad64>(&Default::default());
+    let cell = seeded(6, || {
+        BinaryTreeLstmConfig::new(H)
+            .with_d_external(3)
+            .init::<Ad64>(&Default::default())
+    });
     let inputs: Vec<_> = (0..4)
         .map(|k| (values(2 * 3 * H, 0.8, 10 + k), [2, 3, H]))
         .chain([(values(2 * 3 * 3, 0.8, 20), [2, 3, 3])])
