@@ -163,7 +163,7 @@ impl<B: Backend> TransformerEncoder<B> {
         let device = x.device();
         let mask = padding_mask::<B>(lengths, time, &device);
         let mut h = match &self.input {
-            Some(linear) => linear.forward(x),
+            Some(linear) => arbor_cells::linear_rows(linear, x),
             None => x,
         };
         h = self.dropout.forward(self.positions.forward(h));

@@ -127,7 +127,7 @@ impl<B: Backend> FastTreesGate<B> {
     /// - output: `[batch, time, 2C + D]`
     pub fn logits(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         match &self.projection {
-            GateProjection::Linear(linear) => linear.forward(x),
+            GateProjection::Linear(linear) => arbor_cells::linear_rows(linear, x),
             // Conv1d works on [batch, channels, time].
             GateProjection::Conv(conv) => conv.forward(x.swap_dims(1, 2)).swap_dims(1, 2),
         }

@@ -168,7 +168,14 @@ impl<B: Backend> TransformerLayer<B> {
         } else {
             h.clone()
         };
-        let mut y = h + self.dropout.forward(self.pwff.forward(ffn_in));
+        // Position-wise, so run on `[batch·time, D]`: a rank-2 Linear's weight gradient is one
+        // matmul (see `arbor_cells::linear_rows`).
+        let [batch, time, d] = ffn_in.dims();
+        let ffn = self
+            .pwff
+            .forward(ffn_in.reshape([batch * time, d]))
+            .reshape([batch, time, d]);
+        let mut y = h + self.dropout.forward(ffn);
         if !self.norm_first {
             y = self.norm_ffn.forward(y);
         }

@@ -97,8 +97,8 @@ impl<B: Backend> RecurrentCell<B> for ConvFastTreesCell<B> {
     fn precompute(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         // Conv1d wants [B, channels, T].
         let conv = self.conv.forward(x.clone().swap_dims(1, 2)).swap_dims(1, 2);
-        let master = self.master.forward(relu(conv));
-        let xp = Tensor::cat(vec![master, self.input.forward(x)], 2);
+        let master = crate::linear_rows(&self.master, relu(conv));
+        let xp = Tensor::cat(vec![master, crate::linear_rows(&self.input, x)], 2);
         activate_master(xp, self.n_chunks)
     }
 

@@ -98,7 +98,7 @@ impl<B: Backend> RecurrentCell<B> for FastTreesCell<B> {
 
     /// `[f̃, ĩ, W x_t + b]` for every step: `[B, T, d_in] → [B, T, 2C + 4H]`.
     fn precompute(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        activate_master(self.input.forward(x), self.n_chunks)
+        activate_master(crate::linear_rows(&self.input, x), self.n_chunks)
     }
 
     fn step(&self, xp: Tensor<B, 2>, state: LstmState<B, 2>) -> CellStep<B> {

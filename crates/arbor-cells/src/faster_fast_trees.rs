@@ -73,7 +73,7 @@ impl<B: Backend> RecurrentCell<B> for FasterFastTreesCell<B> {
     fn precompute(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [b, t, _] = x.dims();
         let (h, c) = (self.d_hidden, self.n_chunks);
-        let all = self.input.forward(x).reshape([b * t, 4 * h + 2 * c]);
+        let all = crate::linear_rows(&self.input, x).reshape([b * t, 4 * h + 2 * c]);
         let master = MasterGates::from_logits(all.clone().narrow(1, 0, 2 * c));
         let mut g = all.narrow(1, 2 * c, 4 * h).chunk(4, 1);
         let o = g.pop().expect("4 gates");

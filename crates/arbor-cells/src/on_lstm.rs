@@ -73,7 +73,7 @@ impl<B: Backend> RecurrentCell<B> for OnLstmCell<B> {
 
     /// `W x_t + b` for every step: `[B, T, d_in] → [B, T, 2C + 4H]`.
     fn precompute(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        self.input.forward(x)
+        crate::linear_rows(&self.input, x)
     }
 
     fn step(&self, xp: Tensor<B, 2>, state: LstmState<B, 2>) -> CellStep<B> {

@@ -85,9 +85,9 @@ impl<B: Backend> BinaryTreeLstm<B> {
         e: Option<Tensor<B, N>>,
     ) -> LstmState<B, N> {
         let hh = Tensor::cat(vec![left.h, right.h], N - 1);
-        let mut gates = self.children.forward(hh);
+        let mut gates = crate::linear_rows(&self.children, hh);
         if let (Some(ext), Some(e)) = (&self.external, e) {
-            gates = gates.add(ext.forward(e));
+            gates = gates.add(crate::linear_rows(ext, e));
         }
         let d = self.d_hidden;
         let g = |k: usize| gates.clone().narrow(N - 1, k * d, d);

@@ -112,7 +112,7 @@ impl<B: Backend> Leaf<B> {
     /// - output `h`, `c`: `[batch, n, D]`
     pub fn forward(&self, x: Tensor<B, 3>) -> LstmState<B, 3> {
         match self {
-            Leaf::Affine(linear) => LstmState::split(linear.forward(x)),
+            Leaf::Affine(linear) => LstmState::split(arbor_cells::linear_rows(linear, x)),
             Leaf::Lstm(cell) => {
                 let [batch, n, _] = x.dims();
                 let xp = cell.precompute(x);

@@ -104,7 +104,7 @@ impl<B: Backend> R2d2<B> {
         decisions: Decisions<'_>,
     ) -> Chart<B> {
         let leaves = match &self.input {
-            Some(linear) => linear.forward(embeddings),
+            Some(linear) => arbor_cells::linear_rows(linear, embeddings),
             None => embeddings,
         };
         Chart::build(

@@ -1,6 +1,7 @@
 //! One post-LayerNorm Transformer encoder layer with role embeddings on queries and keys and a
 //! fixed attention mask (R2D2's composition block, MODELS.md §4).
 
+use arbor_cells::linear_rows;
 use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::activation::{gelu, softmax};
@@ -88,7 +89,7 @@ impl<B: Backend> RoleTransformerLayer<B> {
         let role_qk = roles.matmul(w_qk); // [l, 2D]
         let zeros = Tensor::zeros([l, d], &x.device());
         let role_qkv = Tensor::cat(vec![role_qk, zeros], 1).reshape([1, l, 3 * d]);
-        let qkv = self.qkv.forward(x.clone()).add(role_qkv);
+        let qkv = linear_rows(&self.qkv, x.clone()).add(role_qkv);
         let split = |i: usize| {
             qkv.clone()
                 .narrow(2, i * d, d)
@@ -102,8 +103,8 @@ impl<B: Backend> RoleTransformerLayer<B> {
             .add(mask_bias.reshape([1, 1, l, l]));
         let attn = softmax(scores, 3).matmul(v); // [n, h, l, dh]
         let attn = attn.swap_dims(1, 2).reshape([n, l, d]);
-        let x = self.norm_attn.forward(x.add(self.out.forward(attn)));
-        let ff = self.ff_out.forward(gelu(self.ff_in.forward(x.clone())));
+        let x = self.norm_attn.forward(x.add(linear_rows(&self.out, attn)));
+        let ff = linear_rows(&self.ff_out, gelu(linear_rows(&self.ff_in, x.clone())));
         self.norm_ff.forward(x.add(ff))
     }
 }

@@ -348,10 +348,8 @@ impl<B: Backend> Spinn<B> {
         let steps = lengths.iter().map(|&n| 2 * n - 1).max().unwrap_or(0);
 
         // Buffer: [batch·time + 1, 2D]; the last row is zeros (read for an empty buffer).
-        let buffer = self
-            .projection
-            .forward(embeddings)
-            .reshape([batch * time, 2 * d]);
+        let buffer =
+            arbor_cells::linear_rows(&self.projection, embeddings).reshape([batch * time, 2 * d]);
         let buffer = Tensor::cat(vec![buffer, Tensor::zeros([1, 2 * d], &device)], 0);
         let empty_buffer = batch * time;
 
