@@ -233,32 +233,112 @@ fn shifted_right_branching(span: (usize, usize)) -> BinaryTree {
     t
 }
 
-/// The growing store of cell vectors: chunks appended step by step, concatenated lazily.
+/// The growing store of cell vectors `e_ij` and `log p̃_ij`.
+///
+/// Rows are appended step by step and kept in chunks whose sizes at least halve from each
+/// chunk to the next (a chunk is merged into its predecessor when that is less than twice its
+/// size). So there are at most `log₂ rows + 1` chunks, every row is copied `O(log rows)` times
+/// in all, and a gather touches only the chunks holding the rows it reads: a step costs what
+/// it reads plus an amortised `O(log)` per row, instead of re-concatenating the whole store.
 #[derive(Debug)]
 struct Store<B: Backend> {
-    e: Vec<Tensor<B, 2>>,
-    lpt: Vec<Tensor<B, 1>>,
+    /// `(first row, e, log p̃)` of each chunk, in row order.
+    chunks: Vec<(usize, Tensor<B, 2>, Tensor<B, 1>)>,
     rows: usize,
 }
 
 impl<B: Backend> Store<B> {
+    fn new() -> Self {
+        Store {
+            chunks: Vec::new(),
+            rows: 0,
+        }
+    }
+
+    /// Appends rows; returns the index of the first.
     fn push(&mut self, e: Tensor<B, 2>, lpt: Tensor<B, 1>) -> usize {
         let first = self.rows;
-        self.rows += e.dims()[0];
-        self.e.push(e);
-        self.lpt.push(lpt);
+        let n = e.dims()[0];
+        self.rows += n;
+        self.chunks.push((first, e, lpt));
+        while self.chunks.len() >= 2 {
+            let last = self.chunks.len() - 1;
+            let size = |c: &(usize, Tensor<B, 2>, Tensor<B, 1>)| c.1.dims()[0];
+            if size(&self.chunks[last - 1]) >= 2 * size(&self.chunks[last]) {
+                break;
+            }
+            let (_, e2, l2) = self.chunks.pop().unwrap_or_else(|| unreachable!());
+            let (start, e1, l1) = self.chunks.pop().unwrap_or_else(|| unreachable!());
+            self.chunks.push((
+                start,
+                Tensor::cat(vec![e1, e2], 0),
+                Tensor::cat(vec![l1, l2], 0),
+            ));
+        }
         first
     }
 
-    /// Everything so far as one tensor each (compacts the chunks).
-    fn all(&mut self) -> (Tensor<B, 2>, Tensor<B, 1>) {
-        if self.e.len() > 1 {
-            let e = Tensor::cat(std::mem::take(&mut self.e), 0);
-            let lpt = Tensor::cat(std::mem::take(&mut self.lpt), 0);
-            self.e = vec![e];
-            self.lpt = vec![lpt];
+    /// The chunk holding `row`, and the row's index inside it.
+    fn locate(&self, row: usize) -> (usize, usize) {
+        let c = self.chunks.partition_point(|chunk| chunk.0 <= row) - 1;
+        (c, row - self.chunks[c].0)
+    }
+
+    /// Rows `e_rows` of `e` and `lpt_rows` of `log p̃`, in the order given.
+    fn gather(&self, e_rows: &[usize], lpt_rows: &[usize]) -> (Tensor<B, 2>, Tensor<B, 1>) {
+        let e = self.gather_one(e_rows, |c| c.1.clone());
+        let lpt = self.gather_one(lpt_rows, |c| c.2.clone());
+        (e, lpt)
+    }
+
+    /// One `select` per chunk that holds any of `rows`, one `cat`, and one reordering
+    /// `select` when the rows do not come chunk by chunk already.
+    fn gather_one<const D: usize>(
+        &self,
+        rows: &[usize],
+        part: impl Fn(&(usize, Tensor<B, 2>, Tensor<B, 1>)) -> Tensor<B, D>,
+    ) -> Tensor<B, D> {
+        let device = self.chunks[0].1.device();
+        let mut by_chunk: Vec<Vec<(usize, usize)>> = vec![Vec::new(); self.chunks.len()];
+        for (slot, &row) in rows.iter().enumerate() {
+            let (c, local) = self.locate(row);
+            by_chunk[c].push((slot, local));
         }
-        (self.e[0].clone(), self.lpt[0].clone())
+        let mut pieces = Vec::new();
+        let mut order = Vec::with_capacity(rows.len());
+        for (c, wanted) in by_chunk.iter().enumerate() {
+            if wanted.is_empty() {
+                continue;
+            }
+            let local: Vec<usize> = wanted.iter().map(|w| w.1).collect();
+            pieces.push(part(&self.chunks[c]).select(0, index_tensor::<B>(&local, &device)));
+            order.extend(wanted.iter().map(|w| w.0));
+        }
+        let gathered = if pieces.len() == 1 {
+            pieces.pop().unwrap_or_else(|| unreachable!())
+        } else {
+            Tensor::cat(pieces, 0)
+        };
+        if order.iter().enumerate().all(|(i, &slot)| i == slot) {
+            return gathered;
+        }
+        // `order[p]` is the slot the p-th gathered row belongs to; invert it.
+        let mut position = vec![0; rows.len()];
+        for (p, &slot) in order.iter().enumerate() {
+            position[slot] = p;
+        }
+        gathered.select(0, index_tensor::<B>(&position, &device))
+    }
+
+    /// Everything so far as one tensor each.
+    fn all(&self) -> (Tensor<B, 2>, Tensor<B, 1>) {
+        if self.chunks.len() == 1 {
+            return (self.chunks[0].1.clone(), self.chunks[0].2.clone());
+        }
+        (
+            Tensor::cat(self.chunks.iter().map(|c| c.1.clone()).collect(), 0),
+            Tensor::cat(self.chunks.iter().map(|c| c.2.clone()).collect(), 0),
+        )
     }
 }
 
@@ -319,11 +399,7 @@ impl<B: Backend> Chart<B> {
             );
         }
         let device = leaves.device();
-        let mut store = Store {
-            e: Vec::new(),
-            lpt: Vec::new(),
-            rows: 0,
-        };
+        let mut store = Store::new();
         store.push(
             leaves.reshape([batch * time, d]),
             Tensor::zeros([batch * time], &device),
@@ -385,9 +461,8 @@ impl<B: Backend> Chart<B> {
                     chart.stats.merges += 1;
                 }
                 // The new terminals' log p̃ become constants.
-                let (_, lpt) = chart.store.all();
                 let rows: Vec<usize> = merged_rows.iter().map(|r| r.2).collect();
-                let detached = lpt.select(0, index_tensor::<B>(&rows, &device)).detach();
+                let detached = chart.store.gather_one(&rows, |c| c.2.clone()).detach();
                 let first = chart
                     .store
                     .push(Tensor::zeros([rows.len(), d], &device), detached);
@@ -440,11 +515,9 @@ impl<B: Backend> Chart<B> {
         }
         e_rows.extend(right);
         lpt_rows.extend(right_lpt);
-        let (all_e, all_lpt) = self.store.all();
-        let device = all_e.device();
-        let d = all_e.dims()[1];
-        let e = all_e.select(0, index_tensor::<B>(&e_rows, &device));
-        let lpt = all_lpt.select(0, index_tensor::<B>(&lpt_rows, &device));
+        let (e, lpt) = self.store.gather(&e_rows, &lpt_rows);
+        let device = e.device();
+        let d = e.dims()[1];
         let n = c * k;
         let composed = compose.compose(e.clone().narrow(0, 0, n), e.narrow(0, n, n));
         // eq. 1: log p̃_ijk = log p_ijk + log p̃_ik + log p̃_(k+1)j.
@@ -502,7 +575,7 @@ impl<B: Backend> Chart<B> {
     ///
     /// # Shapes
     /// - output: `[rows, D]`
-    pub fn vectors(&mut self) -> Tensor<B, 2> {
+    pub fn vectors(&self) -> Tensor<B, 2> {
         self.store.all().0
     }
 
@@ -518,11 +591,8 @@ impl<B: Backend> Chart<B> {
     ///
     /// # Shapes
     /// - output: `[batch, D]`
-    pub fn roots(&mut self) -> Tensor<B, 2> {
-        let rows = self.root_rows();
-        let all = self.vectors();
-        let device = all.device();
-        all.select(0, index_tensor::<B>(&rows, &device))
+    pub fn roots(&self) -> Tensor<B, 2> {
+        self.store.gather_one(&self.root_rows(), |c| c.1.clone())
     }
 
     /// The LM contexts of every token (eq. 8): for token `i`, the row of the longest computed

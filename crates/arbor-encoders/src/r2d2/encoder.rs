@@ -129,7 +129,7 @@ impl<B: Backend> SentenceEncoder<B> for R2d2<B> {
     /// - `input.embeddings`: `[batch, time, d_input]`
     /// - output `sentence`: `[batch, D]`
     fn encode(&self, input: EncoderInput<B>, decisions: Decisions<'_>) -> EncoderOutput<B> {
-        let mut chart = self.forward(input.embeddings, &input.lengths, None, decisions);
+        let chart = self.forward(input.embeddings, &input.lengths, None, decisions);
         let trees = chart.trees();
         EncoderOutput {
             sentence: chart.roots(),

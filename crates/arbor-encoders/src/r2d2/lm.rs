@@ -187,7 +187,7 @@ impl<B: Backend> R2d2Lm<B> {
     /// # Panics
     /// As [`R2d2Lm::chart`].
     pub fn lm_loss(&self, sentences: &[&[u32]], decisions: Decisions<'_>) -> LmLoss<B> {
-        let mut chart = self.chart(sentences, None, decisions);
+        let chart = self.chart(sentences, None, decisions);
         let all = chart.vectors();
         let device = all.device();
         let rows = all.dims()[0];
