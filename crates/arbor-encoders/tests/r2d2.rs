@@ -102,7 +102,7 @@ fn with_a_window_of_at_least_n_minus_1_the_pruned_chart_is_exhaustive_cky() {
                 pruning: false,
                 tau: 1.0,
             };
-            let mut a = Chart::build(
+            let a = Chart::build(
                 &f,
                 leaves.clone(),
                 &lengths,
@@ -110,7 +110,7 @@ fn with_a_window_of_at_least_n_minus_1_the_pruned_chart_is_exhaustive_cky() {
                 &pruned,
                 Decisions::Argmax,
             );
-            let mut b = Chart::build(&f, leaves.clone(), &lengths, None, &full, Decisions::Argmax);
+            let b = Chart::build(&f, leaves.clone(), &lengths, None, &full, Decisions::Argmax);
             assert_eq!(a.trees(), b.trees());
             assert_eq!(a.stats, b.stats);
             assert_eq!(a.stats.merges, 0);
