@@ -457,9 +457,9 @@ struct EvalJob {
 }
 
 impl BackendJob for EvalJob {
-    type Output = Result<()>;
+    type Output = Result<PseudoPerplexity>;
 
-    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+    fn run<B: Backend>(self, device: B::Device) -> Result<PseudoPerplexity> {
         let a = &self.args;
         let (model, tok) = load::<B>(&a.checkpoint, &device)?;
         let sents = wikitext_sentences(&read_text(&a.text)?);
@@ -510,8 +510,17 @@ impl BackendJob for EvalJob {
             "mean over sentences of the per-sentence mean NLL (released script): {:.4}",
             pppl.mean_sentence_nll()
         );
-        Ok(())
+        Ok(pppl)
     }
+}
+
+/// `eval`: pseudo-perplexity of a checkpoint on a text, printed and returned.
+///
+/// # Errors
+/// An unreadable checkpoint or text, an unknown device.
+pub fn evaluate(args: EvalArgs) -> Result<PseudoPerplexity> {
+    let device = args.device.clone();
+    run_on(&device, EvalJob { args })?
 }
 
 struct ParseJob {
@@ -613,10 +622,7 @@ pub fn run(args: R2d2Args) -> Result<()> {
             let device = a.device.clone();
             run_on(&device, PretrainJob { args: a })?
         }
-        Command::Eval(a) => {
-            let device = a.device.clone();
-            run_on(&device, EvalJob { args: a })?
-        }
+        Command::Eval(a) => evaluate(a).map(|_| ()),
         Command::Parse(a) => {
             let device = a.device.clone();
             run_on(&device, ParseJob { args: a })?

@@ -15,7 +15,7 @@ pub const VOCAB: usize = 1000;
 /// Sentences per batch.
 pub const BATCH: usize = 8;
 /// Lengths of the pruned sweep.
-pub const LENGTHS: [usize; 3] = [16, 32, 64];
+pub const LENGTHS: [usize; 4] = [16, 32, 64, 128];
 /// Lengths at which exhaustive CKY also runs (it grows as n³: at n = 32 one CPU
 /// forward+backward already takes minutes, too long for the suite's 10-minute budget).
 pub const FULL_LENGTHS: [usize; 2] = [8, 16];
@@ -53,7 +53,7 @@ fn workload<B: Backend>(device: &B::Device, n: usize, pruning: bool) -> Workload
     .in_sweep("r2d2-length", series, n as f64, "sentence length (tokens)")
 }
 
-/// Pruned at 16/32/64, exhaustive at 8/16.
+/// Pruned at 16/32/64/128, exhaustive at 8/16.
 pub fn workloads<B: Backend>(device: &B::Device) -> Vec<Workload> {
     let mut out: Vec<Workload> = LENGTHS
         .iter()
@@ -74,6 +74,11 @@ pub fn ratios() -> Vec<RatioSpec> {
             label: "R2D2 pruned time(n=64) / time(n=16) (linear: 4)",
             numerator: "r2d2/pruned-n64",
             denominator: "r2d2/pruned-n16",
+        },
+        RatioSpec {
+            label: "R2D2 pruned time(n=128) / time(n=64) (linear: 2)",
+            numerator: "r2d2/pruned-n128",
+            denominator: "r2d2/pruned-n64",
         },
         RatioSpec {
             label: "R2D2 exhaustive / pruned time at n=16",
