@@ -330,19 +330,17 @@ impl<B: Backend> Store<B> {
         gathered.select(0, index_tensor::<B>(&position, &device))
     }
 
-    /// Everything so far as one tensor each.
-    fn all(&self) -> (Tensor<B, 2>, Tensor<B, 1>) {
+    /// Every cell vector so far, as one tensor.
+    fn all_vectors(&self) -> Tensor<B, 2> {
         if self.chunks.len() == 1 {
-            return (self.chunks[0].1.clone(), self.chunks[0].2.clone());
+            return self.chunks[0].1.clone();
         }
-        (
-            Tensor::cat(self.chunks.iter().map(|c| c.1.clone()).collect(), 0),
-            Tensor::cat(self.chunks.iter().map(|c| c.2.clone()).collect(), 0),
-        )
+        Tensor::cat(self.chunks.iter().map(|c| c.1.clone()).collect(), 0)
     }
 }
 
-fn index_tensor<B: Backend>(rows: &[usize], device: &B::Device) -> Tensor<B, 1, Int> {
+/// Row indices as an index tensor.
+pub(super) fn index_tensor<B: Backend>(rows: &[usize], device: &B::Device) -> Tensor<B, 1, Int> {
     let v: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
     Tensor::from_data(TensorData::new(v, [rows.len()]), device)
 }
@@ -576,7 +574,7 @@ impl<B: Backend> Chart<B> {
     /// # Shapes
     /// - output: `[rows, D]`
     pub fn vectors(&self) -> Tensor<B, 2> {
-        self.store.all().0
+        self.store.all_vectors()
     }
 
     /// The row of each sentence's root `e_0(n−1)` (a one-token sentence: its leaf).

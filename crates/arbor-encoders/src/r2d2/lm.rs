@@ -7,7 +7,7 @@ use burn::tensor::activation::{gelu, log_softmax};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::TensorData;
 
-use super::chart::{Chart, ChartStats};
+use super::chart::{index_tensor, Chart, ChartStats};
 use super::composition::layer_norm_noaffine;
 use super::encoder::{R2d2, R2d2Config};
 use crate::Decisions;
@@ -118,11 +118,6 @@ fn pad_ids<B: Backend>(sentences: &[&[u32]], device: &B::Device) -> Tensor<B, 2,
     Tensor::from_data(TensorData::new(ids, [sentences.len(), time]), device)
 }
 
-fn rows_tensor<B: Backend>(rows: &[usize], device: &B::Device) -> Tensor<B, 1, Int> {
-    let v: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
-    Tensor::from_data(TensorData::new(v, [rows.len()]), device)
-}
-
 impl<B: Backend> R2d2Lm<B> {
     /// Vocabulary size `V`.
     pub fn vocab_size(&self) -> usize {
@@ -202,8 +197,8 @@ impl<B: Backend> R2d2Lm<B> {
             }
         }
         let n = targets.len();
-        let l = all.clone().select(0, rows_tensor::<B>(&left, &device));
-        let r = all.select(0, rows_tensor::<B>(&right, &device));
+        let l = all.clone().select(0, index_tensor::<B>(&left, &device));
+        let r = all.select(0, index_tensor::<B>(&right, &device));
         let nll = Self::nll(self.predict(l, r), &targets);
         LmLoss {
             loss: nll.clone().mean(),
@@ -252,8 +247,8 @@ impl<B: Backend> R2d2Lm<B> {
         let all = Tensor::cat(vec![roots, self.edges.val()], 0);
         let left: Vec<usize> = slots.iter().map(|s| s.0.unwrap_or(c)).collect();
         let right: Vec<usize> = slots.iter().map(|s| s.1.unwrap_or(c + 1)).collect();
-        let l = all.clone().select(0, rows_tensor::<B>(&left, &device));
-        let r = all.select(0, rows_tensor::<B>(&right, &device));
+        let l = all.clone().select(0, index_tensor::<B>(&left, &device));
+        let r = all.select(0, index_tensor::<B>(&right, &device));
         let nll: Vec<f64> = Self::nll(self.predict(l, r), &targets)
             .into_data()
             .convert::<f64>()
