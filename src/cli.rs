@@ -89,6 +89,10 @@ pub struct TrainArgs {
     /// Seed of initialisation, data order, dropout and noise.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Standard deviation of randomly initialised word embeddings, `N(0, std²)` (PyTorch's
+    /// `nn.Embedding` default is 1; see docs/init.md). Not used with --glove.
+    #[arg(long, default_value_t = 1.0)]
+    pub embed_init_std: f64,
     /// Pretrained word vectors (GloVe/word2vec text format).
     #[arg(long)]
     pub glove: Option<PathBuf>,
@@ -135,6 +139,12 @@ impl TrainArgs {
     /// Checks the flags that constrain each other: at least one layer, and Transformer heads
     /// that divide the width.
     pub fn check(&self) -> anyhow::Result<()> {
+        if !(self.embed_init_std.is_finite() && self.embed_init_std >= 0.0) {
+            anyhow::bail!(
+                "--embed-init-std {} must be a finite number ≥ 0",
+                self.embed_init_std
+            );
+        }
         if self.layers == 0 {
             anyhow::bail!("--layers must be at least 1");
         }

@@ -48,16 +48,17 @@ pub fn build_vocab<'a>(sentences: impl Iterator<Item = &'a [String]>, lowercase:
     )
 }
 
-/// The word embedding: random, or from pretrained vectors (whose width wins).
+/// The word embedding: random `N(0, init_std²)`, or from pretrained vectors (whose width wins).
 pub fn embedding<B: Backend>(
     vocab: &Vocab,
     d_embed: usize,
+    init_std: f64,
     glove: Option<&Path>,
     device: &B::Device,
 ) -> Result<(TokenEmbeddingConfig, TokenEmbedding<B>)> {
     match glove {
         None => {
-            let config = TokenEmbeddingConfig::new(vocab.len(), d_embed);
+            let config = TokenEmbeddingConfig::new(vocab.len(), d_embed).with_init_std(init_std);
             let e = config.init(device);
             Ok((config, e))
         }
@@ -172,7 +173,7 @@ pub fn nli_model<B: Backend>(
     device: &B::Device,
 ) -> Result<(NliClassifier<B, Encoder<B>>, crate::tasks::ModelMeta)> {
     let d_embed = a.embed_dim.unwrap_or(a.dim);
-    let (emb_config, emb) = embedding::<B>(vocab, d_embed, a.glove.as_deref(), device)?;
+    let (emb_config, emb) = embedding::<B>(vocab, d_embed, a.embed_init_std, a.glove.as_deref(), device)?;
     let enc_config = a.encoder_config(emb_config.d_embed);
     let head =
         NliClassifierConfig::new(vocab.len(), emb_config.d_embed, a.mlp_dim.unwrap_or(a.dim))

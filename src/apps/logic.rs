@@ -275,6 +275,7 @@ impl BackendJob for Job {
 
 /// Runs the program.
 pub fn run(args: LogicArgs) -> Result<()> {
+    args.common.check()?;
     let splits = load_splits(&args)?;
     let device = args.common.device.clone();
     run_on(&device, Job { args, splits })?

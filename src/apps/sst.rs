@@ -114,7 +114,13 @@ impl BackendJob for Job {
         seed_everything::<Ad<B>>(&device, a.seed);
         let vocab = build_vocab(self.train.examples.iter().map(|e| &e.tokens[..]), LOWERCASE);
         let d_embed = a.embed_dim.unwrap_or(a.dim);
-        let (emb_config, emb) = embedding::<Ad<B>>(&vocab, d_embed, a.glove.as_deref(), &device)?;
+        let (emb_config, emb) = embedding::<Ad<B>>(
+            &vocab,
+            d_embed,
+            a.embed_init_std,
+            a.glove.as_deref(),
+            &device,
+        )?;
         let enc_config = a.encoder_config(emb_config.d_embed);
         let head = SentenceClassifierConfig::new(a.mlp_dim.unwrap_or(a.dim))
             .with_n_classes(2)

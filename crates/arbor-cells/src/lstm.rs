@@ -1,5 +1,6 @@
 //! A plain LSTM cell with fused gates.
 
+use burn::module::Param;
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::activation::{sigmoid, tanh};
@@ -14,6 +15,11 @@ pub struct LstmCellConfig {
     pub d_input: usize,
     /// Hidden width `H`.
     pub d_hidden: usize,
+    /// `None` (default): every bias starts as PyTorch's `LSTMCell` does, `U(±1/√d_input)`.
+    /// `Some(v)`: the biases start at 0 except the forget gate's, which starts at `v` (the Gumbel
+    /// Tree-LSTM reference's leaf LSTM uses 1; see docs/init.md).
+    #[config(default = "None")]
+    pub forget_bias: Option<f64>,
 }
 
 /// LSTM cell (Hochreiter & Schmidhuber 1997) with one fused matmul per input.
@@ -37,8 +43,17 @@ impl LstmCellConfig {
     /// Builds the cell on `device`.
     pub fn init<B: Backend>(&self, device: &B::Device) -> LstmCell<B> {
         let h = self.d_hidden;
+        let mut input = LinearConfig::new(self.d_input, 4 * h).init(device);
+        if let Some(forget) = self.forget_bias {
+            let mut bias = vec![0f32; 4 * h];
+            bias[h..2 * h].fill(forget as f32);
+            input.bias = Some(Param::from_tensor(Tensor::from_floats(
+                bias.as_slice(),
+                device,
+            )));
+        }
         LstmCell {
-            input: LinearConfig::new(self.d_input, 4 * h).init(device),
+            input,
             hidden: LinearConfig::new(h, 4 * h).with_bias(false).init(device),
             d_hidden: h,
         }

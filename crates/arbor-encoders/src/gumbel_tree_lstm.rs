@@ -174,7 +174,12 @@ impl GumbelTreeLstmConfig {
         let d = self.d_hidden;
         let leaf = match self.leaf {
             LeafKind::Affine => Leaf::Affine(LinearConfig::new(self.d_input, 2 * d).init(device)),
-            LeafKind::Lstm => Leaf::Lstm(LstmCellConfig::new(self.d_input, d).init(device)),
+            // The reference's leaf LSTM starts its forget gate at 1 (docs/init.md).
+            LeafKind::Lstm => Leaf::Lstm(
+                LstmCellConfig::new(self.d_input, d)
+                    .with_forget_bias(Some(1.0))
+                    .init(device),
+            ),
         };
         let query = Initializer::Normal {
             mean: 0.0,

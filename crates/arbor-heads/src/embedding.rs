@@ -10,8 +10,13 @@ pub struct TokenEmbeddingConfig {
     pub n_tokens: usize,
     /// Embedding width.
     pub d_embed: usize,
-    /// Standard deviation of the random initialisation.
-    #[config(default = 0.1)]
+    /// Standard deviation of the random initialisation `N(0, init_std²)`.
+    ///
+    /// The default, 1, is PyTorch's `nn.Embedding` (and Burn's `EmbeddingConfig`), which is what
+    /// the reference code bases start from when no pretrained vectors are given. A much smaller
+    /// scale (0.1, arbor's default before) starves the encoders' gates of signal and stalls
+    /// learning; see `docs/init.md`.
+    #[config(default = 1.0)]
     pub init_std: f64,
 }
 

@@ -97,7 +97,12 @@ impl CompositionConfig {
         Composition {
             layers: (0..self.n_layers).map(|_| layer.init(device)).collect(),
             task_tokens: normal.init([3, d], device),
-            roles: normal.init([3, d], device),
+            // The reference's role table is a plain `nn.Embedding`: N(0, 1) (docs/init.md).
+            roles: Initializer::Normal {
+                mean: 0.0,
+                std: 1.0,
+            }
+            .init([3, d], device),
             score: LinearConfig::new(d, 1).init(device),
             mix: LinearConfig::new(d, 2).init(device),
             d_model: d,
