@@ -3,12 +3,14 @@
 //! Malformed records are errors naming the file, the 1-based line and what is wrong, or, with
 //! [`crate::ReadOptions::skip_bad`], are skipped and counted in [`crate::Loaded::skipped`].
 
+pub mod listops;
 pub mod lm;
 pub mod logic;
 pub mod snli;
 pub mod sst;
 pub mod treebank;
 
+pub use listops::{read_listops, ListOp, ListOpsExample, ListOpsExpr, ListOpsGenerator};
 pub use lm::{read_lm, split_sentences, LmCorpus, SentenceOptions};
 pub use logic::{read_logic, read_logic_dir, LogicData, LogicPair, Relation};
 pub use snli::{read_snli, NliLabel, SnliPair};
