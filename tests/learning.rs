@@ -2,8 +2,8 @@
 //! modelling). Each trains a small model through the engine, with the library's default
 //! initialisation, on a fixture where a correct model learns fast, and asserts the bound it
 //! reaches within a fixed number of steps. They are what would have caught random word
-//! embeddings starting at `N(0, 0.1)` instead of `N(0, 1)` (see docs/init.md): with that start
-//! the two classification tests stay near the majority class for the same number of steps.
+//! embeddings starting at `N(0, 0.1)` instead of `N(0, 1)` (see docs/init.md): with that
+//! start both classification tests fail (measured numbers on each test).
 //!
 //! The fixtures are propositional-logic formulas written here: variables `a`–`d`, the
 //! operators `not`, `and`, `or`, in the bracketed binary form of Bowman et al.'s data, with
@@ -14,6 +14,7 @@ use arbor::apps::ptb_lm::LmTask;
 use arbor::cells::CellKind;
 use arbor::data::readers::logic::{parse_logic_line, LogicPair, Relation};
 use arbor::data::vocab::{Vocab, VocabConfig};
+use arbor::data::BinaryTree;
 use arbor::heads::{NliClassifierConfig, SentenceClassifierConfig, TokenEmbeddingConfig};
 use arbor::lm::{Batchified, RnnLmConfig};
 use arbor::tasks::{ClassifyData, ClassifyTask, ModelConfig, ModelMeta, NliTask};
@@ -45,7 +46,9 @@ impl Lcg {
 fn formula(rng: &mut Lcg, ops: usize) -> (String, u32) {
     if ops == 0 {
         let v = rng.below(VARIABLES as u64) as usize;
-        let table = (0..ROWS).filter(|r| r >> v & 1 == 1).fold(0, |t, r| t | 1 << r);
+        let table = (0..ROWS)
+            .filter(|r| r >> v & 1 == 1)
+            .fold(0, |t, r| t | 1 << r);
         return (["a", "b", "c", "d"][v].to_string(), table);
     }
     let all = (1u32 << ROWS) - 1;
@@ -94,8 +97,10 @@ fn logic_pairs(n: usize, max_ops: u64, seed: u64) -> Vec<LogicPair> {
     let mut rng = Lcg(seed);
     (0..n)
         .map(|_| {
-            let (l, tl) = formula(&mut rng, rng.below(max_ops + 1) as usize);
-            let (r, tr) = formula(&mut rng, rng.below(max_ops + 1) as usize);
+            let ops = rng.below(max_ops + 1) as usize;
+            let (l, tl) = formula(&mut rng, ops);
+            let ops = rng.below(max_ops + 1) as usize;
+            let (r, tr) = formula(&mut rng, ops);
             let line = format!("{}\t{l}\t{r}", relation(tl, tr).symbol());
             parse_logic_line(&line).expect("the fixture writes valid lines")
         })
@@ -136,8 +141,8 @@ fn quiet_config(dir: &std::path::Path, batch: usize, lr: f64, steps: u64) -> Tra
 
 /// Pair classification: the gold-tree Tree-LSTM (SPINN-PI-NT over the formulas' brackets) on
 /// logic pairs with at most two operators, with the shape of the `logic` program (`[u; v; u−v;
-/// u⊙v]`, MLP, Adam 2e-3, no dropout). With `N(0, 1)` embeddings it is far above the majority
-/// class after 300 steps; with the old `N(0, 0.1)` it has barely left it.
+/// u⊙v]`, MLP, Adam 2e-3, no dropout). Measured: with `N(0, 1)` embeddings 0.843 validation
+/// accuracy after 300 steps (majority class 0.592); with the old `N(0, 0.1)`, 0.593.
 #[test]
 fn pair_classifier_learns_logic_relations() {
     let device = Default::default();
@@ -184,9 +189,9 @@ fn pair_classifier_learns_logic_relations() {
     );
 }
 
-/// Sentence classification: an LSTM reads a formula and says whether it is true under the
-/// fixed assignment a = 1, b = 0, c = 1, d = 0 (the classifier must track the operators'
-/// scopes). With `N(0, 1)` embeddings it is well above the majority class after 300 steps.
+/// Sentence classification: the gold-tree Tree-LSTM reads a formula and says whether it is
+/// true under the fixed assignment a = 1, b = 0, c = 1, d = 0. Measured: with `N(0, 1)`
+/// embeddings 0.987 validation accuracy after 100 steps; with the old `N(0, 0.1)`, 0.822.
 #[test]
 fn sentence_classifier_learns_truth_values() {
     let device = Default::default();
@@ -196,18 +201,21 @@ fn sentence_classifier_learns_truth_values() {
     let data = |n: usize, seed: u64| {
         let mut rng = Lcg(seed);
         let mut d = ClassifyData::default();
+        let mut transitions = Vec::new();
         for _ in 0..n {
             let ops = rng.below(3) as usize;
             let (text, table) = formula(&mut rng, ops);
-            let tokens: Vec<String> = text.split(' ').map(String::from).collect();
+            let (tree, tokens) = BinaryTree::parse(&text).expect("the fixture writes trees");
             d.sentences.push(vocab.encode(&tokens));
+            transitions.push(tree.to_transitions());
             d.labels.push((table >> assignment & 1) as usize);
         }
+        d.transitions = Some(transitions);
         d
     };
     let d = 32;
     let embedding = TokenEmbeddingConfig::new(vocab.len(), d);
-    let encoder = EncoderConfig::new(EncoderKind::Lstm, d, d);
+    let encoder = EncoderConfig::new(EncoderKind::SpinnPiNt, d, d);
     let head = SentenceClassifierConfig::new(d).with_dropout(0.0);
     let model = head.init(
         encoder.init::<Ad>(&device),
@@ -233,11 +241,11 @@ fn sentence_classifier_learns_truth_values() {
         device,
     };
     let dir = tempfile::tempdir().unwrap();
-    let config = quiet_config(dir.path(), 32, 2e-3, 300);
+    let config = quiet_config(dir.path(), 32, 2e-3, 100);
     let out = train(&task, model, &config, &Default::default()).unwrap();
     let acc = out.evals["valid"].accuracy();
     assert!(
-        acc >= base + 0.25,
+        acc >= 0.95,
         "valid accuracy {acc:.3} after {} steps; majority class {base:.3}",
         out.state.step
     );
@@ -246,7 +254,8 @@ fn sentence_classifier_learns_truth_values() {
 /// Language modelling: a 2-layer ON-LSTM LM (the `ptb_lm` model, AWD-style `U(−0.1, 0.1)`
 /// embeddings, no dropout) on a stream of formulas. The stream is far from uniform (a bracket
 /// is always followed by a variable, `not` or another bracket), so a model that learns gets
-/// well under the uniform perplexity (the vocabulary size) within 150 steps.
+/// well under the uniform perplexity (the vocabulary size) within 150 steps (measured: 3.80
+/// against 12). The LM's embeddings follow AWD-LSTM (`U(±0.1)`), not `TokenEmbedding`.
 #[test]
 fn language_model_learns_formula_stream() {
     let device = Default::default();
