@@ -109,3 +109,64 @@ fn tree_lstm_and_gumbel_agree_across_flex_and_ndarray() {
         sn.index.into_data().convert::<i64>()
     );
 }
+
+/// Gradients too: every cell's weight gradients through a padded two-layer stack agree between
+/// `Autodiff<Flex>` and `Autodiff<NdArray>` (training runs on flex; the finite-difference checks
+/// in `gradients.rs` run on ndarray).
+#[test]
+fn every_cell_gradient_agrees_across_flex_and_ndarray() {
+    use burn::backend::Autodiff;
+    use burn::module::Param;
+    type AF = Autodiff<Flex>;
+    type AN = Autodiff<Nd>;
+    let (b, t, d, h) = (3, 5, 6, 8);
+    let lengths = [5usize, 2, 4];
+    fn grads<B: burn::tensor::backend::AutodiffBackend>(
+        stack: RecurrentStack<B>,
+        lengths: &[usize],
+        shape: [usize; 3],
+    ) -> Vec<Vec<f64>> {
+        let x = tensor::<B, 3>(shape, 1.0, 5, &Default::default()).require_grad();
+        let out = stack.forward(x.clone(), Some(lengths), None);
+        let [_, _, w] = out.outputs.dims();
+        let weights = tensor::<B, 3>([shape[0], shape[1], w], 1.0, 9, &Default::default());
+        let g = out.outputs.mul(weights).sum().backward();
+        let mut all = vec![to_vec(x.grad(&g).expect("input gradient"))];
+        // Every parameter's gradient, in module order.
+        struct Collect<'a, B: burn::tensor::backend::AutodiffBackend> {
+            g: &'a B::Gradients,
+            out: Vec<Vec<f64>>,
+        }
+        impl<B: burn::tensor::backend::AutodiffBackend> burn::module::ModuleVisitor<B>
+            for Collect<'_, B>
+        {
+            fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<B, D>>) {
+                if let Some(gr) = p.val().grad(self.g) {
+                    self.out.push(to_vec(gr));
+                }
+            }
+        }
+        let mut c = Collect::<B> { g: &g, out: Vec::new() };
+        stack.visit(&mut c);
+        all.extend(c.out);
+        all
+    }
+    for kind in CellKind::ALL {
+        let config = RecurrentStackConfig::new(kind, d, h)
+            .with_chunk_size(4)
+            .with_n_layers(2);
+        let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
+        let base = config.init::<Flex>(&Default::default());
+        let bytes = Recorder::<Flex>::record(&recorder, base.into_record(), ()).expect("record");
+        let rf = Recorder::<AF>::load(&recorder, bytes.clone(), &Default::default()).expect("load");
+        let rn = Recorder::<AN>::load(&recorder, bytes, &Default::default()).expect("load");
+        let flex = config.init::<AF>(&Default::default()).load_record(rf);
+        let nd = config.init::<AN>(&Default::default()).load_record(rn);
+        let gf = grads(flex, &lengths, [b, t, d]);
+        let gn = grads(nd, &lengths, [b, t, d]);
+        assert_eq!(gf.len(), gn.len(), "{}", kind.name());
+        for (k, (a, n)) in gf.iter().zip(&gn).enumerate() {
+            assert_close(a, n, 1e-4, &format!("{} gradient {k}", kind.name()));
+        }
+    }
+}
