@@ -47,7 +47,7 @@ fn formula(rng: &mut Lcg, ops: usize) -> (String, u32) {
     if ops == 0 {
         let v = rng.below(VARIABLES as u64) as usize;
         let table = (0..ROWS)
-            .filter(|r| r >> v & 1 == 1)
+            .filter(|r| (r >> v) & 1 == 1)
             .fold(0, |t, r| t | 1 << r);
         return (["a", "b", "c", "d"][v].to_string(), table);
     }
@@ -208,7 +208,7 @@ fn sentence_classifier_learns_truth_values() {
             let (tree, tokens) = BinaryTree::parse(&text).expect("the fixture writes trees");
             d.sentences.push(vocab.encode(&tokens));
             transitions.push(tree.to_transitions());
-            d.labels.push((table >> assignment & 1) as usize);
+            d.labels.push(((table >> assignment) & 1) as usize);
         }
         d.transitions = Some(transitions);
         d

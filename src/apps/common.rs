@@ -173,7 +173,8 @@ pub fn nli_model<B: Backend>(
     device: &B::Device,
 ) -> Result<(NliClassifier<B, Encoder<B>>, crate::tasks::ModelMeta)> {
     let d_embed = a.embed_dim.unwrap_or(a.dim);
-    let (emb_config, emb) = embedding::<B>(vocab, d_embed, a.embed_init_std, a.glove.as_deref(), device)?;
+    let (emb_config, emb) =
+        embedding::<B>(vocab, d_embed, a.embed_init_std, a.glove.as_deref(), device)?;
     let enc_config = a.encoder_config(emb_config.d_embed);
     let head =
         NliClassifierConfig::new(vocab.len(), emb_config.d_embed, a.mlp_dim.unwrap_or(a.dim))

@@ -134,23 +134,7 @@ pub fn to_data(pairs: &[LogicPair], vocab: &Vocab) -> NliData {
 /// Per-operator-count accuracy from a report of [`evaluate_nli`] over grouped data:
 /// `operators → (accuracy, count)`.
 pub fn per_operator_count(report: &EvalReport) -> BTreeMap<usize, (f64, usize)> {
-    let mut out = BTreeMap::new();
-    for (key, &value) in &report.extra {
-        let Some(g) = key
-            .strip_prefix("group_")
-            .and_then(|k| k.strip_suffix("_accuracy"))
-            .and_then(|k| k.parse::<usize>().ok())
-        else {
-            continue;
-        };
-        let count = report
-            .extra
-            .get(&format!("group_{g}_count"))
-            .copied()
-            .unwrap_or(0.0);
-        out.insert(g, (value, count as usize));
-    }
-    out
+    crate::tasks::per_group(report)
 }
 
 /// Prints the per-operator-count table of a test report.

@@ -2,6 +2,7 @@
 //! parses its arguments and calls `run` here.
 
 pub mod common;
+pub mod listops;
 pub mod logic;
 pub mod ptb_lm;
 pub mod r2d2;

@@ -96,6 +96,7 @@ fn to_data(split: &SstSplit, vocab: &arbor_data::vocab::Vocab) -> ClassifyData {
             .collect(),
         labels: split.examples.iter().map(|e| e.label as usize).collect(),
         transitions: split.transitions.clone(),
+        groups: None,
     }
 }
 

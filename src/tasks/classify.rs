@@ -19,6 +19,9 @@ pub struct ClassifyData {
     pub labels: Vec<usize>,
     /// Gold transitions, when every sentence has them.
     pub transitions: Option<Vec<Vec<Transition>>>,
+    /// Optional group of every sentence (e.g. ListOps depth); evaluation then reports
+    /// per-group accuracy (see [`per_group`](super::per_group)).
+    pub groups: Option<Vec<usize>>,
 }
 
 impl ClassifyData {
@@ -63,10 +66,16 @@ pub fn evaluate_classify<B: Backend>(
     batch_size: usize,
     device: &B::Device,
 ) -> EvalReport {
-    super::evaluate_batches(&data.lengths(), &data.labels, None, batch_size, |idx| {
-        let (batch, labels) = data.batch::<B>(idx, device);
-        (model.forward(batch, Decisions::Argmax).logits, labels)
-    })
+    super::evaluate_batches(
+        &data.lengths(),
+        &data.labels,
+        data.groups.as_deref(),
+        batch_size,
+        |idx| {
+            let (batch, labels) = data.batch::<B>(idx, device);
+            (model.forward(batch, Decisions::Argmax).logits, labels)
+        },
+    )
 }
 
 /// Single-sentence classification (SST-2) as an engine task.

@@ -80,6 +80,29 @@ fn evaluate_batches<B: burn::prelude::Backend>(
     report
 }
 
+/// Per-group accuracy from a report of a grouped evaluation: `group → (accuracy, count)`.
+pub fn per_group(
+    report: &arbor_train::EvalReport,
+) -> std::collections::BTreeMap<usize, (f64, usize)> {
+    let mut out = std::collections::BTreeMap::new();
+    for (key, &value) in &report.extra {
+        let Some(g) = key
+            .strip_prefix("group_")
+            .and_then(|k| k.strip_suffix("_accuracy"))
+            .and_then(|k| k.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        let count = report
+            .extra
+            .get(&format!("group_{g}_count"))
+            .copied()
+            .unwrap_or(0.0);
+        out.insert(g, (value, count as usize));
+    }
+    out
+}
+
 /// Batches of example indices for evaluation: sorted by `lengths` so padding stays small, in
 /// chunks of `batch_size`. Every index appears exactly once.
 pub fn eval_batches(lengths: &[usize], batch_size: usize) -> Vec<Vec<usize>> {

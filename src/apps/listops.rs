@@ -1,0 +1,478 @@
+//! `cargo run --release --example listops`: ListOps (Nangia & Bowman 2018), the diagnostic task
+//! for latent-tree learning. `generate` writes data with the paper's procedure, `train` trains
+//! any encoder (the gold-tree Tree-LSTM `spinn-pi-nt` follows the files' brackets), and `eval`
+//! scores a checkpoint on other files, e.g. the official test file. Accuracy is reported over the
+//! whole file, by the expression's depth and by length.
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use arbor_data::readers::listops::{
+    parse_listops, read_listops, to_listops_line, ListOpsExample, ListOpsGenerator,
+};
+use arbor_data::vocab::Vocab;
+use arbor_data::ReadOptions;
+use arbor_heads::{SentenceClassifier, SentenceClassifierConfig};
+use arbor_train::{load_model, seed_everything, train, CheckpointFile, EvalReport};
+use burn::backend::Autodiff;
+use burn::module::AutodiffModule;
+use burn::prelude::*;
+use clap::{Args, Parser, Subcommand};
+
+use super::common::{build_vocab, check_gold_transitions, checkpoint_in, embedding, print_tree};
+use crate::cli::TrainArgs;
+use crate::device::{run_on, BackendJob};
+use crate::tasks::{
+    evaluate_classify, per_group, ClassifyData, ClassifyTask, ModelConfig, ModelMeta,
+};
+
+/// ListOps: generate data, train, evaluate.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "listops",
+    about = "ListOps: nested list operations over digits (generate, train, eval)"
+)]
+pub struct ListOpsArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Write train/valid/test TSV files in the official bracketed format.
+    Generate(GenerateArgs),
+    /// Train a classifier (10 classes) on a ListOps file.
+    Train(TrainListOpsArgs),
+    /// Score a trained checkpoint on ListOps files.
+    Eval(EvalArgs),
+}
+
+/// Flags of `generate`.
+#[derive(Debug, Clone, Args)]
+pub struct GenerateArgs {
+    /// Output directory (train.tsv, valid.tsv, test.tsv).
+    #[arg(long, default_value = "datasets/listops")]
+    pub out: PathBuf,
+    /// Training examples.
+    #[arg(long, default_value_t = 90_000)]
+    pub train_size: usize,
+    /// Validation examples.
+    #[arg(long, default_value_t = 1_000)]
+    pub valid_size: usize,
+    /// Test examples (0: no test file).
+    #[arg(long, default_value_t = 1_000)]
+    pub test_size: usize,
+    /// Longest expression, in tokens.
+    #[arg(long, default_value_t = 100)]
+    pub max_length: usize,
+    /// Shortest expression, in tokens.
+    #[arg(long, default_value_t = 2)]
+    pub min_length: usize,
+    /// Depth cap.
+    #[arg(long, default_value_t = 20)]
+    pub max_depth: usize,
+    /// Seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+/// Flags of `train`.
+#[derive(Debug, Clone, Args)]
+pub struct TrainListOpsArgs {
+    /// Training file (`label<TAB>expression`, bracketed or flat).
+    #[arg(long, default_value = "datasets/listops/train.tsv")]
+    pub train: PathBuf,
+    /// Validation file (model selection).
+    #[arg(long, default_value = "datasets/listops/valid.tsv")]
+    pub valid: PathBuf,
+    /// Test files (repeatable), scored after training with the best checkpoint.
+    #[arg(long)]
+    pub test: Vec<PathBuf>,
+    /// How many validation expressions to draw trees for after training.
+    #[arg(long, default_value_t = 2)]
+    pub show_trees: usize,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub common: TrainArgs,
+}
+
+/// Flags of `eval`.
+#[derive(Debug, Clone, Args)]
+pub struct EvalArgs {
+    /// Checkpoint file or run directory.
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// Files to score (repeatable).
+    #[arg(long, required = true)]
+    pub test: Vec<PathBuf>,
+    /// Backend and device: flex, ndarray, cuda, cuda:N.
+    #[arg(long, default_value = "flex")]
+    pub device: String,
+}
+
+/// Length buckets (in tokens) for the by-length table: `[lo, hi)`.
+pub const LENGTH_BUCKETS: [(usize, usize); 5] =
+    [(0, 25), (25, 50), (50, 100), (100, 200), (200, usize::MAX)];
+
+fn length_bucket(n: usize) -> usize {
+    LENGTH_BUCKETS
+        .iter()
+        .position(|&(lo, hi)| n >= lo && n < hi)
+        .unwrap_or(LENGTH_BUCKETS.len() - 1)
+}
+
+/// Writes the generated files; returns a summary line per file.
+pub fn generate(args: &GenerateArgs) -> Result<Vec<String>> {
+    let generator = ListOpsGenerator {
+        max_depth: args.max_depth,
+        min_tokens: args.min_length,
+        max_tokens: args.max_length,
+        ..Default::default()
+    };
+    generator
+        .check()
+        .map_err(|e| anyhow::anyhow!("--min-length/--max-length: {e}"))?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let mut seen = HashSet::new();
+    let mut summary = Vec::new();
+    for (k, (name, n)) in [
+        ("train.tsv", args.train_size),
+        ("valid.tsv", args.valid_size),
+        ("test.tsv", args.test_size),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if n == 0 {
+            continue;
+        }
+        // Each split has its own seed and excludes every expression of the earlier splits.
+        let exprs = generator
+            .generate(n, args.seed.wrapping_mul(3).wrapping_add(k as u64), &seen)
+            .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+        let mut text = String::new();
+        for e in &exprs {
+            writeln!(text, "{}", to_listops_line(e)).expect("writing to a String");
+        }
+        // Every line must read back with its label equal to its value.
+        let path = args.out.join(name);
+        let check = parse_listops(text.as_bytes(), &path, ReadOptions::strict(), true)?;
+        if check.len() != exprs.len() {
+            bail!(
+                "{}: {} lines read back of {}",
+                path.display(),
+                check.len(),
+                exprs.len()
+            );
+        }
+        write_atomically(&path, &text)?;
+        let mean_len =
+            check.records.iter().map(|r| r.tokens.len()).sum::<usize>() as f64 / n as f64;
+        let max_depth = check.records.iter().map(|r| r.depth).max().unwrap_or(0);
+        summary.push(format!(
+            "{}: {n} expressions, mean length {mean_len:.1} tokens, max depth {max_depth}",
+            path.display()
+        ));
+        seen.extend(exprs);
+    }
+    Ok(summary)
+}
+
+fn write_atomically(path: &Path, text: &str) -> Result<()> {
+    let tmp = path.with_extension("tsv.tmp");
+    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
+    Ok(())
+}
+
+/// Reads a ListOps file for training or evaluation, with a hint when it is missing.
+pub fn read_file(path: &Path) -> Result<Vec<ListOpsExample>> {
+    if !path.exists() {
+        bail!(
+            "{} not found: generate ListOps data with `cargo run --release --example listops -- \
+             generate --out {}`, or pass the file",
+            path.display(),
+            path.parent()
+                .map_or("DIR".into(), |p| p.display().to_string())
+        );
+    }
+    let loaded = read_listops(path, ReadOptions::strict())?;
+    if loaded.is_empty() {
+        bail!("{}: no examples", path.display());
+    }
+    Ok(loaded.records)
+}
+
+/// Token ids, labels, gold transitions (when every line is bracketed) and depth groups.
+pub fn to_data(examples: &[ListOpsExample], vocab: &Vocab) -> ClassifyData {
+    let transitions: Option<Vec<_>> = examples
+        .iter()
+        .map(|e| e.tree.as_ref().map(|t| t.to_transitions()))
+        .collect();
+    ClassifyData {
+        sentences: examples.iter().map(|e| vocab.encode(&e.tokens)).collect(),
+        labels: examples.iter().map(|e| e.label as usize).collect(),
+        transitions,
+        groups: Some(examples.iter().map(|e| e.depth).collect()),
+    }
+}
+
+/// Prints accuracy over a file, by depth and by length.
+pub fn report<B: Backend>(
+    title: &str,
+    model: &SentenceClassifier<B, arbor_encoders::Encoder<B>>,
+    examples: &[ListOpsExample],
+    data: &ClassifyData,
+    device: &B::Device,
+) -> EvalReport {
+    let by_depth = evaluate_classify(model, data, 256, device);
+    println!(
+        "{title}: accuracy {:.4} ({} / {})",
+        by_depth.accuracy(),
+        by_depth.correct,
+        by_depth.total
+    );
+    println!("  depth  examples  accuracy");
+    for (g, (acc, n)) in per_group(&by_depth) {
+        println!("  {g:>5}  {n:>8}  {acc:.4}");
+    }
+    let by_length = ClassifyData {
+        groups: Some(
+            examples
+                .iter()
+                .map(|e| length_bucket(e.tokens.len()))
+                .collect(),
+        ),
+        ..data.clone()
+    };
+    let lengths = evaluate_classify(model, &by_length, 256, device);
+    println!("  length     examples  accuracy");
+    for (g, (acc, n)) in per_group(&lengths) {
+        let (lo, hi) = LENGTH_BUCKETS[g];
+        let range = if hi == usize::MAX {
+            format!("{lo}+")
+        } else {
+            format!("{lo}–{}", hi - 1)
+        };
+        println!("  {range:>9}  {n:>8}  {acc:.4}");
+    }
+    by_depth
+}
+
+fn show_trees<B: Backend>(
+    model: &SentenceClassifier<B, arbor_encoders::Encoder<B>>,
+    examples: &[ListOpsExample],
+    data: &ClassifyData,
+    n: usize,
+    device: &B::Device,
+) {
+    for (i, e) in examples.iter().enumerate().take(n) {
+        if let Some(gold) = &e.tree {
+            print_tree(
+                &format!("example {i} (label {}) gold", e.label),
+                gold,
+                &e.tokens,
+            );
+        }
+        if let Some(t) =
+            super::common::parse_one(&model.embedding, &model.encoder, &data.sentences[i], device)
+        {
+            print_tree(&format!("example {i} induced"), &t, &e.tokens);
+        }
+    }
+}
+
+struct TrainJob {
+    args: TrainListOpsArgs,
+    train: Vec<ListOpsExample>,
+    valid: Vec<ListOpsExample>,
+    tests: Vec<(PathBuf, Vec<ListOpsExample>)>,
+}
+
+impl BackendJob for TrainJob {
+    type Output = Result<()>;
+
+    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+        type Ad<B> = Autodiff<B>;
+        let a = &self.args.common;
+        seed_everything::<Ad<B>>(&device, a.seed);
+        let vocab = build_vocab(self.train.iter().map(|e| &e.tokens[..]), false);
+        let d_embed = a.embed_dim.unwrap_or(a.dim);
+        let (emb_config, emb) = embedding::<Ad<B>>(
+            &vocab,
+            d_embed,
+            a.embed_init_std,
+            a.glove.as_deref(),
+            &device,
+        )?;
+        let enc_config = a.encoder_config(emb_config.d_embed);
+        let head = SentenceClassifierConfig::new(a.mlp_dim.unwrap_or(a.dim))
+            .with_n_classes(10)
+            .with_dropout(a.dropout);
+        let model = head.init(enc_config.init::<Ad<B>>(&device), emb, &device);
+        let train_data = to_data(&self.train, &vocab);
+        let valid_data = to_data(&self.valid, &vocab);
+        for (what, d) in [("train", &train_data), ("valid", &valid_data)] {
+            check_gold_transitions(a.encoder, what, &d.sentences, d.transitions.as_deref())
+                .with_context(|| {
+                    format!("the {} encoder needs bracketed ListOps lines", a.encoder)
+                })?;
+        }
+        let task = ClassifyTask::<Ad<B>> {
+            train: train_data,
+            splits: vec![("valid".into(), valid_data)],
+            eval_batch_size: 256,
+            meta: ModelMeta {
+                model: ModelConfig::Classify {
+                    embedding: emb_config,
+                    encoder: enc_config,
+                    head,
+                },
+                vocab: vocab.tokens().to_vec(),
+                labels: (0..10).map(|d| d.to_string()).collect(),
+                lowercase: false,
+            },
+            device: device.clone(),
+        };
+        eprintln!(
+            "ListOps: {} training expressions, {} validation; vocabulary {}; encoder {} (dim {}), \
+             device {}",
+            task.train.len(),
+            task.splits[0].1.len(),
+            vocab.len(),
+            a.encoder,
+            a.dim,
+            a.device
+        );
+        let outcome = train(&task, model, &a.train_config(), &device)?;
+        println!();
+        let inner = outcome.model.valid();
+        let (model, which) = match &outcome.best_checkpoint {
+            Some(best) => (
+                load_model(inner, best, &device)
+                    .with_context(|| format!("loading {}", best.display()))?
+                    .0,
+                format!("best on valid, {}", best.display()),
+            ),
+            None => (inner, "last model".to_string()),
+        };
+        let valid = &task.splits[0].1;
+        report(
+            &format!("valid ({which})"),
+            &model,
+            &self.valid,
+            valid,
+            &device,
+        );
+        for (path, examples) in &self.tests {
+            let data = to_data(examples, &vocab);
+            report(
+                &format!("{} ({which})", path.display()),
+                &model,
+                examples,
+                &data,
+                &device,
+            );
+        }
+        show_trees(&model, &self.valid, valid, self.args.show_trees, &device);
+        println!("checkpoints: {}", outcome.last_checkpoint.display());
+        Ok(())
+    }
+}
+
+struct EvalJob {
+    args: EvalArgs,
+    tests: Vec<(PathBuf, Vec<ListOpsExample>)>,
+}
+
+impl BackendJob for EvalJob {
+    type Output = Result<()>;
+
+    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+        let path = checkpoint_in(&self.args.checkpoint)?;
+        let file = CheckpointFile::load(&path)?;
+        let meta = ModelMeta::from_checkpoint(&file.meta).map_err(anyhow::Error::msg)?;
+        let ModelConfig::Classify {
+            embedding,
+            encoder,
+            head,
+        } = &meta.model
+        else {
+            bail!(
+                "{} holds a pair classifier, not a ListOps model",
+                path.display()
+            );
+        };
+        let model = head.init(
+            encoder.init::<B>(&device),
+            embedding.init::<B>(&device),
+            &device,
+        );
+        let (model, _) = load_model(model, &path, &device)?;
+        let vocab = Vocab::from_tokens(meta.vocab.clone())?;
+        for (test, examples) in &self.tests {
+            let data = to_data(examples, &vocab);
+            if encoder.kind.needs_transitions() && data.transitions.is_none() {
+                bail!(
+                    "{}: the {} encoder follows gold trees, and this file has flat lines",
+                    test.display(),
+                    encoder.kind
+                );
+            }
+            report(
+                &test.display().to_string(),
+                &model,
+                examples,
+                &data,
+                &device,
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Runs the program.
+pub fn run(args: ListOpsArgs) -> Result<()> {
+    match args.command {
+        Command::Generate(g) => {
+            for line in generate(&g)? {
+                println!("{line}");
+            }
+            Ok(())
+        }
+        Command::Train(t) => {
+            t.common.check()?;
+            let train = read_file(&t.train)?;
+            let valid = read_file(&t.valid)?;
+            let tests = t
+                .test
+                .iter()
+                .map(|p| Ok((p.clone(), read_file(p)?)))
+                .collect::<Result<Vec<_>>>()?;
+            let device = t.common.device.clone();
+            run_on(
+                &device,
+                TrainJob {
+                    args: t,
+                    train,
+                    valid,
+                    tests,
+                },
+            )?
+        }
+        Command::Eval(e) => {
+            let tests = e
+                .test
+                .iter()
+                .map(|p| Ok((p.clone(), read_file(p)?)))
+                .collect::<Result<Vec<_>>>()?;
+            let device = e.device.clone();
+            run_on(&device, EvalJob { args: e, tests })?
+        }
+    }
+}
