@@ -137,16 +137,17 @@ fn every_cell_gradient_agrees_across_flex_and_ndarray() {
             g: &'a B::Gradients,
             out: Vec<Vec<f64>>,
         }
-        impl<B: burn::tensor::backend::AutodiffBackend> burn::module::ModuleVisitor<B>
-            for Collect<'_, B>
-        {
+        impl<B: burn::tensor::backend::AutodiffBackend> burn::module::ModuleVisitor<B> for Collect<'_, B> {
             fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<B, D>>) {
                 if let Some(gr) = p.val().grad(self.g) {
                     self.out.push(to_vec(gr));
                 }
             }
         }
-        let mut c = Collect::<B> { g: &g, out: Vec::new() };
+        let mut c = Collect::<B> {
+            g: &g,
+            out: Vec::new(),
+        };
         stack.visit(&mut c);
         all.extend(c.out);
         all

@@ -73,7 +73,7 @@ impl ListOp {
                 let mut v = args.to_vec();
                 v.sort_unstable();
                 let n = v.len();
-                if n % 2 == 1 {
+                if !n.is_multiple_of(2) {
                     v[n / 2]
                 } else {
                     ((u32::from(v[n / 2 - 1]) + u32::from(v[n / 2])) / 2) as u8
@@ -161,7 +161,10 @@ impl ListOpsExpr {
         for (i, t) in tokens.iter().enumerate() {
             let t = t.as_ref();
             if done.is_some() {
-                return Err(format!("token {} ({t:?}) after the end of the expression", i + 1));
+                return Err(format!(
+                    "token {} ({t:?}) after the end of the expression",
+                    i + 1
+                ));
             }
             let finished = if let Some(op) = ListOp::from_token(t) {
                 stack.push((op, Vec::new()));
