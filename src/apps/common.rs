@@ -193,3 +193,71 @@ pub fn nli_model<B: Backend>(
     };
     Ok((model, meta))
 }
+
+/// A sentence classifier over `vocab` built from the shared training flags (embedding,
+/// encoder, MLP head with one class per label), with the metadata saved beside it; the
+/// single-sentence counterpart of [`nli_model`].
+///
+/// # Errors
+/// When `--glove` vectors cannot be read.
+pub fn classifier_model<B: Backend>(
+    a: &crate::cli::TrainArgs,
+    vocab: &Vocab,
+    labels: Vec<String>,
+    lowercase: bool,
+    device: &B::Device,
+) -> Result<(
+    arbor_heads::SentenceClassifier<B, Encoder<B>>,
+    crate::tasks::ModelMeta,
+)> {
+    let d_embed = a.embed_dim.unwrap_or(a.dim);
+    let (emb_config, emb) =
+        embedding::<B>(vocab, d_embed, a.embed_init_std, a.glove.as_deref(), device)?;
+    let enc_config = a.encoder_config(emb_config.d_embed);
+    let head = arbor_heads::SentenceClassifierConfig::new(a.mlp_dim.unwrap_or(a.dim))
+        .with_n_classes(labels.len())
+        .with_dropout(a.dropout);
+    let model = head.init(enc_config.init::<B>(device), emb, device);
+    let meta = crate::tasks::ModelMeta {
+        model: crate::tasks::ModelConfig::Classify {
+            embedding: emb_config,
+            encoder: enc_config,
+            head,
+        },
+        vocab: vocab.tokens().to_vec(),
+        labels,
+        lowercase,
+    };
+    Ok((model, meta))
+}
+
+/// The model to report after training: the best-on-validation checkpoint when the run wrote
+/// one (loaded into `last`'s structure), else `last`; with a description of which it is.
+///
+/// # Errors
+/// When the best checkpoint cannot be read.
+pub fn best_or_last<B: Backend, M: burn::module::Module<B>>(
+    last: M,
+    best: Option<&Path>,
+    device: &B::Device,
+) -> Result<(M, String)> {
+    Ok(match best {
+        Some(best) => (
+            arbor_train::load_model(last, best, device)
+                .with_context(|| format!("loading {}", best.display()))?
+                .0,
+            format!("best on valid, {}", best.display()),
+        ),
+        None => (last, "last model".to_string()),
+    })
+}
+
+/// The model metadata stored in a checkpoint file.
+///
+/// # Errors
+/// When the file cannot be read or holds no arbor classifier metadata.
+pub fn checkpoint_meta(path: &Path) -> Result<crate::tasks::ModelMeta> {
+    let file = arbor_train::CheckpointFile::load(path)?;
+    crate::tasks::ModelMeta::from_checkpoint(&file.meta)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}

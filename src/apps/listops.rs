@@ -14,19 +14,20 @@ use arbor_data::readers::listops::{
 };
 use arbor_data::vocab::Vocab;
 use arbor_data::ReadOptions;
-use arbor_heads::{SentenceClassifier, SentenceClassifierConfig};
-use arbor_train::{load_model, seed_everything, train, CheckpointFile, EvalReport};
+use arbor_heads::SentenceClassifier;
+use arbor_train::{load_model, seed_everything, train, EvalReport};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::prelude::*;
 use clap::{Args, Parser, Subcommand};
 
-use super::common::{build_vocab, check_gold_transitions, checkpoint_in, embedding, print_tree};
+use super::common::{
+    best_or_last, build_vocab, check_gold_transitions, checkpoint_in, checkpoint_meta,
+    classifier_model, print_tree,
+};
 use crate::cli::TrainArgs;
 use crate::device::{run_on, BackendJob};
-use crate::tasks::{
-    evaluate_classify, per_group, ClassifyData, ClassifyTask, ModelConfig, ModelMeta,
-};
+use crate::tasks::{evaluate_classify, per_group, ClassifyData, ClassifyTask, ModelConfig};
 
 /// ListOps: generate data, train, evaluate.
 #[derive(Debug, Clone, Parser)]
@@ -302,19 +303,8 @@ impl BackendJob for TrainJob {
         let a = &self.args.common;
         seed_everything::<Ad<B>>(&device, a.seed);
         let vocab = build_vocab(self.train.iter().map(|e| &e.tokens[..]), false);
-        let d_embed = a.embed_dim.unwrap_or(a.dim);
-        let (emb_config, emb) = embedding::<Ad<B>>(
-            &vocab,
-            d_embed,
-            a.embed_init_std,
-            a.glove.as_deref(),
-            &device,
-        )?;
-        let enc_config = a.encoder_config(emb_config.d_embed);
-        let head = SentenceClassifierConfig::new(a.mlp_dim.unwrap_or(a.dim))
-            .with_n_classes(10)
-            .with_dropout(a.dropout);
-        let model = head.init(enc_config.init::<Ad<B>>(&device), emb, &device);
+        let labels = (0..10).map(|d| d.to_string()).collect();
+        let (model, meta) = classifier_model::<Ad<B>>(a, &vocab, labels, false, &device)?;
         let train_data = to_data(&self.train, &vocab);
         let valid_data = to_data(&self.valid, &vocab);
         for (what, d) in [("train", &train_data), ("valid", &valid_data)] {
@@ -327,16 +317,7 @@ impl BackendJob for TrainJob {
             train: train_data,
             splits: vec![("valid".into(), valid_data)],
             eval_batch_size: 256,
-            meta: ModelMeta {
-                model: ModelConfig::Classify {
-                    embedding: emb_config,
-                    encoder: enc_config,
-                    head,
-                },
-                vocab: vocab.tokens().to_vec(),
-                labels: (0..10).map(|d| d.to_string()).collect(),
-                lowercase: false,
-            },
+            meta,
             device: device.clone(),
         };
         eprintln!(
@@ -351,16 +332,11 @@ impl BackendJob for TrainJob {
         );
         let outcome = train(&task, model, &a.train_config(), &device)?;
         println!();
-        let inner = outcome.model.valid();
-        let (model, which) = match &outcome.best_checkpoint {
-            Some(best) => (
-                load_model(inner, best, &device)
-                    .with_context(|| format!("loading {}", best.display()))?
-                    .0,
-                format!("best on valid, {}", best.display()),
-            ),
-            None => (inner, "last model".to_string()),
-        };
+        let (model, which) = best_or_last(
+            outcome.model.valid(),
+            outcome.best_checkpoint.as_deref(),
+            &device,
+        )?;
         let valid = &task.splits[0].1;
         report(
             &format!("valid ({which})"),
@@ -395,8 +371,7 @@ impl BackendJob for EvalJob {
 
     fn run<B: Backend>(self, device: B::Device) -> Result<()> {
         let path = checkpoint_in(&self.args.checkpoint)?;
-        let file = CheckpointFile::load(&path)?;
-        let meta = ModelMeta::from_checkpoint(&file.meta).map_err(anyhow::Error::msg)?;
+        let meta = checkpoint_meta(&path)?;
         let ModelConfig::Classify {
             embedding,
             encoder,

@@ -6,19 +6,19 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use arbor_data::readers::logic::{
     read_logic, read_logic_dir, train_valid_split, LogicPair, Relation,
 };
 use arbor_data::vocab::Vocab;
 use arbor_data::ReadOptions;
-use arbor_train::{load_model, seed_everything, train, EvalReport};
+use arbor_train::{seed_everything, train, EvalReport};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::prelude::*;
 use clap::Parser;
 
-use super::common::{build_vocab, check_gold_transitions, nli_model, print_tree};
+use super::common::{best_or_last, build_vocab, check_gold_transitions, nli_model, print_tree};
 use crate::cli::TrainArgs;
 use crate::device::{run_on, BackendJob};
 use crate::tasks::{evaluate_nli, NliData, NliTask};
@@ -220,16 +220,11 @@ impl BackendJob for Job {
         if let Some(r) = outcome.evals.get("test") {
             print_table("test (last model)", r);
         }
-        let inner = outcome.model.valid();
-        let (model, which) = match &outcome.best_checkpoint {
-            Some(best) => (
-                load_model(inner, best, &device)
-                    .with_context(|| format!("loading {}", best.display()))?
-                    .0,
-                format!("best on valid, {}", best.display()),
-            ),
-            None => (inner, "last model".to_string()),
-        };
+        let (model, which) = best_or_last(
+            outcome.model.valid(),
+            outcome.best_checkpoint.as_deref(),
+            &device,
+        )?;
         let test = &task.splits[1].1;
         let valid_report = evaluate_nli(&model, &task.splits[0].1, 256, &device);
         let report = evaluate_nli(&model, test, 256, &device);

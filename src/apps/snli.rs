@@ -7,7 +7,7 @@ use arbor_data::download::{ensure_snli_from, DownloadOptions, SnliPaths};
 use arbor_data::readers::snli::{read_snli, NliLabel, SnliPair};
 use arbor_data::vocab::Vocab;
 use arbor_data::ReadOptions;
-use arbor_train::{load_model, seed_everything, train, CheckpointFile};
+use arbor_train::{load_model, seed_everything, train};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::prelude::*;
@@ -252,8 +252,7 @@ fn load_trained<B: Backend>(
     ModelMeta,
     Vocab,
 )> {
-    let file = CheckpointFile::load(path)?;
-    let meta = ModelMeta::from_checkpoint(&file.meta).map_err(anyhow::Error::msg)?;
+    let meta = super::common::checkpoint_meta(path)?;
     let ModelConfig::Nli {
         embedding,
         encoder,

@@ -7,17 +7,18 @@ use anyhow::{bail, Result};
 use arbor_data::readers::sst::{read_sst2_tsv, read_sst_trees, sst2_label, Sst2Example};
 use arbor_data::tree::Transition;
 use arbor_data::ReadOptions;
-use arbor_heads::SentenceClassifierConfig;
 use arbor_train::{seed_everything, train};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::prelude::*;
 use clap::Parser;
 
-use super::common::{build_vocab, check_gold_transitions, embedding, parse_one, print_tree, words};
+use super::common::{
+    build_vocab, check_gold_transitions, classifier_model, parse_one, print_tree, words,
+};
 use crate::cli::TrainArgs;
 use crate::device::{run_on, BackendJob};
-use crate::tasks::{ClassifyData, ClassifyTask, ModelConfig, ModelMeta};
+use crate::tasks::{ClassifyData, ClassifyTask};
 
 /// Train a sentence classifier on SST-2.
 #[derive(Debug, Clone, Parser)]
@@ -114,19 +115,8 @@ impl BackendJob for Job {
         let a = &self.args.common;
         seed_everything::<Ad<B>>(&device, a.seed);
         let vocab = build_vocab(self.train.examples.iter().map(|e| &e.tokens[..]), LOWERCASE);
-        let d_embed = a.embed_dim.unwrap_or(a.dim);
-        let (emb_config, emb) = embedding::<Ad<B>>(
-            &vocab,
-            d_embed,
-            a.embed_init_std,
-            a.glove.as_deref(),
-            &device,
-        )?;
-        let enc_config = a.encoder_config(emb_config.d_embed);
-        let head = SentenceClassifierConfig::new(a.mlp_dim.unwrap_or(a.dim))
-            .with_n_classes(2)
-            .with_dropout(a.dropout);
-        let model = head.init(enc_config.init::<Ad<B>>(&device), emb, &device);
+        let labels = vec!["negative".into(), "positive".into()];
+        let (model, meta) = classifier_model::<Ad<B>>(a, &vocab, labels, LOWERCASE, &device)?;
         let data = to_data(&self.train, &vocab);
         check_gold_transitions(
             a.encoder,
@@ -142,16 +132,7 @@ impl BackendJob for Job {
                 .map(|(n, s)| (n.clone(), to_data(s, &vocab)))
                 .collect(),
             eval_batch_size: 256,
-            meta: ModelMeta {
-                model: ModelConfig::Classify {
-                    embedding: emb_config,
-                    encoder: enc_config,
-                    head,
-                },
-                vocab: vocab.tokens().to_vec(),
-                labels: vec!["negative".into(), "positive".into()],
-                lowercase: LOWERCASE,
-            },
+            meta,
             device: device.clone(),
         };
         eprintln!(
