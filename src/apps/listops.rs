@@ -47,7 +47,7 @@ pub enum Command {
     /// Write train/valid/test TSV files in the official bracketed format.
     Generate(GenerateArgs),
     /// Train a classifier (10 classes) on a ListOps file.
-    Train(TrainListOpsArgs),
+    Train(Box<TrainListOpsArgs>),
     /// Score a trained checkpoint on ListOps files.
     Eval(EvalArgs),
 }
@@ -421,6 +421,7 @@ pub fn run(args: ListOpsArgs) -> Result<()> {
             Ok(())
         }
         Command::Train(t) => {
+            let t = *t;
             t.common.check()?;
             let train = read_file(&t.train)?;
             let valid = read_file(&t.valid)?;
