@@ -146,14 +146,19 @@ def linear(d_in, d_out, bias=True):
 
 
 class Embedding(nn.Module):
-    """heads/embedding.rs: N(0, std²) rows (arbor default std 1 = nn.Embedding's default); the
-    <pad> row is not zeroed (padding never reaches a real state)."""
+    """heads/embedding.rs + apps/common.rs `embedding`: N(0, std²) rows (arbor default std 1 =
+    nn.Embedding's default), with the <pad> and <unk> rows at zero (`with_zero_rows`; <unk> never
+    occurs in training, so its row would otherwise keep its random start). `zero_specials=False`
+    gives arbor's behaviour before that change."""
 
-    def __init__(self, n, d, std):
+    def __init__(self, n, d, std, zero_specials=True):
         super().__init__()
         self.emb = nn.Embedding(n, d)
         with torch.no_grad():
             self.emb.weight.normal_(0.0, std)
+            if zero_specials:
+                self.emb.weight[PAD].zero_()
+                self.emb.weight[UNK].zero_()
 
     def forward(self, ids):
         return self.emb(ids)

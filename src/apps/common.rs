@@ -48,7 +48,8 @@ pub fn build_vocab<'a>(sentences: impl Iterator<Item = &'a [String]>, lowercase:
     )
 }
 
-/// The word embedding: random `N(0, init_std²)`, or from pretrained vectors (whose width wins).
+/// The word embedding: random `N(0, init_std²)` with `<pad>` and `<unk>` at zero, or from
+/// pretrained vectors (whose width wins).
 pub fn embedding<B: Backend>(
     vocab: &Vocab,
     d_embed: usize,
@@ -59,7 +60,14 @@ pub fn embedding<B: Backend>(
     match glove {
         None => {
             let config = TokenEmbeddingConfig::new(vocab.len(), d_embed).with_init_std(init_std);
-            let e = config.init(device);
+            // `<pad>` and `<unk>` start at zero: `<unk>` never occurs in a vocabulary built from
+            // the training data, so its row would stay at its random start (docs/init.md).
+            let specials: Vec<usize> = [arbor_data::vocab::PAD, arbor_data::vocab::UNK]
+                .iter()
+                .filter_map(|t| vocab.get(t))
+                .map(|id| id as usize)
+                .collect();
+            let e = config.init(device).with_zero_rows(&specials);
             Ok((config, e))
         }
         Some(path) => {

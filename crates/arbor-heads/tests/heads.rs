@@ -15,6 +15,33 @@ fn pretrained_embeddings_are_used_row_for_row() {
 }
 
 #[test]
+fn random_embeddings_start_at_unit_scale_with_chosen_rows_zeroed() {
+    let device = Default::default();
+    let e = TokenEmbeddingConfig::new(400, 50).init::<Flex>(&device);
+    let w = e
+        .embedding
+        .weight
+        .val()
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap();
+    let var = w.iter().map(|v| v * v).sum::<f32>() / w.len() as f32;
+    // N(0, 1) by default (the old default, 0.1, gives a variance of 0.01).
+    assert!((0.9..1.1).contains(&var), "variance {var}");
+    let before = w.clone();
+    let e = e.with_zero_rows(&[0, 1, 999]);
+    let w = e
+        .embedding
+        .weight
+        .val()
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap();
+    assert!(w[..100].iter().all(|&v| v == 0.0));
+    assert_eq!(&w[100..], &before[100..]);
+}
+
+#[test]
 fn nli_head_classifies_pairs_and_splits_trees() {
     let device = Default::default();
     let encoder = EncoderConfig::new(EncoderKind::Gumbel, 6, 5).init::<Flex>(&device);
