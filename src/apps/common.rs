@@ -168,6 +168,24 @@ pub fn check_gold_transitions(
         .with_context(|| format!("{what}: gold transitions do not fit the sentences"))
 }
 
+/// The word embedding the training flags describe (`--embed-dim`, `--embed-init-std`,
+/// `--glove`) and the encoder configuration over its width.
+fn embedding_and_encoder<B: Backend>(
+    a: &crate::cli::TrainArgs,
+    vocab: &Vocab,
+    device: &B::Device,
+) -> Result<(
+    TokenEmbeddingConfig,
+    TokenEmbedding<B>,
+    arbor_encoders::EncoderConfig,
+)> {
+    let d_embed = a.embed_dim.unwrap_or(a.dim);
+    let (emb_config, emb) =
+        embedding::<B>(vocab, d_embed, a.embed_init_std, a.glove.as_deref(), device)?;
+    let enc_config = a.encoder_config(emb_config.d_embed);
+    Ok((emb_config, emb, enc_config))
+}
+
 /// An NLI pair classifier over `vocab` built from the shared training flags (embedding,
 /// encoder, MLP head with one class per label), with the metadata saved beside it.
 ///
@@ -180,10 +198,7 @@ pub fn nli_model<B: Backend>(
     lowercase: bool,
     device: &B::Device,
 ) -> Result<(NliClassifier<B, Encoder<B>>, crate::tasks::ModelMeta)> {
-    let d_embed = a.embed_dim.unwrap_or(a.dim);
-    let (emb_config, emb) =
-        embedding::<B>(vocab, d_embed, a.embed_init_std, a.glove.as_deref(), device)?;
-    let enc_config = a.encoder_config(emb_config.d_embed);
+    let (emb_config, emb, enc_config) = embedding_and_encoder::<B>(a, vocab, device)?;
     let head =
         NliClassifierConfig::new(vocab.len(), emb_config.d_embed, a.mlp_dim.unwrap_or(a.dim))
             .with_n_classes(labels.len())
@@ -218,10 +233,7 @@ pub fn classifier_model<B: Backend>(
     arbor_heads::SentenceClassifier<B, Encoder<B>>,
     crate::tasks::ModelMeta,
 )> {
-    let d_embed = a.embed_dim.unwrap_or(a.dim);
-    let (emb_config, emb) =
-        embedding::<B>(vocab, d_embed, a.embed_init_std, a.glove.as_deref(), device)?;
-    let enc_config = a.encoder_config(emb_config.d_embed);
+    let (emb_config, emb, enc_config) = embedding_and_encoder::<B>(a, vocab, device)?;
     let head = arbor_heads::SentenceClassifierConfig::new(a.mlp_dim.unwrap_or(a.dim))
         .with_n_classes(labels.len())
         .with_dropout(a.dropout);
