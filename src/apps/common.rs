@@ -168,11 +168,12 @@ pub fn check_gold_transitions(
         .with_context(|| format!("{what}: gold transitions do not fit the sentences"))
 }
 
-/// The word embedding the training flags describe (`--embed-dim`, `--embed-init-std`,
-/// `--glove`) and the encoder configuration over its width.
+/// The word embedding the training flags describe (`--embed-dim`, `--embed-init-std` with the
+/// program's `default_std`, `--glove`) and the encoder configuration over its width.
 fn embedding_and_encoder<B: Backend>(
     a: &crate::cli::TrainArgs,
     vocab: &Vocab,
+    default_std: f64,
     device: &B::Device,
 ) -> Result<(
     TokenEmbeddingConfig,
@@ -180,8 +181,8 @@ fn embedding_and_encoder<B: Backend>(
     arbor_encoders::EncoderConfig,
 )> {
     let d_embed = a.embed_dim.unwrap_or(a.dim);
-    let (emb_config, emb) =
-        embedding::<B>(vocab, d_embed, a.embed_init_std, a.glove.as_deref(), device)?;
+    let std = a.embed_init_std.unwrap_or(default_std);
+    let (emb_config, emb) = embedding::<B>(vocab, d_embed, std, a.glove.as_deref(), device)?;
     let enc_config = a.encoder_config(emb_config.d_embed);
     Ok((emb_config, emb, enc_config))
 }
@@ -196,9 +197,11 @@ pub fn nli_model<B: Backend>(
     vocab: &Vocab,
     labels: Vec<String>,
     lowercase: bool,
+    default_embed_std: f64,
     device: &B::Device,
 ) -> Result<(NliClassifier<B, Encoder<B>>, crate::tasks::ModelMeta)> {
-    let (emb_config, emb, enc_config) = embedding_and_encoder::<B>(a, vocab, device)?;
+    let (emb_config, emb, enc_config) =
+        embedding_and_encoder::<B>(a, vocab, default_embed_std, device)?;
     let head =
         NliClassifierConfig::new(vocab.len(), emb_config.d_embed, a.mlp_dim.unwrap_or(a.dim))
             .with_n_classes(labels.len())
@@ -228,12 +231,14 @@ pub fn classifier_model<B: Backend>(
     vocab: &Vocab,
     labels: Vec<String>,
     lowercase: bool,
+    default_embed_std: f64,
     device: &B::Device,
 ) -> Result<(
     arbor_heads::SentenceClassifier<B, Encoder<B>>,
     crate::tasks::ModelMeta,
 )> {
-    let (emb_config, emb, enc_config) = embedding_and_encoder::<B>(a, vocab, device)?;
+    let (emb_config, emb, enc_config) =
+        embedding_and_encoder::<B>(a, vocab, default_embed_std, device)?;
     let head = arbor_heads::SentenceClassifierConfig::new(a.mlp_dim.unwrap_or(a.dim))
         .with_n_classes(labels.len())
         .with_dropout(a.dropout);

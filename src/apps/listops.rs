@@ -29,6 +29,9 @@ use crate::cli::TrainArgs;
 use crate::device::{run_on, BackendJob};
 use crate::tasks::{evaluate_classify, per_group, ClassifyData, ClassifyTask, ModelConfig};
 
+/// Default `--embed-init-std` of this program: as for the logic data: a small vocabulary of symbols.
+pub const EMBED_INIT_STD: f64 = 1.0;
+
 /// ListOps: generate data, train, evaluate.
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -304,7 +307,8 @@ impl BackendJob for TrainJob {
         seed_everything::<Ad<B>>(&device, a.seed);
         let vocab = build_vocab(self.train.iter().map(|e| &e.tokens[..]), false);
         let labels = (0..10).map(|d| d.to_string()).collect();
-        let (model, meta) = classifier_model::<Ad<B>>(a, &vocab, labels, false, &device)?;
+        let (model, meta) =
+            classifier_model::<Ad<B>>(a, &vocab, labels, false, EMBED_INIT_STD, &device)?;
         let train_data = to_data(&self.train, &vocab);
         let valid_data = to_data(&self.valid, &vocab);
         for (what, d) in [("train", &train_data), ("valid", &valid_data)] {

@@ -23,6 +23,9 @@ use crate::cli::TrainArgs;
 use crate::device::{run_on, BackendJob};
 use crate::tasks::{evaluate_nli, NliData, NliTask};
 
+/// Default `--embed-init-std` of this program: SPINN's `nn.Embedding` default; measured in docs/results.md.
+pub const EMBED_INIT_STD: f64 = 1.0;
+
 /// Train a sentence-pair encoder on propositional-logic inference.
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -178,7 +181,7 @@ impl BackendJob for Job {
             .iter()
             .map(|r| r.symbol().to_string())
             .collect();
-        let (model, meta) = nli_model::<Ad<B>>(a, &vocab, labels, false, &device)?;
+        let (model, meta) = nli_model::<Ad<B>>(a, &vocab, labels, false, EMBED_INIT_STD, &device)?;
         let train_data = to_data(&splits.train, &vocab);
         if let Some((l, r)) = &train_data.transitions {
             check_gold_transitions(a.encoder, "train (left)", &train_data.premises, Some(l))?;

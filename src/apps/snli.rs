@@ -20,6 +20,9 @@ use crate::cli::TrainArgs;
 use crate::device::{run_on, BackendJob};
 use crate::tasks::{evaluate_nli, ModelConfig, ModelMeta, NliData, NliTask};
 
+/// Default `--embed-init-std` of this program: the Gumbel Tree-LSTM reference's `normal_(0, 0.01)`.
+pub const EMBED_INIT_STD: f64 = 0.01;
+
 /// The official SNLI 1.0 archive.
 pub const SNLI_URL: &str = "https://nlp.stanford.edu/projects/snli/snli_1.0.zip";
 
@@ -175,7 +178,8 @@ impl BackendJob for TrainJob {
             LOWERCASE,
         );
         let labels = NliLabel::ALL.iter().map(|l| l.name().to_string()).collect();
-        let (model, meta) = nli_model::<Ad<B>>(a, &vocab, labels, LOWERCASE, &device)?;
+        let (model, meta) =
+            nli_model::<Ad<B>>(a, &vocab, labels, LOWERCASE, EMBED_INIT_STD, &device)?;
         let eval: Vec<(String, NliData)> = splits
             .eval
             .iter()
