@@ -42,8 +42,9 @@ def base_parser(description, encoders, defaults):
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--leaf", choices=["lstm", "affine"], default="lstm",
                     help="Gumbel Tree-LSTM leaves (arbor --leaf)")
-    ap.add_argument("--embed-init-std", type=float, default=1.0,
-                    help="word vectors ~ N(0, std^2) (arbor --embed-init-std; 0.1 was arbor's old default)")
+    ap.add_argument("--embed-init-std", type=float, default=defaults.get("embed_init_std", 1.0),
+                    help="word vectors ~ N(0, std^2) (arbor --embed-init-std; the default is the arbor "
+                         "program's: 1 for logic, 0.01 for sst and snli)")
     ap.add_argument("--chunk-size", type=int, default=0,
                     help="ON-LSTM chunk size (0: arbor's default, the largest divisor of --dim that is <= 10)")
     ap.add_argument("--leaf-forget-bias", default="1",

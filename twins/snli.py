@@ -45,8 +45,9 @@ def read(path):
 
 def main():
     ap = common.base_parser(__doc__.splitlines()[0], ["gumbel", "lstm", "on-lstm"],
-                            dict(dim=100, batch=64, lr=1e-3, steps=2000, every=250, dropout=0.1))
-    ap.add_argument("--train", default="/work/shared/data/snli/snli_1.0_dev.jsonl")
+                            dict(dim=100, batch=64, lr=1e-3, steps=2000, every=250, dropout=0.1,
+                                 embed_init_std=0.01))
+    ap.add_argument("--train", default="../shared/data/snli/snli_1.0_dev.jsonl")
     ap.add_argument("--holdout", type=int, default=1000,
                     help="the last N pairs of --train are the validation split (arbor --holdout)")
     args = ap.parse_args()

@@ -39,9 +39,10 @@ def read_tsv(path):
 
 def main():
     ap = common.base_parser(__doc__.splitlines()[0], ["lstm", "gumbel", "on-lstm"],
-                            dict(dim=100, batch=64, lr=1e-3, steps=2000, every=250, dropout=0.1))
-    ap.add_argument("--train", default="/work/shared/data/sst2_glue/train.tsv")
-    ap.add_argument("--valid", default="/work/shared/data/sst2_glue/dev.tsv")
+                            dict(dim=100, batch=64, lr=1e-3, steps=2000, every=250, dropout=0.1,
+                                 embed_init_std=0.01))
+    ap.add_argument("--train", default="../shared/data/sst2_glue/train.tsv")
+    ap.add_argument("--valid", default="../shared/data/sst2_glue/dev.tsv")
     args = ap.parse_args()
     common.setup(args)
 
