@@ -4,7 +4,7 @@
 //! scores a checkpoint on other files, e.g. the official test file. Accuracy is reported over the
 //! whole file, by the expression's depth and by length.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -226,7 +226,8 @@ pub fn to_data(examples: &[ListOpsExample], vocab: &Vocab) -> ClassifyData {
     }
 }
 
-/// Prints accuracy over a file, by depth and by length.
+/// Prints accuracy over a file, by depth and by length (both from one evaluation pass), and
+/// returns that pass's report: its groups are `depth · LENGTH_BUCKETS.len() + length bucket`.
 pub fn report<B: Backend>(
     title: &str,
     model: &SentenceClassifier<B, arbor_encoders::Encoder<B>>,
@@ -234,38 +235,52 @@ pub fn report<B: Backend>(
     data: &ClassifyData,
     device: &B::Device,
 ) -> EvalReport {
-    let by_depth = evaluate_classify(model, data, 256, device);
-    println!(
-        "{title}: accuracy {:.4} ({} / {})",
-        by_depth.accuracy(),
-        by_depth.correct,
-        by_depth.total
-    );
-    println!("  depth  examples  accuracy");
-    for (g, (acc, n)) in per_group(&by_depth) {
-        println!("  {g:>5}  {n:>8}  {acc:.4}");
-    }
-    let by_length = ClassifyData {
+    // One pass over the data, grouped by (depth, length bucket); both tables are sums over it.
+    let n_buckets = LENGTH_BUCKETS.len();
+    let joint = ClassifyData {
         groups: Some(
             examples
                 .iter()
-                .map(|e| length_bucket(e.tokens.len()))
+                .map(|e| e.depth * n_buckets + length_bucket(e.tokens.len()))
                 .collect(),
         ),
         ..data.clone()
     };
-    let lengths = evaluate_classify(model, &by_length, 256, device);
+    let report = evaluate_classify(model, &joint, 256, device);
+    println!(
+        "{title}: accuracy {:.4} ({} / {})",
+        report.accuracy(),
+        report.correct,
+        report.total
+    );
+    let mut by_depth: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
+    let mut by_length: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
+    for (g, (acc, n)) in per_group(&report) {
+        let correct = (acc * n as f64).round() as usize;
+        for (key, table) in [
+            (g / n_buckets, &mut by_depth),
+            (g % n_buckets, &mut by_length),
+        ] {
+            let e = table.entry(key).or_default();
+            e.0 += correct;
+            e.1 += n;
+        }
+    }
+    println!("  depth  examples  accuracy");
+    for (depth, (c, n)) in by_depth {
+        println!("  {depth:>5}  {n:>8}  {:.4}", c as f64 / n as f64);
+    }
     println!("  length     examples  accuracy");
-    for (g, (acc, n)) in per_group(&lengths) {
-        let (lo, hi) = LENGTH_BUCKETS[g];
+    for (b, (c, n)) in by_length {
+        let (lo, hi) = LENGTH_BUCKETS[b];
         let range = if hi == usize::MAX {
             format!("{lo}+")
         } else {
             format!("{lo}–{}", hi - 1)
         };
-        println!("  {range:>9}  {n:>8}  {acc:.4}");
+        println!("  {range:>9}  {n:>8}  {:.4}", c as f64 / n as f64);
     }
-    by_depth
+    report
 }
 
 fn show_trees<B: Backend>(
