@@ -78,14 +78,18 @@ impl<B: Backend> TokenEmbedding<B> {
         // parameter on every backend, autodiff included.
         let [n, d] = self.embedding.weight.dims();
         let device = self.embedding.weight.device();
-        let mut values = self
+        // Converted float data always reads back as f32; were it not to, the table is left as
+        // it is rather than replaced by zeros.
+        let Ok(mut values) = self
             .embedding
             .weight
             .val()
             .into_data()
             .convert::<f32>()
             .to_vec::<f32>()
-            .unwrap_or_else(|_| vec![0.0; n * d]);
+        else {
+            return self;
+        };
         for &r in rows {
             if r < n {
                 values[r * d..(r + 1) * d].fill(0.0);
