@@ -1,15 +1,23 @@
 //! # arbor
 //!
 //! Tree-inducing sentence encoders on [Burn](https://burn.dev): SPINN, Gumbel Tree-LSTM, R2D2,
-//! ON-LSTM/FastTrees and Transformer+FastTrees blocks, with the heads, tasks and benchmark they
-//! are judged on. This facade re-exports the member crates:
+//! ON-LSTM/FastTrees and Transformer+FastTrees blocks, with the heads, tasks and programs they
+//! are judged on. This facade re-exports the member crates, lowest layer first (see
+//! `docs/architecture.md`):
 //!
-//! - [`blocks`]: the Transformer encoder layer and stack with the optional FastTrees gate.
+//! - [`data`]: trees, transitions, corpus readers, vocabularies, batching, downloads and the
+//!   evaluation metrics (accuracy, perplexity, PPPL, unsupervised parsing F1). Burn-free.
 //! - [`cells`]: cumax, straight-through Gumbel-softmax, the binary Tree-LSTM composition and the
 //!   recurrent cells (LSTM, ON-LSTM, FastTrees, Faster FastTrees, Conv FastTrees) with a
 //!   padded-sequence runner.
-//! - [`data`]: trees, transitions, corpus readers, vocabularies, batching, downloads and the
-//!   evaluation metrics (accuracy, perplexity, PPPL, unsupervised parsing F1). Burn-free.
+//! - [`blocks`]: the Transformer encoder layer and stack with the optional FastTrees gate.
+//! - [`lm`]: the AWD-style recurrent language model over any cell.
+//! - [`encoders`]: every sentence encoder behind one configuration enum.
+//! - [`heads`]: embeddings, pair and sentence classifiers, losses.
+//! - [`train`]: the training engine (seeded loop, checkpoints, resume) and [`device`].
+//! - [`tasks`]: the engine tasks (classification, RNN LM, R2D2 LM) and their evaluation loops.
+//! - [`apps`]: the programs behind `examples/` (`snli`, `sst`, `logic`, `listops`, `ptb_lm`,
+//!   `r2d2`).
 //! - [`device`]: picking a backend from a `--device` string.
 //!
 //! Everything model-related is generic over `B: Backend`; the backends are cargo features:
@@ -17,16 +25,14 @@
 
 #![warn(missing_docs)]
 
+pub use arbor_apps as apps;
 pub use arbor_blocks as blocks;
 pub use arbor_cells as cells;
 pub use arbor_data as data;
 pub use arbor_encoders as encoders;
 pub use arbor_heads as heads;
 pub use arbor_lm as lm;
+pub use arbor_tasks as tasks;
 pub use arbor_train as train;
+pub use arbor_train::device;
 pub use burn;
-
-pub mod apps;
-pub mod cli;
-pub mod device;
-pub mod tasks;

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use arbor_data::tree::BinaryTree;
-use arbor_data::vocab::{load_text_vectors, Vocab, VocabConfig};
+use arbor_data::vocab::{load_text_vectors, Vocab};
 use arbor_encoders::{Decisions, Encoder, EncoderInput, SentenceEncoder};
 use arbor_heads::{
     NliClassifier, NliClassifierConfig, SentenceBatch, TokenEmbedding, TokenEmbeddingConfig,
@@ -26,25 +26,6 @@ pub fn checkpoint_in(path: &Path) -> Result<PathBuf> {
     bail!(
         "no checkpoint in {} (expected best.ckpt or last.ckpt; train first, or pass --checkpoint)",
         path.display()
-    )
-}
-
-/// Builds a vocabulary from training sentences (every word seen at least once), lower-cased
-/// when `lowercase` is set.
-pub fn build_vocab<'a>(sentences: impl Iterator<Item = &'a [String]>, lowercase: bool) -> Vocab {
-    Vocab::build(
-        sentences.flat_map(|s| s.iter()).map(|w| {
-            if lowercase {
-                w.to_lowercase()
-            } else {
-                w.clone()
-            }
-        }),
-        &VocabConfig {
-            min_freq: 1,
-            max_size: None,
-            extra_specials: Vec::new(),
-        },
     )
 }
 
@@ -199,7 +180,7 @@ pub fn nli_model<B: Backend>(
     lowercase: bool,
     default_embed_std: f64,
     device: &B::Device,
-) -> Result<(NliClassifier<B, Encoder<B>>, crate::tasks::ModelMeta)> {
+) -> Result<(NliClassifier<B, Encoder<B>>, arbor_tasks::ModelMeta)> {
     let (emb_config, emb, enc_config) =
         embedding_and_encoder::<B>(a, vocab, default_embed_std, device)?;
     let head =
@@ -207,8 +188,8 @@ pub fn nli_model<B: Backend>(
             .with_n_classes(labels.len())
             .with_dropout(a.dropout);
     let model = head.init(enc_config.init::<B>(device), emb, device);
-    let meta = crate::tasks::ModelMeta {
-        model: crate::tasks::ModelConfig::Nli {
+    let meta = arbor_tasks::ModelMeta {
+        model: arbor_tasks::ModelConfig::Nli {
             embedding: emb_config,
             encoder: enc_config,
             head,
@@ -235,7 +216,7 @@ pub fn classifier_model<B: Backend>(
     device: &B::Device,
 ) -> Result<(
     arbor_heads::SentenceClassifier<B, Encoder<B>>,
-    crate::tasks::ModelMeta,
+    arbor_tasks::ModelMeta,
 )> {
     let (emb_config, emb, enc_config) =
         embedding_and_encoder::<B>(a, vocab, default_embed_std, device)?;
@@ -243,8 +224,8 @@ pub fn classifier_model<B: Backend>(
         .with_n_classes(labels.len())
         .with_dropout(a.dropout);
     let model = head.init(enc_config.init::<B>(device), emb, device);
-    let meta = crate::tasks::ModelMeta {
-        model: crate::tasks::ModelConfig::Classify {
+    let meta = arbor_tasks::ModelMeta {
+        model: arbor_tasks::ModelConfig::Classify {
             embedding: emb_config,
             encoder: enc_config,
             head,
@@ -281,8 +262,8 @@ pub fn best_or_last<B: Backend, M: burn::module::Module<B>>(
 ///
 /// # Errors
 /// When the file cannot be read or holds no arbor classifier metadata.
-pub fn checkpoint_meta(path: &Path) -> Result<crate::tasks::ModelMeta> {
+pub fn checkpoint_meta(path: &Path) -> Result<arbor_tasks::ModelMeta> {
     let file = arbor_train::CheckpointFile::load(path)?;
-    crate::tasks::ModelMeta::from_checkpoint(&file.meta)
+    arbor_tasks::ModelMeta::from_checkpoint(&file.meta)
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }

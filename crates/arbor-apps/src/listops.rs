@@ -21,13 +21,13 @@ use burn::module::AutodiffModule;
 use burn::prelude::*;
 use clap::{Args, Parser, Subcommand};
 
-use super::common::{
-    best_or_last, build_vocab, check_gold_transitions, checkpoint_in, checkpoint_meta,
-    classifier_model, print_tree,
-};
 use crate::cli::TrainArgs;
-use crate::device::{run_on, BackendJob};
-use crate::tasks::{evaluate_classify, per_group, ClassifyData, ClassifyTask, ModelConfig};
+use crate::common::{
+    best_or_last, check_gold_transitions, checkpoint_in, checkpoint_meta, classifier_model,
+    print_tree,
+};
+use arbor_tasks::{evaluate, per_group, ClassifyData, ClassifyTask, ModelConfig};
+use arbor_train::device::{run_on, BackendJob};
 
 /// Default `--embed-init-std` of this program: as for the logic data: a small vocabulary of symbols.
 pub const EMBED_INIT_STD: f64 = 1.0;
@@ -246,7 +246,7 @@ pub fn report<B: Backend>(
         ),
         ..data.clone()
     };
-    let report = evaluate_classify(model, &joint, 256, device);
+    let report = evaluate(model, &joint, 256, false, device);
     println!(
         "{title}: accuracy {:.4} ({} / {})",
         report.accuracy(),
@@ -299,7 +299,7 @@ fn show_trees<B: Backend>(
             );
         }
         if let Some(t) =
-            super::common::parse_one(&model.embedding, &model.encoder, &data.sentences[i], device)
+            crate::common::parse_one(&model.embedding, &model.encoder, &data.sentences[i], device)
         {
             print_tree(&format!("example {i} induced"), &t, &e.tokens);
         }
@@ -320,7 +320,7 @@ impl BackendJob for TrainJob {
         type Ad<B> = Autodiff<B>;
         let a = &self.args.common;
         seed_everything::<Ad<B>>(&device, a.seed);
-        let vocab = build_vocab(self.train.iter().map(|e| &e.tokens[..]), false);
+        let vocab = arbor_data::vocab::word_vocab(self.train.iter().map(|e| &e.tokens[..]), false);
         let labels = (0..10).map(|d| d.to_string()).collect();
         let (model, meta) =
             classifier_model::<Ad<B>>(a, &vocab, labels, false, EMBED_INIT_STD, &device)?;

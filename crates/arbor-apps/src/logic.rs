@@ -18,10 +18,10 @@ use burn::module::AutodiffModule;
 use burn::prelude::*;
 use clap::Parser;
 
-use super::common::{best_or_last, build_vocab, check_gold_transitions, nli_model, print_tree};
 use crate::cli::TrainArgs;
-use crate::device::{run_on, BackendJob};
-use crate::tasks::{evaluate_nli, NliData, NliTask};
+use crate::common::{best_or_last, check_gold_transitions, nli_model, print_tree};
+use arbor_tasks::{evaluate, NliData, NliTask};
+use arbor_train::device::{run_on, BackendJob};
 
 /// Default `--embed-init-std` of this program: SPINN's `nn.Embedding` default; measured in docs/results.md.
 pub const EMBED_INIT_STD: f64 = 1.0;
@@ -134,10 +134,10 @@ pub fn to_data(pairs: &[LogicPair], vocab: &Vocab) -> NliData {
     }
 }
 
-/// Per-operator-count accuracy from a report of [`evaluate_nli`] over grouped data:
+/// Per-operator-count accuracy from a report of [`evaluate`] over grouped data:
 /// `operators → (accuracy, count)`.
 pub fn per_operator_count(report: &EvalReport) -> BTreeMap<usize, (f64, usize)> {
-    crate::tasks::per_group(report)
+    arbor_tasks::per_group(report)
 }
 
 /// Prints the per-operator-count table of a test report.
@@ -170,7 +170,7 @@ impl BackendJob for Job {
         let Job { args, splits } = self;
         let a = &args.common;
         seed_everything::<Ad<B>>(&device, a.seed);
-        let vocab = build_vocab(
+        let vocab = arbor_data::vocab::word_vocab(
             splits
                 .train
                 .iter()
@@ -229,8 +229,9 @@ impl BackendJob for Job {
             &device,
         )?;
         let test = &task.splits[1].1;
-        let valid_report = evaluate_nli(&model, &task.splits[0].1, 256, &device);
-        let report = evaluate_nli(&model, test, 256, &device);
+        let parses = task.scores_parses();
+        let valid_report = evaluate(&model, &task.splits[0].1, 256, parses, &device);
+        let report = evaluate(&model, test, 256, parses, &device);
         println!(
             "valid accuracy {:.4} ({} / {})",
             valid_report.accuracy(),

@@ -3,32 +3,25 @@
 //! model on any file (`--eval`); unsupervised parsing from its per-layer syntactic distances
 //! (`--parse`), scored against gold trees. See `docs/lm.md`.
 
-use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use arbor_cells::{CellKind, GumbelSampler};
+use arbor_cells::CellKind;
 use arbor_data::metrics::{baseline_f1, Baseline, F1Convention, ParsingF1};
 use arbor_data::parseval::load_gold;
-use arbor_data::readers::lm::EOS;
-use arbor_data::readers::read_lm;
+use arbor_data::readers::{build_stream_vocab, read_token_stream};
 use arbor_data::tree::{BinaryTree, DigitNorm, TextNorm, TreePrep};
-use arbor_data::vocab::{Vocab, VocabConfig};
-use arbor_data::ReadOptions;
-use arbor_lm::{token_nll, Batchified, LmState, RnnLm, RnnLmConfig};
-use arbor_train::{
-    load_model, seed_everything, train, CheckpointFile, EvalReport, OptimizerKind, StepOutput,
-    Task, TrainConfig,
-};
+use arbor_data::vocab::Vocab;
+use arbor_lm::{Batchified, RnnLm, RnnLmConfig};
+use arbor_tasks::{evaluate_stream, LmTask};
+use arbor_train::{load_model, seed_everything, train, CheckpointFile, OptimizerKind, TrainConfig};
 use burn::backend::Autodiff;
 use burn::prelude::*;
-use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::TensorData;
 use clap::Parser;
 
-use super::common::checkpoint_in;
-use crate::device::{run_on, BackendJob};
+use crate::common::checkpoint_in;
+use arbor_train::device::{run_on, BackendJob};
 
 /// Train (or evaluate, or parse with) a recurrent language model on PTB.
 #[derive(Debug, Clone, Parser)]
@@ -184,199 +177,6 @@ impl PtbLmArgs {
     }
 }
 
-/// A text file as ids of the `<eos>`-terminated token stream.
-pub fn read_stream(path: &Path, vocab: &Vocab) -> Result<Vec<u32>> {
-    if !path.exists() {
-        bail!(
-            "{} not found; PTB is in ../shared/data/ptb_lm (or pass --train/--valid/--eval)",
-            path.display()
-        );
-    }
-    let corpus = read_lm(path, ReadOptions::strict())?;
-    Ok(vocab.encode(&corpus.token_stream(EOS)))
-}
-
-/// The training vocabulary: every token of the stream, `<eos>` included (PTB already maps rare
-/// words to `<unk>`).
-pub fn build_vocab(path: &Path) -> Result<Vocab> {
-    if !path.exists() {
-        bail!(
-            "{} not found; PTB is in ../shared/data/ptb_lm",
-            path.display()
-        );
-    }
-    let corpus = read_lm(path, ReadOptions::strict())?;
-    Ok(Vocab::build(
-        corpus.token_stream(EOS),
-        &VocabConfig {
-            extra_specials: vec![EOS.to_string()],
-            ..VocabConfig::default()
-        },
-    ))
-}
-
-fn int_tensor<B: Backend>(v: &[u32], shape: [usize; 2], device: &B::Device) -> Tensor<B, 2, Int> {
-    let v: Vec<i64> = v.iter().map(|&x| x as i64).collect();
-    Tensor::from_data(TensorData::new(v, shape), device)
-}
-
-/// Correct top-1 next-word predictions of one segment.
-fn correct_predictions<B: Backend>(logits: Tensor<B, 3>, targets: Tensor<B, 2, Int>) -> usize {
-    let [b, t, _] = logits.dims();
-    let pred = logits.argmax(2).reshape([b, t]);
-    pred.equal(targets).int().sum().into_scalar().elem::<i64>() as usize
-}
-
-/// Perplexity evaluation of `model` over a whole batchified stream, carrying the state.
-pub fn evaluate_stream<B: Backend>(
-    model: &RnnLm<B>,
-    data: &Batchified,
-    device: &B::Device,
-) -> EvalReport {
-    let mut state: Option<LmState<B>> = None;
-    let mut report = EvalReport::default();
-    for s in 0..data.num_segments() {
-        let seg = data.segment(s);
-        let x = int_tensor::<B>(&seg.inputs, [seg.batch, seg.len], device);
-        let y = int_tensor::<B>(&seg.targets, [seg.batch, seg.len], device);
-        let out = model.forward(x, state);
-        let nll = token_nll(out.logits.clone(), y.clone())
-            .sum()
-            .into_scalar()
-            .elem::<f64>();
-        let correct = correct_predictions(out.logits, y);
-        report.loss_sum += nll;
-        report.loss_count += seg.batch * seg.len;
-        report.correct += correct;
-        report.total += seg.batch * seg.len;
-        state = Some(out.state);
-    }
-    if let Some(l) = report.loss() {
-        report.extra.insert("perplexity".into(), l.exp());
-    }
-    report
-}
-
-/// The language-modelling task for the engine: one batch = one TBPTT segment, in order; the
-/// state of segment `s` starts from the detached final state of segment `s − 1`.
-pub struct LmTask<B: AutodiffBackend> {
-    /// Training stream.
-    pub train: Batchified,
-    /// Validation stream.
-    pub valid: Batchified,
-    /// AR weight.
-    pub alpha: f64,
-    /// TAR weight.
-    pub beta: f64,
-    /// Checkpoint metadata.
-    pub meta: serde_json::Value,
-    /// Device.
-    pub device: B::Device,
-    /// `(next segment, its initial state)`.
-    carry: RefCell<Option<(usize, LmState<B>)>>,
-    /// Training NLL sum and tokens since the last evaluation.
-    running: RefCell<(f64, usize)>,
-}
-
-impl<B: AutodiffBackend> LmTask<B> {
-    /// A task over the given streams.
-    pub fn new(
-        train: Batchified,
-        valid: Batchified,
-        alpha: f64,
-        beta: f64,
-        meta: serde_json::Value,
-        device: B::Device,
-    ) -> Self {
-        LmTask {
-            train,
-            valid,
-            alpha,
-            beta,
-            meta,
-            device,
-            carry: RefCell::new(None),
-            running: RefCell::new((0.0, 0)),
-        }
-    }
-}
-
-impl<B: AutodiffBackend> Task<B> for LmTask<B> {
-    type Model = RnnLm<B>;
-
-    fn train_lengths(&self) -> Vec<usize> {
-        vec![1; self.train.num_segments()]
-    }
-
-    fn batches(&self, _epoch: u64) -> Option<Vec<Vec<usize>>> {
-        Some((0..self.train.num_segments()).map(|s| vec![s]).collect())
-    }
-
-    fn step(&self, model: &RnnLm<B>, batch: &[usize], _: &mut GumbelSampler) -> StepOutput<B> {
-        let s = batch[0];
-        let init = self
-            .carry
-            .borrow_mut()
-            .take()
-            .filter(|(next, _)| *next == s)
-            .map(|(_, st)| st);
-        let seg = self.train.segment(s);
-        let x = int_tensor::<B>(&seg.inputs, [seg.batch, seg.len], &self.device);
-        let y = int_tensor::<B>(&seg.targets, [seg.batch, seg.len], &self.device);
-        let out = model.forward(x, init);
-        let nll = token_nll(out.logits.clone(), y.clone()).mean();
-        let nll_value = nll.clone().into_scalar().elem::<f64>();
-        let correct = correct_predictions(out.logits.clone(), y);
-        let loss = nll.add(out.ar_tar(self.alpha, self.beta));
-        *self.carry.borrow_mut() = Some((s + 1, out.state.clone().detach()));
-        let tokens = seg.batch * seg.len;
-        let mut r = self.running.borrow_mut();
-        r.0 += nll_value * tokens as f64;
-        r.1 += tokens;
-        StepOutput {
-            loss,
-            correct,
-            total: tokens,
-        }
-    }
-
-    fn eval_splits(&self) -> Vec<String> {
-        vec!["valid".into()]
-    }
-
-    fn evaluate(&self, model: &RnnLm<B::InnerBackend>, _split: &str) -> EvalReport {
-        let started = Instant::now();
-        let mut report = evaluate_stream(model, &self.valid, &self.device);
-        let (sum, tokens) = std::mem::take(&mut *self.running.borrow_mut());
-        if tokens > 0 {
-            report
-                .extra
-                .insert("train_perplexity".into(), (sum / tokens as f64).exp());
-        }
-        eprintln!(
-            "valid perplexity {:.2} ({} tokens, {:.0} s); train perplexity {} (running, with \
-             dropout)",
-            report.extra.get("perplexity").copied().unwrap_or(f64::NAN),
-            report.total,
-            started.elapsed().as_secs_f64(),
-            report
-                .extra
-                .get("train_perplexity")
-                .map(|p| format!("{p:.2}"))
-                .unwrap_or_else(|| "-".into()),
-        );
-        report
-    }
-
-    fn selection_metric(&self, report: &EvalReport) -> f64 {
-        -report.loss().unwrap_or(f64::INFINITY)
-    }
-
-    fn metadata(&self) -> serde_json::Value {
-        self.meta.clone()
-    }
-}
-
 /// Words of a gold tree the way ON-LSTM's parsing evaluation sees them: punctuation removed,
 /// lower-cased, digit runs → `N`.
 pub fn parse_prep() -> TreePrep {
@@ -414,9 +214,9 @@ impl Job {
         type Ad<B> = Autodiff<B>;
         let a = &self.args;
         seed_everything::<Ad<B>>(&device, a.seed);
-        let vocab = build_vocab(&a.train)?;
-        let train_ids = read_stream(&a.train, &vocab)?;
-        let mut valid_ids = read_stream(&a.valid, &vocab)?;
+        let vocab = build_stream_vocab(&a.train)?;
+        let train_ids = read_token_stream(&a.train, &vocab)?;
+        let mut valid_ids = read_token_stream(&a.valid, &vocab)?;
         if let Some(n) = a.valid_tokens {
             valid_ids.truncate(n + 1);
         }
@@ -475,7 +275,7 @@ impl Job {
         let a = &self.args;
         let dir = a.checkpoint.clone().unwrap_or_else(|| a.out.clone());
         let (model, vocab, _, path) = load_trained::<B>(&dir, &device)?;
-        let ids = read_stream(file, &vocab)?;
+        let ids = read_token_stream(file, &vocab)?;
         let data = Batchified::new(&ids, a.eval_batch_size, a.bptt);
         let started = Instant::now();
         let r = evaluate_stream(&model, &data, &device);
@@ -508,7 +308,7 @@ impl Job {
                 path.display()
             );
         }
-        let eos = vocab.id(EOS);
+        let eos = vocab.id(arbor_data::readers::lm::EOS);
         let mut scores = vec![ParsingF1::default(); n_layers];
         let mut trees: Vec<Vec<Option<BinaryTree>>> = vec![Vec::new(); n_layers];
         let mut unknown = 0usize;
@@ -529,7 +329,7 @@ impl Job {
                 }
                 words_total += s.words.len();
             }
-            let x = int_tensor::<B>(&ids, [chunk.len(), time], &device);
+            let x = arbor_lm::ids_tensor::<B>(&ids, [chunk.len(), time], &device);
             let distances = model.layer_distances(x, &lengths);
             for (l, d) in distances.into_iter().enumerate() {
                 let d = d

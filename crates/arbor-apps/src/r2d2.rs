@@ -5,7 +5,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use arbor_cells::GumbelSampler;
 use arbor_data::metrics::PseudoPerplexity;
 use arbor_data::parseval::load_gold;
 use arbor_data::tree::{BinaryTree, TreePrep};
@@ -14,17 +13,14 @@ use arbor_data::wordpiece::{
 };
 use arbor_encoders::r2d2::{word_tree, R2d2Lm, R2d2LmConfig};
 use arbor_encoders::Decisions;
-use arbor_train::{
-    load_model, seed_everything, train, CheckpointFile, EvalReport, OptimizerKind, StepOutput,
-    Task, TrainConfig,
-};
+use arbor_train::{load_model, seed_everything, train, CheckpointFile, OptimizerKind, TrainConfig};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::prelude::*;
-use burn::tensor::backend::AutodiffBackend;
 use clap::{Args, Parser, Subcommand};
 
-use crate::device::{run_on, BackendJob};
+use arbor_tasks::{R2d2LmTask, R2d2Meta};
+use arbor_train::device::{run_on, BackendJob};
 
 /// R2D2: pretraining, pseudo-perplexity, parsing.
 #[derive(Debug, Clone, Parser)]
@@ -180,43 +176,6 @@ pub struct ParseArgs {
     pub device: String,
 }
 
-/// Whether a WikiText line is a heading (` = Title = `, ` = = Section = = `).
-pub fn is_heading(line: &str) -> bool {
-    let t = line.trim();
-    t.len() >= 2 && t.starts_with('=') && t.ends_with('=')
-}
-
-/// WikiText-2 text as sentences: headings and empty lines dropped, each paragraph split after
-/// the tokens `.`, `?` and `!`; `@-@`-style tokens joined back (`@-@` → `-`) and `<unk>`
-/// written `unk` so the WordPiece pipeline sees one word.
-pub fn wikitext_sentences(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for line in text.lines() {
-        if line.trim().is_empty() || is_heading(line) {
-            continue;
-        }
-        let mut current: Vec<&str> = Vec::new();
-        for tok in line.split_whitespace() {
-            let tok = match tok {
-                "@-@" => "-",
-                "@,@" => ",",
-                "@.@" => ".",
-                "<unk>" => "unk",
-                t => t,
-            };
-            current.push(tok);
-            if matches!(tok, "." | "?" | "!") && current.len() > 1 {
-                out.push(current.join(" "));
-                current.clear();
-            }
-        }
-        if !current.is_empty() {
-            out.push(current.join(" "));
-        }
-    }
-    out
-}
-
 fn read_text(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
@@ -237,81 +196,6 @@ fn encode_all(
     Ok(out)
 }
 
-/// What a pretraining checkpoint stores besides the weights.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct R2d2Meta {
-    /// The model configuration.
-    pub model: R2d2LmConfig,
-    /// The WordPiece vocabulary, in id order.
-    pub vocab: Vec<String>,
-}
-
-/// The LM pretraining task.
-pub struct LmTask<B: AutodiffBackend> {
-    /// Training sentences (piece ids).
-    pub train: Vec<Vec<u32>>,
-    /// Validation sentences.
-    pub valid: Vec<Vec<u32>>,
-    /// Checkpoint metadata.
-    pub meta: R2d2Meta,
-    /// Sentences per validation batch.
-    pub eval_batch: usize,
-    /// Device.
-    pub device: B::Device,
-}
-
-impl<B: AutodiffBackend> Task<B> for LmTask<B> {
-    type Model = R2d2Lm<B>;
-
-    fn train_lengths(&self) -> Vec<usize> {
-        self.train.iter().map(Vec::len).collect()
-    }
-
-    fn step(
-        &self,
-        model: &R2d2Lm<B>,
-        batch: &[usize],
-        sampler: &mut GumbelSampler,
-    ) -> StepOutput<B> {
-        let refs: Vec<&[u32]> = batch.iter().map(|&i| self.train[i].as_slice()).collect();
-        let out = model.lm_loss(&refs, Decisions::Sample(sampler));
-        StepOutput {
-            loss: out.loss,
-            correct: 0,
-            total: 0,
-        }
-    }
-
-    fn eval_splits(&self) -> Vec<String> {
-        vec!["valid".into()]
-    }
-
-    fn evaluate(&self, model: &R2d2Lm<B::InnerBackend>, _split: &str) -> EvalReport {
-        let mut report = EvalReport::default();
-        let mut order: Vec<usize> = (0..self.valid.len()).collect();
-        order.sort_by_key(|&i| self.valid[i].len());
-        for chunk in order.chunks(self.eval_batch.max(1)) {
-            let refs: Vec<&[u32]> = chunk.iter().map(|&i| self.valid[i].as_slice()).collect();
-            let out = model.lm_loss(&refs, Decisions::Argmax);
-            let sum: f64 = out.nll.sum().into_scalar().elem();
-            report.loss_sum += sum;
-            report.loss_count += out.tokens;
-        }
-        if let Some(l) = report.loss() {
-            report.extra.insert("lm_ppl".into(), l.exp());
-        }
-        report
-    }
-
-    fn selection_metric(&self, report: &EvalReport) -> f64 {
-        -report.loss().unwrap_or(f64::INFINITY)
-    }
-
-    fn metadata(&self) -> serde_json::Value {
-        serde_json::to_value(&self.meta).unwrap_or(serde_json::Value::Null)
-    }
-}
-
 struct PretrainJob {
     args: PretrainArgs,
 }
@@ -325,8 +209,8 @@ impl BackendJob for PretrainJob {
         std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
         let train_text = read_text(&a.train)?;
         let valid_text = read_text(&a.valid)?;
-        let mut train_sents = wikitext_sentences(&train_text);
-        let valid_sents = wikitext_sentences(&valid_text);
+        let mut train_sents = arbor_data::readers::wikitext_sentences(&train_text);
+        let valid_sents = arbor_data::readers::wikitext_sentences(&valid_text);
         let vocab_path = a.out.join("vocab.txt");
         let (tok, vocab) = match &a.vocab {
             Some(p) => {
@@ -393,7 +277,7 @@ impl BackendJob for PretrainJob {
             !a.no_pruning,
             a.device
         );
-        let task = LmTask::<Ad<B>> {
+        let task = R2d2LmTask::<Ad<B>> {
             train: train_ids,
             valid: valid_ids,
             meta: R2d2Meta {
@@ -462,7 +346,7 @@ impl BackendJob for EvalJob {
     fn run<B: Backend>(self, device: B::Device) -> Result<PseudoPerplexity> {
         let a = &self.args;
         let (model, tok) = load::<B>(&a.checkpoint, &device)?;
-        let sents = wikitext_sentences(&read_text(&a.text)?);
+        let sents = arbor_data::readers::wikitext_sentences(&read_text(&a.text)?);
         let mut ids: Vec<Vec<u32>> = Vec::new();
         let mut skipped = 0;
         for s in &sents {
@@ -627,21 +511,5 @@ pub fn run(args: R2d2Args) -> Result<()> {
             let device = a.device.clone();
             run_on(&device, ParseJob { args: a })?
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wikitext_lines_become_sentences() {
-        let text = " = Valkyria = \n\n The game @-@ a sequel . It sold <unk> copies ! Then\n = = Plot = = \n";
-        assert_eq!(
-            wikitext_sentences(text),
-            vec!["The game - a sequel .", "It sold unk copies !", "Then"]
-        );
-        assert!(is_heading(" = = Plot = = "));
-        assert!(!is_heading(" = "));
     }
 }

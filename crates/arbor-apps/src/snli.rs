@@ -13,12 +13,10 @@ use burn::module::AutodiffModule;
 use burn::prelude::*;
 use clap::Parser;
 
-use super::common::{
-    build_vocab, checkpoint_in, nli_model, parse_one, print_tree, tokenize, words,
-};
 use crate::cli::TrainArgs;
-use crate::device::{run_on, BackendJob};
-use crate::tasks::{evaluate_nli, ModelConfig, ModelMeta, NliData, NliTask};
+use crate::common::{checkpoint_in, nli_model, parse_one, print_tree, tokenize, words};
+use arbor_tasks::{evaluate, ModelConfig, ModelMeta, NliData, NliTask};
+use arbor_train::device::{run_on, BackendJob};
 
 /// Default `--embed-init-std` of this program: the Gumbel Tree-LSTM reference's `normal_(0, 0.01)`.
 pub const EMBED_INIT_STD: f64 = 0.01;
@@ -170,7 +168,7 @@ impl BackendJob for TrainJob {
         let TrainJob { args, splits } = self;
         let a = &args.common;
         seed_everything::<Ad<B>>(&device, a.seed);
-        let vocab = build_vocab(
+        let vocab = arbor_data::vocab::word_vocab(
             splits
                 .train
                 .iter()
@@ -256,7 +254,7 @@ fn load_trained<B: Backend>(
     ModelMeta,
     Vocab,
 )> {
-    let meta = super::common::checkpoint_meta(path)?;
+    let meta = crate::common::checkpoint_meta(path)?;
     let ModelConfig::Nli {
         embedding,
         encoder,
@@ -314,9 +312,10 @@ impl BackendJob for EvalJob {
             return Ok(());
         }
         println!("model: {}", path.display());
+        let parses = meta.model.encoder().kind == arbor_encoders::EncoderKind::Spinn;
         for (name, pairs) in self.splits.unwrap_or_default().eval {
             let data = to_data(&pairs, &vocab, meta.lowercase);
-            let r = evaluate_nli(&model, &data, 256, &device);
+            let r = evaluate(&model, &data, 256, parses, &device);
             println!(
                 "{name:>8} accuracy {:.4} ({} / {})",
                 r.accuracy(),

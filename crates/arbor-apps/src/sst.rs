@@ -13,12 +13,10 @@ use burn::module::AutodiffModule;
 use burn::prelude::*;
 use clap::Parser;
 
-use super::common::{
-    build_vocab, check_gold_transitions, classifier_model, parse_one, print_tree, words,
-};
 use crate::cli::TrainArgs;
-use crate::device::{run_on, BackendJob};
-use crate::tasks::{ClassifyData, ClassifyTask};
+use crate::common::{check_gold_transitions, classifier_model, parse_one, print_tree, words};
+use arbor_tasks::{ClassifyData, ClassifyTask};
+use arbor_train::device::{run_on, BackendJob};
 
 /// Default `--embed-init-std` of this program: the Gumbel Tree-LSTM reference's `normal_(0, 0.01)`; on SST-2 a small start also learns faster than N(0, 1), docs/results.md.
 pub const EMBED_INIT_STD: f64 = 0.01;
@@ -117,7 +115,10 @@ impl BackendJob for Job {
         type Ad<B> = Autodiff<B>;
         let a = &self.args.common;
         seed_everything::<Ad<B>>(&device, a.seed);
-        let vocab = build_vocab(self.train.examples.iter().map(|e| &e.tokens[..]), LOWERCASE);
+        let vocab = arbor_data::vocab::word_vocab(
+            self.train.examples.iter().map(|e| &e.tokens[..]),
+            LOWERCASE,
+        );
         let labels = vec!["negative".into(), "positive".into()];
         let (model, meta) =
             classifier_model::<Ad<B>>(a, &vocab, labels, LOWERCASE, EMBED_INIT_STD, &device)?;

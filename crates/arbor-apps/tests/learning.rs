@@ -9,17 +9,17 @@
 //! operators `not`, `and`, `or`, in the bracketed binary form of Bowman et al.'s data, with
 //! labels computed from truth tables.
 
-use arbor::apps::logic::to_data;
-use arbor::apps::ptb_lm::LmTask;
-use arbor::cells::CellKind;
-use arbor::data::readers::logic::{parse_logic_line, LogicPair, Relation};
-use arbor::data::vocab::{Vocab, VocabConfig};
-use arbor::data::BinaryTree;
-use arbor::heads::{NliClassifierConfig, SentenceClassifierConfig, TokenEmbeddingConfig};
-use arbor::lm::{Batchified, RnnLmConfig};
-use arbor::tasks::{ClassifyData, ClassifyTask, ModelConfig, ModelMeta, NliTask};
-use arbor::train::{seed_everything, train, TrainConfig};
+use arbor_apps::logic::to_data;
+use arbor_cells::CellKind;
+use arbor_data::readers::logic::{parse_logic_line, LogicPair, Relation};
+use arbor_data::vocab::{Vocab, VocabConfig};
+use arbor_data::BinaryTree;
 use arbor_encoders::{EncoderConfig, EncoderKind};
+use arbor_heads::{NliClassifierConfig, SentenceClassifierConfig, TokenEmbeddingConfig};
+use arbor_lm::{Batchified, RnnLmConfig};
+use arbor_tasks::LmTask;
+use arbor_tasks::{ClassifyData, ClassifyTask, ModelConfig, ModelMeta, NliTask};
+use arbor_train::{seed_everything, train, TrainConfig};
 use burn::backend::{Autodiff, Flex};
 
 type Ad = Autodiff<Flex>;

@@ -4,8 +4,8 @@
 
 use std::sync::Mutex;
 
-use arbor::apps::listops::{generate, read_file, run, to_data, ListOpsArgs};
-use arbor::data::vocab::{Vocab, VocabConfig};
+use arbor_apps::listops::{generate, read_file, run, to_data, ListOpsArgs};
+use arbor_data::vocab::{Vocab, VocabConfig};
 use clap::Parser;
 
 /// Training uses the process-global backend generator.
@@ -23,7 +23,7 @@ fn generate_train_and_eval() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let d = data.to_str().unwrap();
-    let arbor::apps::listops::Command::Generate(g) = parse(&[
+    let arbor_apps::listops::Command::Generate(g) = parse(&[
         "generate",
         "--out",
         d,
@@ -138,7 +138,7 @@ fn bad_files_name_the_file_and_line() {
         "--max-length",
         "10",
     ]);
-    let arbor::apps::listops::Command::Generate(g) = err.command else {
+    let arbor_apps::listops::Command::Generate(g) = err.command else {
         panic!("generate");
     };
     let msg = generate(&g).unwrap_err().to_string();

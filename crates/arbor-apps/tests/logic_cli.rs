@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::Mutex;
 
-use arbor::apps::logic::{load_splits, per_operator_count, run, LogicArgs};
+use arbor_apps::logic::{load_splits, per_operator_count, run, LogicArgs};
 use arbor_encoders::EncoderKind;
 use clap::Parser;
 

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::sync::Mutex;
 
-use arbor::apps::r2d2::{evaluate, run, Command, R2d2Args};
+use arbor_apps::r2d2::{evaluate, run, Command, R2d2Args};
 use arbor_data::tree::BinaryTree;
 use clap::Parser;
 

@@ -1,6 +1,6 @@
 //! The snli example's argument parsing and its offline message.
 
-use arbor::apps::snli::{load_splits, SnliArgs};
+use arbor_apps::snli::{load_splits, SnliArgs};
 use arbor_encoders::EncoderKind;
 use clap::Parser;
 

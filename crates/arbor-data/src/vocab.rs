@@ -356,6 +356,25 @@ pub fn parse_text_vectors<R: BufRead>(
     })
 }
 
+/// A word vocabulary of training sentences: every word seen at least once, lower-cased when
+/// `lowercase` is set, no size cap and no extra specials.
+pub fn word_vocab<'a>(sentences: impl Iterator<Item = &'a [String]>, lowercase: bool) -> Vocab {
+    Vocab::build(
+        sentences.flat_map(|s| s.iter()).map(|w| {
+            if lowercase {
+                w.to_lowercase()
+            } else {
+                w.clone()
+            }
+        }),
+        &VocabConfig {
+            min_freq: 1,
+            max_size: None,
+            extra_specials: Vec::new(),
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -85,6 +85,20 @@ impl Batchified {
     }
 }
 
+/// Token ids as an `[batch, time]` integer tensor (row-major `ids`).
+///
+/// # Shapes
+/// - `ids`: `batch · time` values
+/// - returns `[batch, time]`
+pub fn ids_tensor<B: burn::prelude::Backend>(
+    ids: &[u32],
+    shape: [usize; 2],
+    device: &B::Device,
+) -> burn::prelude::Tensor<B, 2, burn::prelude::Int> {
+    let v: Vec<i64> = ids.iter().map(|&x| x as i64).collect();
+    burn::prelude::Tensor::from_data(burn::tensor::TensorData::new(v, shape), device)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,6 +22,6 @@ mod data;
 mod model;
 mod regularize;
 
-pub use data::{Batchified, Segment};
+pub use data::{ids_tensor, Batchified, Segment};
 pub use model::{token_nll, LayerState, LmOutput, LmState, Regularisers, RnnLm, RnnLmConfig};
 pub use regularize::{embedding_dropout, locked_dropout, weight_drop};

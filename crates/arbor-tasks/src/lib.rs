@@ -1,84 +1,31 @@
-//! Ready-made training tasks for the engine ([`arbor_train::Task`]): NLI pairs and single
-//! sentence classification, over any encoder of [`arbor_encoders`]. The examples are thin
-//! command-line wrappers around these.
+//! # arbor-tasks
+//!
+//! The engine tasks ([`arbor_train::Task`]) arbor trains, with their evaluation loops:
+//!
+//! - [`ClassificationTask`]: supervised classification over any encoder of
+//!   [`arbor_encoders`], one implementation for sentence pairs ([`NliTask`]: SNLI, logic) and
+//!   single sentences ([`ClassifyTask`]: SST-2, ListOps), with exact whole-split evaluation
+//!   ([`evaluate`]), per-group accuracy and, for full SPINN, the accuracy of its own parses;
+//! - [`LmTask`]: word-level language modelling with truncated BPTT ([`evaluate_stream`]);
+//! - [`R2d2LmTask`]: R2D2's bidirectional language-model pretraining.
+//!
+//! The programs in `arbor-apps` build these from files and flags.
 
-mod classify;
+#![warn(missing_docs)]
+
+mod classification;
+mod data;
 mod model;
-mod nli;
+mod r2d2_lm;
+mod rnn_lm;
 
-pub use classify::{evaluate_classify, ClassifyData, ClassifyTask};
+pub use classification::{
+    evaluate, ClassificationTask, Classified, Classifier, ClassifyTask, NliTask,
+};
+pub use data::{ClassifyData, Examples, NliData, PairTransitions};
 pub use model::{ModelConfig, ModelMeta};
-pub use nli::{evaluate_nli, NliData, NliTask};
-
-/// The training step shared by the classification tasks: cross-entropy of the logits (plus the
-/// encoder's auxiliary loss, when it has one) and the batch's correct count.
-fn classification_step<B: burn::prelude::Backend>(
-    logits: burn::prelude::Tensor<B, 2>,
-    labels: burn::prelude::Tensor<B, 1, burn::prelude::Int>,
-    aux_loss: Option<burn::prelude::Tensor<B, 1>>,
-) -> arbor_train::StepOutput<B> {
-    let total = labels.dims()[0];
-    let correct = arbor_heads::count_correct(logits.clone().detach(), labels.clone());
-    let mut loss = arbor_heads::cross_entropy(logits, labels);
-    if let Some(aux) = aux_loss {
-        loss = loss.add(aux);
-    }
-    arbor_train::StepOutput {
-        loss,
-        correct,
-        total,
-    }
-}
-
-/// The evaluation loop shared by the classification tasks: runs `logits(idx)` over
-/// length-sorted batches of a whole split and returns exact accuracy, mean loss, and (when
-/// `groups` is given) per-group accuracy as `group_<g>_accuracy` / `group_<g>_count`.
-fn evaluate_batches<B: burn::prelude::Backend>(
-    lengths: &[usize],
-    labels: &[usize],
-    groups: Option<&[usize]>,
-    batch_size: usize,
-    mut logits: impl FnMut(
-        &[usize],
-    ) -> (
-        burn::prelude::Tensor<B, 2>,
-        burn::prelude::Tensor<B, 1, burn::prelude::Int>,
-    ),
-) -> arbor_train::EvalReport {
-    use burn::prelude::ElementConversion;
-    let mut report = arbor_train::EvalReport::default();
-    let mut per_group: std::collections::BTreeMap<usize, (usize, usize)> = Default::default();
-    for idx in eval_batches(lengths, batch_size) {
-        let (logits, targets) = logits(&idx);
-        let loss = arbor_heads::cross_entropy(logits.clone(), targets.clone())
-            .into_scalar()
-            .elem::<f64>();
-        report.loss_sum += loss * idx.len() as f64;
-        report.loss_count += idx.len();
-        match groups {
-            Some(g) => {
-                let pred = logits.argmax(1).into_data().convert::<i64>();
-                let pred = pred.to_vec::<i64>().unwrap_or_default();
-                for (k, &i) in idx.iter().enumerate() {
-                    let ok = pred.get(k).is_some_and(|&p| p as usize == labels[i]);
-                    let e = per_group.entry(g[i]).or_default();
-                    e.0 += usize::from(ok);
-                    e.1 += 1;
-                    report.correct += usize::from(ok);
-                }
-            }
-            None => report.correct += arbor_heads::count_correct(logits, targets),
-        }
-        report.total += idx.len();
-    }
-    for (g, (c, t)) in per_group {
-        report
-            .extra
-            .insert(format!("group_{g}_accuracy"), c as f64 / t as f64);
-        report.extra.insert(format!("group_{g}_count"), t as f64);
-    }
-    report
-}
+pub use r2d2_lm::{R2d2LmTask, R2d2Meta};
+pub use rnn_lm::{evaluate_stream, LmTask};
 
 /// Per-group accuracy from a report of a grouped evaluation: `group → (accuracy, count)`.
 pub fn per_group(
@@ -116,30 +63,96 @@ pub fn eval_batches(lengths: &[usize], batch_size: usize) -> Vec<Vec<usize>> {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
+
+    use arbor_data::tree::Transition;
+    use arbor_encoders::Decisions;
+    use arbor_heads::SentenceBatch;
     use burn::backend::Flex;
     use burn::prelude::*;
     use burn::tensor::TensorData;
 
-    /// Fixed logits per example: the model "predicts" `pred[i]` for example `i`.
+    use crate::{Classified, Classifier, Examples};
+
+    const LABELS: [usize; 5] = [0, 1, 1, 0, 1];
+    const PRED: [usize; 5] = [0, 1, 0, 0, 0];
+    const LENGTHS: [usize; 5] = [3, 1, 4, 2, 5];
+
+    /// Example `i` is the sentence `[i; LENGTHS[i]]`.
+    struct Fixed {
+        groups: Option<Vec<usize>>,
+        seen: RefCell<Vec<usize>>,
+    }
+
+    /// "Predicts" `PRED[i]` for the sentence of example `i`.
+    struct Oracle;
+
+    impl<B: Backend> Classifier<B> for Oracle {
+        fn classify(&self, batch: SentenceBatch<B>, _: Decisions<'_>) -> Classified<B> {
+            let n = batch.lengths.len();
+            let device = batch.ids.device();
+            let first = batch.ids.slice([0..n, 0..1]).into_data().convert::<i64>();
+            let logits: Vec<f32> = first
+                .to_vec::<i64>()
+                .unwrap_or_default()
+                .into_iter()
+                .flat_map(|i| {
+                    if PRED[i as usize] == 0 {
+                        [2.0, 0.0]
+                    } else {
+                        [0.0, 2.0]
+                    }
+                })
+                .collect();
+            Classified {
+                logits: Tensor::from_data(TensorData::new(logits, [n, 2]), &device),
+                aux_loss: None,
+                trees: None,
+            }
+        }
+    }
+
+    impl Examples for Fixed {
+        type Model<B: Backend> = Oracle;
+        fn len(&self) -> usize {
+            LABELS.len()
+        }
+        fn lengths(&self) -> Vec<usize> {
+            LENGTHS.to_vec()
+        }
+        fn labels(&self) -> &[usize] {
+            &LABELS
+        }
+        fn groups(&self) -> Option<&[usize]> {
+            self.groups.as_deref()
+        }
+        fn batch<B: Backend>(
+            &self,
+            idx: &[usize],
+            device: &B::Device,
+        ) -> (SentenceBatch<B>, Tensor<B, 1, Int>) {
+            self.seen.borrow_mut().extend_from_slice(idx);
+            let sentences: Vec<Vec<u32>> =
+                idx.iter().map(|&i| vec![i as u32; LENGTHS[i]]).collect();
+            let targets: Vec<i64> = idx.iter().map(|&i| LABELS[i] as i64).collect();
+            (
+                SentenceBatch::from_ids(&sentences, 0, device),
+                Tensor::from_data(TensorData::new(targets, [idx.len()]), device),
+            )
+        }
+        fn gold_transitions(&self, _: &[usize]) -> Option<Vec<Vec<Transition>>> {
+            None
+        }
+    }
+
     fn run(groups: Option<&[usize]>, batch_size: usize) -> arbor_train::EvalReport {
-        let labels = [0usize, 1, 1, 0, 1];
-        let pred = [0usize, 1, 0, 0, 0];
-        let lengths = [3usize, 1, 4, 2, 5];
-        let mut seen = Vec::new();
+        let data = Fixed {
+            groups: groups.map(<[usize]>::to_vec),
+            seen: RefCell::new(Vec::new()),
+        };
         let report =
-            super::evaluate_batches::<Flex>(&lengths, &labels, groups, batch_size, |idx| {
-                seen.extend_from_slice(idx);
-                let logits: Vec<f32> = idx
-                    .iter()
-                    .flat_map(|&i| if pred[i] == 0 { [2.0, 0.0] } else { [0.0, 2.0] })
-                    .collect();
-                let targets: Vec<i64> = idx.iter().map(|&i| labels[i] as i64).collect();
-                let d = Default::default();
-                (
-                    Tensor::from_data(TensorData::new(logits, [idx.len(), 2]), &d),
-                    Tensor::from_data(TensorData::new(targets, [idx.len()]), &d),
-                )
-            });
+            super::evaluate::<Flex, _, _>(&Oracle, &data, batch_size, false, &Default::default());
+        let mut seen = data.seen.into_inner();
         seen.sort_unstable();
         assert_eq!(seen, vec![0, 1, 2, 3, 4], "every example exactly once");
         report

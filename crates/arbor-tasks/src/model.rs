@@ -40,6 +40,15 @@ pub struct ModelMeta {
     pub lowercase: bool,
 }
 
+impl ModelConfig {
+    /// The encoder's configuration.
+    pub fn encoder(&self) -> &EncoderConfig {
+        match self {
+            ModelConfig::Nli { encoder, .. } | ModelConfig::Classify { encoder, .. } => encoder,
+        }
+    }
+}
+
 impl ModelMeta {
     /// Reads the metadata back from a checkpoint's JSON (`meta["task"]`).
     pub fn from_checkpoint(meta: &serde_json::Value) -> Result<Self, String> {

@@ -1,10 +1,10 @@
 //! A tiny synthetic task a tree encoder must learn through the engine: is token `a` anywhere in
 //! the sentence? Gumbel Tree-LSTM with affine leaves has to carry that through its tree.
 
-use arbor::heads::{SentenceClassifierConfig, TokenEmbeddingConfig};
-use arbor::tasks::{ClassifyData, ClassifyTask, ModelConfig, ModelMeta};
-use arbor::train::{seed_everything, train, TrainConfig};
 use arbor_encoders::{EncoderConfig, EncoderKind, LeafKind};
+use arbor_heads::{SentenceClassifierConfig, TokenEmbeddingConfig};
+use arbor_tasks::{ClassifyData, ClassifyTask, ModelConfig, ModelMeta};
+use arbor_train::{seed_everything, train, TrainConfig};
 use burn::backend::{Autodiff, Flex};
 
 type Ad = Autodiff<Flex>;

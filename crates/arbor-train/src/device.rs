@@ -3,12 +3,12 @@
 //! Burn's model code is generic over the backend `B`, which is a type, while a command line
 //! names the device as a string. [`run_on`] bridges the two: it parses `flex`, `ndarray`,
 //! `cuda` or `cuda:N` and calls your [`BackendJob::run`] with the matching backend type and
-//! device. Backends are cargo features of `arbor`; asking for one that was not compiled in is a
+//! device. Backends are cargo features of `arbor-train` (forwarded by `arbor` and `arbor-apps`); asking for one that was not compiled in is a
 //! clear error naming the feature to enable.
 //!
 //! ```
-//! use arbor::burn::prelude::*;
-//! use arbor::device::{run_on, BackendJob};
+//! use burn::prelude::*;
+//! use arbor_train::device::{run_on, BackendJob};
 //!
 //! struct SumOnes;
 //! impl BackendJob for SumOnes {

@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use arbor_cells::GumbelSampler;
 use arbor_data::batch::{make_batches, BatchConfig};
 use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
@@ -168,13 +167,11 @@ pub trait Task<B: AutodiffBackend> {
     fn train_lengths(&self) -> Vec<usize>;
 
     /// Forward pass and loss on the training examples `batch` (indices into the training set).
-    /// Use `sampler` for any Gumbel noise so resumed runs reproduce it.
-    fn step(
-        &self,
-        model: &Self::Model,
-        batch: &[usize],
-        sampler: &mut GumbelSampler,
-    ) -> StepOutput<B>;
+    ///
+    /// `noise_seed` is this step's seed for any noise the task draws itself (e.g. a
+    /// `GumbelSampler::seeded(noise_seed)`): it depends only on the run's seed and the step, so
+    /// a resumed run draws the same noise as an uninterrupted one.
+    fn step(&self, model: &Self::Model, batch: &[usize], noise_seed: u64) -> StepOutput<B>;
 
     /// Splits to evaluate; the first is used for model selection and plateau decay.
     fn eval_splits(&self) -> Vec<String>;
@@ -571,8 +568,7 @@ where
             let batch = &batches[state.batch_in_epoch];
             let started = Instant::now();
             seed_everything::<B>(device, step_seed(config.seed, state.step, 0));
-            let mut sampler = GumbelSampler::seeded(step_seed(config.seed, state.step, 1));
-            let out = task.step(&model, batch, &mut sampler);
+            let out = task.step(&model, batch, step_seed(config.seed, state.step, 1));
             let loss_value = out.loss.clone().into_scalar().elem::<f64>();
             if !loss_value.is_finite() {
                 return Err(TrainError::NonFinite {

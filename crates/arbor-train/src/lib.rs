@@ -21,6 +21,7 @@
 
 mod checkpoint;
 mod clip;
+pub mod device;
 mod engine;
 mod log;
 

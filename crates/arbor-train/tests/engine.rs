@@ -1,6 +1,5 @@
 //! The engine: determinism, kill-and-resume equality, refusal of damaged checkpoints.
 
-use arbor_cells::GumbelSampler;
 use arbor_train::*;
 use burn::backend::{Autodiff, Flex};
 use burn::module::AutodiffModule;
@@ -73,15 +72,16 @@ impl Task<Ad> for ToyTask {
     fn train_lengths(&self) -> Vec<usize> {
         vec![1; 200]
     }
-    fn step(
-        &self,
-        model: &Toy<Ad>,
-        batch: &[usize],
-        sampler: &mut GumbelSampler,
-    ) -> StepOutput<Ad> {
+    fn step(&self, model: &Toy<Ad>, batch: &[usize], noise_seed: u64) -> StepOutput<Ad> {
         let (x, y) = self.tensors::<Ad>(batch);
-        // Gumbel noise on the logits makes the test depend on the sampler stream too.
-        let noise = sampler.sample::<Ad, 2>([batch.len(), 2], &Default::default());
+        // Noise on the logits drawn from the step's noise seed makes the test depend on that
+        // stream too.
+        let noise = {
+            use rand::{RngExt, SeedableRng};
+            let mut rng = rand::rngs::StdRng::seed_from_u64(noise_seed);
+            let u: Vec<f32> = (0..batch.len() * 2).map(|_| rng.random::<f32>()).collect();
+            Tensor::<Ad, 2>::from_data(TensorData::new(u, [batch.len(), 2]), &Default::default())
+        };
         let logits = model.forward(x).add(noise.mul_scalar(0.1));
         let correct = logits
             .clone()

@@ -147,6 +147,76 @@ pub fn parse_lm<R: BufRead>(
     })
 }
 
+/// The ids of a text file's `<eos>`-terminated token stream ([`LmCorpus::token_stream`]) in
+/// `vocab`; a missing file is a [`DataError::Missing`] naming it.
+pub fn read_token_stream(
+    path: impl AsRef<Path>,
+    vocab: &crate::vocab::Vocab,
+) -> Result<Vec<u32>, DataError> {
+    let corpus = read_existing(path.as_ref())?;
+    Ok(vocab.encode(&corpus.token_stream(EOS)))
+}
+
+/// The vocabulary of a text file's token stream: every token, `<eos>` included (PTB already
+/// maps rare words to `<unk>`); a missing file is a [`DataError::Missing`] naming it.
+pub fn build_stream_vocab(path: impl AsRef<Path>) -> Result<crate::vocab::Vocab, DataError> {
+    let corpus = read_existing(path.as_ref())?;
+    Ok(crate::vocab::Vocab::build(
+        corpus.token_stream(EOS),
+        &crate::vocab::VocabConfig {
+            extra_specials: vec![EOS.to_string()],
+            ..crate::vocab::VocabConfig::default()
+        },
+    ))
+}
+
+fn read_existing(path: &Path) -> Result<LmCorpus, DataError> {
+    if !path.exists() {
+        return Err(DataError::Missing(format!(
+            "{} not found; PTB is in ../shared/data/ptb_lm (or pass --train/--valid/--eval)",
+            path.display()
+        )));
+    }
+    read_lm(path, ReadOptions::strict())
+}
+
+/// Whether a raw WikiText line is a heading (` = Title = `, ` = = Section = = `).
+pub fn is_heading_line(line: &str) -> bool {
+    let t = line.trim();
+    t.len() >= 2 && t.starts_with('=') && t.ends_with('=')
+}
+
+/// Raw WikiText-2 text as sentences for sub-word models: headings and empty lines dropped, each
+/// paragraph split after the tokens `.`, `?` and `!`; `@-@`-style tokens joined back (`@-@` →
+/// `-`) and `<unk>` written `unk` so a WordPiece pipeline sees one word.
+pub fn wikitext_sentences(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.trim().is_empty() || is_heading_line(line) {
+            continue;
+        }
+        let mut current: Vec<&str> = Vec::new();
+        for tok in line.split_whitespace() {
+            let tok = match tok {
+                "@-@" => "-",
+                "@,@" => ",",
+                "@.@" => ".",
+                "<unk>" => "unk",
+                t => t,
+            };
+            current.push(tok);
+            if matches!(tok, "." | "?" | "!") && current.len() > 1 {
+                out.push(current.join(" "));
+                current.clear();
+            }
+        }
+        if !current.is_empty() {
+            out.push(current.join(" "));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,5 +253,16 @@ mod tests {
         assert_eq!(e.to_string(), "p.txt:2: invalid UTF-8");
         let c = parse_lm(&bytes[..], "p.txt", ReadOptions::lenient()).unwrap();
         assert_eq!((c.num_lines(), c.skipped), (1, 1));
+    }
+
+    #[test]
+    fn wikitext_lines_become_sentences() {
+        let text = " = Valkyria = \n\n The game @-@ a sequel . It sold <unk> copies ! Then\n = = Plot = = \n";
+        assert_eq!(
+            wikitext_sentences(text),
+            vec!["The game - a sequel .", "It sold unk copies !", "Then"]
+        );
+        assert!(is_heading_line(" = = Plot = = "));
+        assert!(!is_heading_line(" = "));
     }
 }

@@ -11,7 +11,10 @@ pub mod sst;
 pub mod treebank;
 
 pub use listops::{read_listops, ListOp, ListOpsExample, ListOpsExpr, ListOpsGenerator};
-pub use lm::{read_lm, split_sentences, LmCorpus, SentenceOptions};
+pub use lm::{
+    build_stream_vocab, read_lm, read_token_stream, split_sentences, wikitext_sentences, LmCorpus,
+    SentenceOptions,
+};
 pub use logic::{read_logic, read_logic_dir, LogicData, LogicPair, Relation};
 pub use snli::{read_snli, NliLabel, SnliPair};
 pub use sst::{read_sst2_tsv, read_sst_trees, sst2_from_trees, Sst2Example, SstTree};

@@ -1,0 +1,166 @@
+//! Word-level language modelling with truncated BPTT as an engine task.
+
+use std::cell::RefCell;
+use std::time::Instant;
+
+use arbor_lm::{ids_tensor, token_nll, Batchified, LmState, RnnLm};
+use arbor_train::{EvalReport, StepOutput, Task};
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+
+/// Correct top-1 next-word predictions of one segment.
+fn correct_predictions<B: Backend>(logits: Tensor<B, 3>, targets: Tensor<B, 2, Int>) -> usize {
+    let [b, t, _] = logits.dims();
+    let pred = logits.argmax(2).reshape([b, t]);
+    pred.equal(targets).int().sum().into_scalar().elem::<i64>() as usize
+}
+
+/// Perplexity evaluation of `model` over a whole batchified stream, carrying the state.
+pub fn evaluate_stream<B: Backend>(
+    model: &RnnLm<B>,
+    data: &Batchified,
+    device: &B::Device,
+) -> EvalReport {
+    let mut state: Option<LmState<B>> = None;
+    let mut report = EvalReport::default();
+    for s in 0..data.num_segments() {
+        let seg = data.segment(s);
+        let x = ids_tensor::<B>(&seg.inputs, [seg.batch, seg.len], device);
+        let y = ids_tensor::<B>(&seg.targets, [seg.batch, seg.len], device);
+        let out = model.forward(x, state);
+        let nll = token_nll(out.logits.clone(), y.clone())
+            .sum()
+            .into_scalar()
+            .elem::<f64>();
+        let correct = correct_predictions(out.logits, y);
+        report.loss_sum += nll;
+        report.loss_count += seg.batch * seg.len;
+        report.correct += correct;
+        report.total += seg.batch * seg.len;
+        state = Some(out.state);
+    }
+    if let Some(l) = report.loss() {
+        report.extra.insert("perplexity".into(), l.exp());
+    }
+    report
+}
+
+/// The language-modelling task for the engine: one batch = one TBPTT segment, in order; the
+/// state of segment `s` starts from the detached final state of segment `s − 1`.
+pub struct LmTask<B: AutodiffBackend> {
+    /// Training stream.
+    pub train: Batchified,
+    /// Validation stream.
+    pub valid: Batchified,
+    /// AR weight.
+    pub alpha: f64,
+    /// TAR weight.
+    pub beta: f64,
+    /// Checkpoint metadata.
+    pub meta: serde_json::Value,
+    /// Device.
+    pub device: B::Device,
+    /// `(next segment, its initial state)`.
+    carry: RefCell<Option<(usize, LmState<B>)>>,
+    /// Training NLL sum and tokens since the last evaluation.
+    running: RefCell<(f64, usize)>,
+}
+
+impl<B: AutodiffBackend> LmTask<B> {
+    /// A task over the given streams.
+    pub fn new(
+        train: Batchified,
+        valid: Batchified,
+        alpha: f64,
+        beta: f64,
+        meta: serde_json::Value,
+        device: B::Device,
+    ) -> Self {
+        LmTask {
+            train,
+            valid,
+            alpha,
+            beta,
+            meta,
+            device,
+            carry: RefCell::new(None),
+            running: RefCell::new((0.0, 0)),
+        }
+    }
+}
+
+impl<B: AutodiffBackend> Task<B> for LmTask<B> {
+    type Model = RnnLm<B>;
+
+    fn train_lengths(&self) -> Vec<usize> {
+        vec![1; self.train.num_segments()]
+    }
+
+    fn batches(&self, _epoch: u64) -> Option<Vec<Vec<usize>>> {
+        Some((0..self.train.num_segments()).map(|s| vec![s]).collect())
+    }
+
+    fn step(&self, model: &RnnLm<B>, batch: &[usize], _noise_seed: u64) -> StepOutput<B> {
+        let s = batch[0];
+        let init = self
+            .carry
+            .borrow_mut()
+            .take()
+            .filter(|(next, _)| *next == s)
+            .map(|(_, st)| st);
+        let seg = self.train.segment(s);
+        let x = ids_tensor::<B>(&seg.inputs, [seg.batch, seg.len], &self.device);
+        let y = ids_tensor::<B>(&seg.targets, [seg.batch, seg.len], &self.device);
+        let out = model.forward(x, init);
+        let nll = token_nll(out.logits.clone(), y.clone()).mean();
+        let nll_value = nll.clone().into_scalar().elem::<f64>();
+        let correct = correct_predictions(out.logits.clone(), y);
+        let loss = nll.add(out.ar_tar(self.alpha, self.beta));
+        *self.carry.borrow_mut() = Some((s + 1, out.state.clone().detach()));
+        let tokens = seg.batch * seg.len;
+        let mut r = self.running.borrow_mut();
+        r.0 += nll_value * tokens as f64;
+        r.1 += tokens;
+        StepOutput {
+            loss,
+            correct,
+            total: tokens,
+        }
+    }
+
+    fn eval_splits(&self) -> Vec<String> {
+        vec!["valid".into()]
+    }
+
+    fn evaluate(&self, model: &RnnLm<B::InnerBackend>, _split: &str) -> EvalReport {
+        let started = Instant::now();
+        let mut report = evaluate_stream(model, &self.valid, &self.device);
+        let (sum, tokens) = std::mem::take(&mut *self.running.borrow_mut());
+        if tokens > 0 {
+            report
+                .extra
+                .insert("train_perplexity".into(), (sum / tokens as f64).exp());
+        }
+        eprintln!(
+            "valid perplexity {:.2} ({} tokens, {:.0} s); train perplexity {} (running, with \
+             dropout)",
+            report.extra.get("perplexity").copied().unwrap_or(f64::NAN),
+            report.total,
+            started.elapsed().as_secs_f64(),
+            report
+                .extra
+                .get("train_perplexity")
+                .map(|p| format!("{p:.2}"))
+                .unwrap_or_else(|| "-".into()),
+        );
+        report
+    }
+
+    fn selection_metric(&self, report: &EvalReport) -> f64 {
+        -report.loss().unwrap_or(f64::INFINITY)
+    }
+
+    fn metadata(&self) -> serde_json::Value {
+        self.meta.clone()
+    }
+}
