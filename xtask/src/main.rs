@@ -4,12 +4,20 @@
 //! - `cargo xtask bench [ARGS]`: builds the benchmark suite (`crates/arbor-bench`) in release mode
 //!   with the backend feature that `--device` needs, and runs it with `ARGS` (`--device cuda`,
 //!   `--filter NAME`, `--quick`, `--out DIR`, `--list`).
+//! - `cargo xtask graph`: prints the crate graph of the workspace (normal dependencies between
+//!   members, from `cargo metadata`) as the mermaid picture for `docs/architecture.md`, keeping the
+//!   layers the document gives; crates in no layer are listed in `subgraph Unplaced`.
+//! - `cargo xtask graph --check`: fails unless the picture in `docs/architecture.md` matches the
+//!   manifests: the same edges, every crate in exactly one layer, every dependency in a strictly
+//!   lower layer (CI runs this).
 
 use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+
+mod graph;
 
 #[derive(Parser)]
 #[command(name = "xtask", about = "arbor project automation")]
@@ -27,6 +35,12 @@ enum Cmd {
         /// Arguments for `arbor-bench` (see `cargo xtask bench --help-bench`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
+    },
+    /// Print the crate graph as the mermaid picture for `docs/architecture.md`, or `--check` it.
+    Graph {
+        /// Check the picture in `docs/architecture.md` against the manifests instead of printing.
+        #[arg(long)]
+        check: bool,
     },
 }
 
@@ -93,6 +107,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Bench { args } => bench(&args),
+        Cmd::Graph { check } => graph::run(&root(), check),
     }
 }
 
@@ -129,5 +144,13 @@ mod tests {
             panic!("bench")
         };
         assert_eq!(args, strings(&["--quick", "--filter", "cells"]));
+    }
+
+    #[test]
+    fn graph_takes_check() {
+        let cli = Cli::try_parse_from(["xtask", "graph", "--check"]).unwrap();
+        assert!(matches!(cli.command, Cmd::Graph { check: true }));
+        let cli = Cli::try_parse_from(["xtask", "graph"]).unwrap();
+        assert!(matches!(cli.command, Cmd::Graph { check: false }));
     }
 }
