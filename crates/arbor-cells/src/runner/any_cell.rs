@@ -1,0 +1,54 @@
+//! Any of the recurrent cells as one module type, dispatching to the cell inside.
+
+use burn::prelude::*;
+
+use super::{CellStep, RecurrentCell};
+use crate::{
+    ConvFastTreesCell, FastTreesCell, FasterFastTreesCell, LstmCell, LstmState, OnLstmCell,
+};
+
+/// Any of the recurrent cells, as one module type.
+#[derive(Module, Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum AnyCell<B: Backend> {
+    /// An LSTM cell.
+    Lstm(LstmCell<B>),
+    /// An ON-LSTM cell.
+    OnLstm(OnLstmCell<B>),
+    /// A FastTrees cell.
+    FastTrees(FastTreesCell<B>),
+    /// A Faster FastTrees cell.
+    FasterFastTrees(FasterFastTreesCell<B>),
+    /// A Conv FastTrees cell.
+    ConvFastTrees(ConvFastTreesCell<B>),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $cell:ident => $e:expr) => {
+        match $self {
+            AnyCell::Lstm($cell) => $e,
+            AnyCell::OnLstm($cell) => $e,
+            AnyCell::FastTrees($cell) => $e,
+            AnyCell::FasterFastTrees($cell) => $e,
+            AnyCell::ConvFastTrees($cell) => $e,
+        }
+    };
+}
+
+impl<B: Backend> RecurrentCell<B> for AnyCell<B> {
+    fn d_input(&self) -> usize {
+        dispatch!(self, c => c.d_input())
+    }
+    fn d_hidden(&self) -> usize {
+        dispatch!(self, c => c.d_hidden())
+    }
+    fn n_chunks(&self) -> Option<usize> {
+        dispatch!(self, c => c.n_chunks())
+    }
+    fn precompute(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        dispatch!(self, c => c.precompute(x))
+    }
+    fn step(&self, xp: Tensor<B, 2>, state: LstmState<B, 2>) -> CellStep<B> {
+        dispatch!(self, c => c.step(xp, state))
+    }
+}

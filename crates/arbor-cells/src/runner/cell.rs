@@ -1,0 +1,40 @@
+//! The interface every recurrent cell implements.
+
+use burn::prelude::*;
+
+use crate::LstmState;
+
+/// What one recurrent step produces.
+#[derive(Debug, Clone)]
+pub struct CellStep<B: Backend> {
+    /// The new `(h_t, c_t)`.
+    pub state: LstmState<B, 2>,
+    /// The master forget gate `f̃_t` `[batch, C]` of cumax cells, from which the syntactic
+    /// distance is read; `None` for cells without master gates.
+    pub master_forget: Option<Tensor<B, 2>>,
+}
+
+/// The interface every recurrent cell implements.
+///
+/// A cell splits its work into what depends on the input alone, computed for the whole
+/// sequence in one batched op, and the per-step recurrence.
+pub trait RecurrentCell<B: Backend> {
+    /// Input width.
+    fn d_input(&self) -> usize;
+    /// Hidden width `H`.
+    fn d_hidden(&self) -> usize;
+    /// Number of master-gate chunks `C`, for cells that have master gates.
+    fn n_chunks(&self) -> Option<usize>;
+    /// Everything that depends on `x` alone, for all steps at once.
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, time, d_input]`
+    /// - output: `[batch, time, P]`, where `P` is the cell's own layout
+    fn precompute(&self, x: Tensor<B, 3>) -> Tensor<B, 3>;
+    /// One step from the precomputed slice of step `t` and the previous state.
+    ///
+    /// # Shapes
+    /// - `xp`: `[batch, P]`
+    /// - `state`: `[batch, H]` each
+    fn step(&self, xp: Tensor<B, 2>, state: LstmState<B, 2>) -> CellStep<B>;
+}

@@ -1,0 +1,102 @@
+//! What the loop is told: [`TrainConfig`] and [`OptimizerKind`].
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Which optimizer to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OptimizerKind {
+    /// Adam with L2 weight decay (coupled).
+    Adam,
+    /// AdamW (decoupled weight decay).
+    AdamW,
+}
+
+/// Everything the loop needs to know. Saved in every checkpoint.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrainConfig {
+    /// Optimizer.
+    pub optimizer: OptimizerKind,
+    /// Initial learning rate.
+    pub lr: f64,
+    /// Weight decay (0 for none).
+    pub weight_decay: f64,
+    /// Clip the global gradient norm to this value.
+    pub clip_norm: Option<f64>,
+    /// Examples per batch.
+    pub batch_size: usize,
+    /// Optional cap on padded tokens per batch.
+    pub max_tokens: Option<usize>,
+    /// Epochs to train.
+    pub epochs: usize,
+    /// Stop after this many optimizer steps in total (across resumes).
+    pub max_steps: Option<u64>,
+    /// Stop once this many minutes of training steps (evaluation excluded, across resumes) have
+    /// run: a time budget for comparing models at equal wall-clock cost.
+    #[serde(default)]
+    pub max_minutes: Option<f64>,
+    /// Evaluate (and checkpoint) every this many steps; 0 = at the end of every epoch.
+    pub eval_every: u64,
+    /// Seed of initialisation, data order, dropout and Gumbel noise.
+    pub seed: u64,
+    /// Multiply the learning rate by this factor when the validation metric stalls.
+    pub plateau_factor: f64,
+    /// Evaluations without improvement before the learning rate decays.
+    pub plateau_patience: u32,
+    /// Lower bound of the learning rate.
+    pub min_lr: f64,
+    /// Linear learning-rate warm-up over this many optimizer steps (0: none): step `s` uses
+    /// `lr · min(1, (s + 1)/warmup_steps)`.
+    #[serde(default)]
+    pub warmup_steps: u64,
+    /// Where checkpoints and the metrics log go.
+    pub out_dir: PathBuf,
+    /// Continue from `out_dir/last.ckpt` when it exists.
+    pub resume: bool,
+    /// No progress bars (logs and the summary are still written).
+    pub quiet: bool,
+}
+
+impl TrainConfig {
+    /// A configuration with common defaults: Adam, lr 1e-3, clip 5, batch 32, one epoch,
+    /// evaluation per epoch, seed 0, plateau factor 0.5 with patience 1.
+    pub fn new(out_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            optimizer: OptimizerKind::Adam,
+            lr: 1e-3,
+            weight_decay: 0.0,
+            clip_norm: Some(5.0),
+            batch_size: 32,
+            max_tokens: None,
+            epochs: 1,
+            max_steps: None,
+            max_minutes: None,
+            eval_every: 0,
+            seed: 0,
+            plateau_factor: 0.5,
+            plateau_patience: 1,
+            min_lr: 1e-6,
+            warmup_steps: 0,
+            out_dir: out_dir.into(),
+            resume: false,
+            quiet: false,
+        }
+    }
+
+    /// Path of the last checkpoint.
+    pub fn last_checkpoint(&self) -> PathBuf {
+        self.out_dir.join("last.ckpt")
+    }
+
+    /// Path of the best checkpoint.
+    pub fn best_checkpoint(&self) -> PathBuf {
+        self.out_dir.join("best.ckpt")
+    }
+
+    /// Path of the metrics log.
+    pub fn metrics_log(&self) -> PathBuf {
+        self.out_dir.join("metrics.jsonl")
+    }
+}

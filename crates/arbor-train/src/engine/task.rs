@@ -1,0 +1,94 @@
+//! What the engine needs from a task: the [`Task`] trait, [`StepOutput`] and [`EvalReport`].
+
+use std::collections::BTreeMap;
+
+use burn::module::AutodiffModule;
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use serde::{Deserialize, Serialize};
+
+/// What one training step produced.
+#[derive(Debug)]
+pub struct StepOutput<B: Backend> {
+    /// The loss to minimise.
+    pub loss: Tensor<B, 1>,
+    /// Correct predictions in the batch (for the running accuracy).
+    pub correct: usize,
+    /// Predictions made in the batch.
+    pub total: usize,
+}
+
+/// The result of evaluating on a whole split.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct EvalReport {
+    /// Correct predictions over the whole split.
+    pub correct: usize,
+    /// Predictions over the whole split.
+    pub total: usize,
+    /// Summed loss.
+    pub loss_sum: f64,
+    /// Number of terms in `loss_sum`.
+    pub loss_count: usize,
+    /// Task-specific values (per-group accuracy, transition accuracy…).
+    pub extra: BTreeMap<String, f64>,
+}
+
+impl EvalReport {
+    /// Exact accuracy `correct / total` (0 when empty).
+    pub fn accuracy(&self) -> f64 {
+        if self.total == 0 {
+            0.0
+        } else {
+            self.correct as f64 / self.total as f64
+        }
+    }
+
+    /// Mean loss.
+    pub fn loss(&self) -> Option<f64> {
+        (self.loss_count > 0).then(|| self.loss_sum / self.loss_count as f64)
+    }
+}
+
+/// A task the engine can train: it owns the data and knows how to run the model on it.
+pub trait Task<B: AutodiffBackend> {
+    /// The model being trained.
+    type Model: AutodiffModule<B>;
+
+    /// Size of every training example (for length bucketing).
+    fn train_lengths(&self) -> Vec<usize>;
+
+    /// Forward pass and loss on the training examples `batch` (indices into the training set).
+    ///
+    /// `noise_seed` is this step's seed for any noise the task draws itself (e.g. a
+    /// `GumbelSampler::seeded(noise_seed)`): it depends only on the run's seed and the step, so
+    /// a resumed run draws the same noise as an uninterrupted one.
+    fn step(&self, model: &Self::Model, batch: &[usize], noise_seed: u64) -> StepOutput<B>;
+
+    /// Splits to evaluate; the first is used for model selection and plateau decay.
+    fn eval_splits(&self) -> Vec<String>;
+
+    /// Evaluates the model (without autodiff) on a whole split.
+    fn evaluate(
+        &self,
+        model: &<Self::Model as AutodiffModule<B>>::InnerModule,
+        split: &str,
+    ) -> EvalReport;
+
+    /// The value model selection maximises (default: accuracy).
+    fn selection_metric(&self, report: &EvalReport) -> f64 {
+        report.accuracy()
+    }
+
+    /// Metadata stored in every checkpoint (model configuration, vocabulary…).
+    fn metadata(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+
+    /// The batches of epoch `epoch`, in order, when the task fixes them itself (e.g. the
+    /// consecutive segments of truncated BPTT, which must not be shuffled); `None` (the default)
+    /// lets the engine bucket and shuffle [`Task::train_lengths`].
+    fn batches(&self, epoch: u64) -> Option<Vec<Vec<usize>>> {
+        let _ = epoch;
+        None
+    }
+}
