@@ -6,6 +6,7 @@
 //! cargo run --release --features cuda --example cells -- --device cuda
 //! ```
 
+use arbor::cells::names::ValueEnum;
 use std::time::Instant;
 
 use anyhow::Result;
@@ -116,7 +117,7 @@ impl BackendJob for RunCell<'_> {
 fn main() -> Result<()> {
     let args = Args::parse();
     let cells = if args.cells.is_empty() {
-        CellKind::ALL.to_vec()
+        CellKind::value_variants().to_vec()
     } else {
         args.cells.clone()
     };
@@ -161,7 +162,7 @@ fn main() -> Result<()> {
             .collect();
         println!(
             "{:<18} {:>12.2} {:>12.2} {:>14.2e}  [{}]",
-            kind.name(),
+            kind.to_string(),
             on_device.millis,
             on_cpu.millis,
             diff,

@@ -32,7 +32,7 @@ struct MyModel<B: Backend> {
 
 impl<B: Backend> MyModel<B> {
     fn new(kind: EncoderKind, device: &B::Device) -> Self {
-        let encoder = EncoderConfig::new(kind, 16, 32).init(device);
+        let encoder = EncoderConfig::of_kind(kind, 16, 32).init(device);
         Self {
             embedding: EmbeddingConfig::new(8, 16).init(device),
             head: LinearConfig::new(encoder.d_output(), 2).init(device),

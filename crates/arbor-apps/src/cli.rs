@@ -7,15 +7,6 @@ use arbor_encoders::{EncoderConfig, EncoderKind, LeafKind, Pooling};
 use arbor_train::{OptimizerKind, TrainConfig};
 use clap::{Args, ValueEnum};
 
-/// Leaf kinds of Gumbel Tree-LSTM, as a command-line value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LeafArg {
-    /// A left-to-right LSTM over the words (the better variant).
-    Lstm,
-    /// An affine map of each word.
-    Affine,
-}
-
 /// Optimizers, as a command-line value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OptimizerArg {
@@ -45,7 +36,7 @@ pub struct TrainArgs {
     pub mlp_dim: Option<usize>,
     /// Leaves of Gumbel Tree-LSTM.
     #[arg(long, value_enum, default_value = "lstm")]
-    pub leaf: LeafArg,
+    pub leaf: LeafKind,
     /// Sentence vector of the recurrent encoders: last real state, or mean or max over the
     /// real words.
     #[arg(long, default_value = "last", value_parser = parse_pooling)]
@@ -159,16 +150,28 @@ impl TrainArgs {
         Ok(())
     }
 
-    /// The encoder configuration for word embeddings of width `d_embed`.
+    /// The encoder configuration for word embeddings of width `d_embed`: the kind's defaults
+    /// ([`EncoderConfig::of_kind`]) with these flags applied to the models they concern.
     pub fn encoder_config(&self, d_embed: usize) -> EncoderConfig {
-        EncoderConfig::new(self.encoder, d_embed, self.dim)
-            .with_leaf(match self.leaf {
-                LeafArg::Lstm => LeafKind::Lstm,
-                LeafArg::Affine => LeafKind::Affine,
-            })
-            .with_pooling(self.pooling)
-            .with_n_layers(self.layers)
-            .with_n_heads(self.heads)
-            .with_d_ff(self.ff_dim)
+        match EncoderConfig::of_kind(self.encoder, d_embed, self.dim).with_layers(self.layers) {
+            EncoderConfig::Gumbel(c) => c.with_leaf(self.leaf).into(),
+            EncoderConfig::Recurrent(c) => c.with_pooling(self.pooling).into(),
+            EncoderConfig::Transformer(mut c) => {
+                if self.heads > 0 {
+                    c.stack.n_heads = self.heads;
+                }
+                if self.ff_dim > 0 {
+                    c.stack.d_ff = self.ff_dim;
+                }
+                c.into()
+            }
+            EncoderConfig::R2d2(mut c) => {
+                if self.heads > 0 {
+                    c.composition.n_heads = self.heads;
+                }
+                c.into()
+            }
+            spinn @ EncoderConfig::Spinn(_) => spinn,
+        }
     }
 }

@@ -6,10 +6,11 @@ use anyhow::{bail, Context, Result};
 use arbor_data::tree::BinaryTree;
 use arbor_data::vocab::{load_text_vectors, Vocab};
 use arbor_encoders::{Decisions, Encoder, EncoderInput, SentenceEncoder};
-use arbor_heads::{
-    NliClassifier, NliClassifierConfig, SentenceBatch, TokenEmbedding, TokenEmbeddingConfig,
-};
+use arbor_heads::{NliClassifierConfig, SentenceBatch, TokenEmbedding, TokenEmbeddingConfig};
+use arbor_tasks::{ClassificationTask, ClassifyData, Examples, NliData};
+use arbor_train::seed_everything;
 use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
 
 /// The checkpoint to load from a run directory (or a checkpoint file): `best.ckpt` when it
 /// exists, else `last.ckpt`.
@@ -168,73 +169,138 @@ fn embedding_and_encoder<B: Backend>(
     Ok((emb_config, emb, enc_config))
 }
 
-/// An NLI pair classifier over `vocab` built from the shared training flags (embedding,
-/// encoder, MLP head with one class per label), with the metadata saved beside it.
-///
-/// # Errors
-/// When `--glove` vectors cannot be read.
-pub fn nli_model<B: Backend>(
-    a: &crate::cli::TrainArgs,
+/// The metadata saved beside a classifier.
+fn model_meta(
+    model: arbor_tasks::ModelConfig,
     vocab: &Vocab,
     labels: Vec<String>,
     lowercase: bool,
-    default_embed_std: f64,
-    device: &B::Device,
-) -> Result<(NliClassifier<B, Encoder<B>>, arbor_tasks::ModelMeta)> {
-    let (emb_config, emb, enc_config) =
-        embedding_and_encoder::<B>(a, vocab, default_embed_std, device)?;
-    let head =
-        NliClassifierConfig::new(vocab.len(), emb_config.d_embed, a.mlp_dim.unwrap_or(a.dim))
-            .with_n_classes(labels.len())
-            .with_dropout(a.dropout);
-    let model = head.init(enc_config.init::<B>(device), emb, device);
-    let meta = arbor_tasks::ModelMeta {
-        model: arbor_tasks::ModelConfig::Nli {
-            embedding: emb_config,
-            encoder: enc_config,
-            head,
-        },
+) -> arbor_tasks::ModelMeta {
+    arbor_tasks::ModelMeta {
+        model,
         vocab: vocab.tokens().to_vec(),
         labels,
         lowercase,
-    };
-    Ok((model, meta))
+    }
 }
 
-/// A sentence classifier over `vocab` built from the shared training flags (embedding,
-/// encoder, MLP head with one class per label), with the metadata saved beside it; the
-/// single-sentence counterpart of [`nli_model`].
-///
-/// # Errors
-/// When `--glove` vectors cannot be read.
-pub fn classifier_model<B: Backend>(
+/// What a classification program tells [`classification_task`] about its labels and words.
+#[derive(Debug, Clone)]
+pub struct Labels {
+    /// Label names, id order.
+    pub names: Vec<String>,
+    /// Whether words are lower-cased before lookup.
+    pub lowercase: bool,
+    /// The program's default `--embed-init-std`.
+    pub default_embed_std: f64,
+}
+
+/// The examples of a classification program: pairs ([`NliData`]) or single sentences
+/// ([`ClassifyData`]), with the classifier that reads them.
+pub trait ProgramData: Examples + Sized {
+    /// Builds the classifier over `vocab` from the shared training flags (embedding, encoder,
+    /// MLP head with one class per label), with the metadata saved beside it.
+    ///
+    /// # Errors
+    /// When `--glove` vectors cannot be read.
+    fn model<B: Backend>(
+        a: &crate::cli::TrainArgs,
+        vocab: &Vocab,
+        labels: &Labels,
+        device: &B::Device,
+    ) -> Result<(Self::Model<B>, arbor_tasks::ModelMeta)>;
+
+    /// Checks that the gold trees fit the sentences when `kind` follows them
+    /// ([`check_gold_transitions`]); `what` names the data in the error.
+    fn check_gold(&self, kind: arbor_encoders::EncoderKind, what: &str) -> Result<()>;
+}
+
+impl ProgramData for NliData {
+    fn model<B: Backend>(
+        a: &crate::cli::TrainArgs,
+        vocab: &Vocab,
+        labels: &Labels,
+        device: &B::Device,
+    ) -> Result<(Self::Model<B>, arbor_tasks::ModelMeta)> {
+        let (embedding, emb, encoder) =
+            embedding_and_encoder::<B>(a, vocab, labels.default_embed_std, device)?;
+        let head =
+            NliClassifierConfig::new(vocab.len(), embedding.d_embed, a.mlp_dim.unwrap_or(a.dim))
+                .with_n_classes(labels.names.len())
+                .with_dropout(a.dropout);
+        let model = head.init(encoder.init::<B>(device), emb, device);
+        let config = arbor_tasks::ModelConfig::Nli {
+            embedding,
+            encoder,
+            head,
+        };
+        let meta = model_meta(config, vocab, labels.names.clone(), labels.lowercase);
+        Ok((model, meta))
+    }
+
+    fn check_gold(&self, kind: arbor_encoders::EncoderKind, what: &str) -> Result<()> {
+        let (left, right) = match &self.transitions {
+            Some((l, r)) => (Some(&l[..]), Some(&r[..])),
+            None => (None, None),
+        };
+        check_gold_transitions(kind, &format!("{what} (left)"), &self.premises, left)?;
+        check_gold_transitions(kind, &format!("{what} (right)"), &self.hypotheses, right)
+    }
+}
+
+impl ProgramData for ClassifyData {
+    fn model<B: Backend>(
+        a: &crate::cli::TrainArgs,
+        vocab: &Vocab,
+        labels: &Labels,
+        device: &B::Device,
+    ) -> Result<(Self::Model<B>, arbor_tasks::ModelMeta)> {
+        let (embedding, emb, encoder) =
+            embedding_and_encoder::<B>(a, vocab, labels.default_embed_std, device)?;
+        let head = arbor_heads::SentenceClassifierConfig::new(a.mlp_dim.unwrap_or(a.dim))
+            .with_n_classes(labels.names.len())
+            .with_dropout(a.dropout);
+        let model = head.init(encoder.init::<B>(device), emb, device);
+        let config = arbor_tasks::ModelConfig::Classify {
+            embedding,
+            encoder,
+            head,
+        };
+        let meta = model_meta(config, vocab, labels.names.clone(), labels.lowercase);
+        Ok((model, meta))
+    }
+
+    fn check_gold(&self, kind: arbor_encoders::EncoderKind, what: &str) -> Result<()> {
+        check_gold_transitions(kind, what, &self.sentences, self.transitions.as_deref())
+    }
+}
+
+/// The shared start of every classification program (logic, SNLI, SST-2, ListOps): seeds the
+/// run with `--seed`, checks that gold trees fit every split when the encoder follows them,
+/// builds the classifier over `vocab` and the engine task over `train` and the evaluation
+/// `splits` (the first selects the model), evaluated 256 examples at a time.
+pub fn classification_task<B: AutodiffBackend, D: ProgramData>(
     a: &crate::cli::TrainArgs,
     vocab: &Vocab,
-    labels: Vec<String>,
-    lowercase: bool,
-    default_embed_std: f64,
+    labels: &Labels,
+    train: D,
+    splits: Vec<(String, D)>,
     device: &B::Device,
-) -> Result<(
-    arbor_heads::SentenceClassifier<B, Encoder<B>>,
-    arbor_tasks::ModelMeta,
-)> {
-    let (emb_config, emb, enc_config) =
-        embedding_and_encoder::<B>(a, vocab, default_embed_std, device)?;
-    let head = arbor_heads::SentenceClassifierConfig::new(a.mlp_dim.unwrap_or(a.dim))
-        .with_n_classes(labels.len())
-        .with_dropout(a.dropout);
-    let model = head.init(enc_config.init::<B>(device), emb, device);
-    let meta = arbor_tasks::ModelMeta {
-        model: arbor_tasks::ModelConfig::Classify {
-            embedding: emb_config,
-            encoder: enc_config,
-            head,
-        },
-        vocab: vocab.tokens().to_vec(),
-        labels,
-        lowercase,
+) -> Result<(D::Model<B>, ClassificationTask<B, D>)> {
+    seed_everything::<B>(device, a.seed);
+    train.check_gold(a.encoder, "train")?;
+    for (name, data) in &splits {
+        data.check_gold(a.encoder, name)?;
+    }
+    let (model, meta) = D::model::<B>(a, vocab, labels, device)?;
+    let task = ClassificationTask {
+        train,
+        splits,
+        eval_batch_size: 256,
+        meta,
+        device: device.clone(),
     };
-    Ok((model, meta))
+    Ok((model, task))
 }
 
 /// The model to report after training: the best-on-validation checkpoint when the run wrote

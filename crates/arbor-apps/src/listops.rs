@@ -15,7 +15,7 @@ use arbor_data::readers::listops::{
 use arbor_data::vocab::Vocab;
 use arbor_data::ReadOptions;
 use arbor_heads::SentenceClassifier;
-use arbor_train::{load_model, seed_everything, train, EvalReport};
+use arbor_train::{load_model, train, EvalReport};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::prelude::*;
@@ -23,8 +23,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::cli::TrainArgs;
 use crate::common::{
-    best_or_last, check_gold_transitions, checkpoint_in, checkpoint_meta, classifier_model,
-    print_tree,
+    best_or_last, checkpoint_in, checkpoint_meta, classification_task, print_tree, Labels,
 };
 use arbor_tasks::{evaluate, per_group, ClassifyData, ClassifyTask, ModelConfig};
 use arbor_train::device::{run_on, BackendJob};
@@ -319,26 +318,25 @@ impl BackendJob for TrainJob {
     fn run<B: Backend>(self, device: B::Device) -> Result<()> {
         type Ad<B> = Autodiff<B>;
         let a = &self.args.common;
-        seed_everything::<Ad<B>>(&device, a.seed);
         let vocab = arbor_data::vocab::word_vocab(self.train.iter().map(|e| &e.tokens[..]), false);
-        let labels = (0..10).map(|d| d.to_string()).collect();
-        let (model, meta) =
-            classifier_model::<Ad<B>>(a, &vocab, labels, false, EMBED_INIT_STD, &device)?;
-        let train_data = to_data(&self.train, &vocab);
-        let valid_data = to_data(&self.valid, &vocab);
-        for (what, d) in [("train", &train_data), ("valid", &valid_data)] {
-            check_gold_transitions(a.encoder, what, &d.sentences, d.transitions.as_deref())
-                .with_context(|| {
-                    format!("the {} encoder needs bracketed ListOps lines", a.encoder)
-                })?;
-        }
-        let task = ClassifyTask::<Ad<B>> {
-            train: train_data,
-            splits: vec![("valid".into(), valid_data)],
-            eval_batch_size: 256,
-            meta,
-            device: device.clone(),
+        let labels = Labels {
+            names: (0..10).map(|d| d.to_string()).collect(),
+            lowercase: false,
+            default_embed_std: EMBED_INIT_STD,
         };
+        let train_data = to_data(&self.train, &vocab);
+        let eval = vec![("valid".into(), to_data(&self.valid, &vocab))];
+        let (model, task): (_, ClassifyTask<Ad<B>>) =
+            classification_task(a, &vocab, &labels, train_data, eval, &device).map_err(|e| {
+                if a.encoder.needs_transitions() {
+                    e.context(format!(
+                        "the {} encoder needs bracketed ListOps lines",
+                        a.encoder
+                    ))
+                } else {
+                    e
+                }
+            })?;
         eprintln!(
             "ListOps: {} training expressions, {} validation; vocabulary {}; encoder {} (dim {}), \
              device {}",
@@ -411,11 +409,11 @@ impl BackendJob for EvalJob {
         let vocab = Vocab::from_tokens(meta.vocab.clone())?;
         for (test, examples) in &self.tests {
             let data = to_data(examples, &vocab);
-            if encoder.kind.needs_transitions() && data.transitions.is_none() {
+            if encoder.kind().needs_transitions() && data.transitions.is_none() {
                 bail!(
                     "{}: the {} encoder follows gold trees, and this file has flat lines",
                     test.display(),
-                    encoder.kind
+                    encoder.kind()
                 );
             }
             report(

@@ -12,14 +12,14 @@ use arbor_data::readers::logic::{
 };
 use arbor_data::vocab::Vocab;
 use arbor_data::ReadOptions;
-use arbor_train::{seed_everything, train, EvalReport};
+use arbor_train::{train, EvalReport};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::prelude::*;
 use clap::Parser;
 
 use crate::cli::TrainArgs;
-use crate::common::{best_or_last, check_gold_transitions, nli_model, print_tree};
+use crate::common::{best_or_last, classification_task, print_tree, Labels};
 use arbor_tasks::{evaluate, NliData, NliTask};
 use arbor_train::device::{run_on, BackendJob};
 
@@ -169,7 +169,6 @@ impl BackendJob for Job {
         type Ad<B> = Autodiff<B>;
         let Job { args, splits } = self;
         let a = &args.common;
-        seed_everything::<Ad<B>>(&device, a.seed);
         let vocab = arbor_data::vocab::word_vocab(
             splits
                 .train
@@ -177,26 +176,21 @@ impl BackendJob for Job {
                 .flat_map(|p| [&p.left.tokens[..], &p.right.tokens[..]]),
             false,
         );
-        let labels = Relation::ALL
-            .iter()
-            .map(|r| r.symbol().to_string())
-            .collect();
-        let (model, meta) = nli_model::<Ad<B>>(a, &vocab, labels, false, EMBED_INIT_STD, &device)?;
-        let train_data = to_data(&splits.train, &vocab);
-        if let Some((l, r)) = &train_data.transitions {
-            check_gold_transitions(a.encoder, "train (left)", &train_data.premises, Some(l))?;
-            check_gold_transitions(a.encoder, "train (right)", &train_data.hypotheses, Some(r))?;
-        }
-        let task = NliTask::<Ad<B>> {
-            train: train_data,
-            splits: vec![
-                ("valid".into(), to_data(&splits.valid, &vocab)),
-                ("test".into(), to_data(&splits.test, &vocab)),
-            ],
-            eval_batch_size: 256,
-            meta,
-            device: device.clone(),
+        let labels = Labels {
+            names: Relation::ALL
+                .iter()
+                .map(|r| r.symbol().to_string())
+                .collect(),
+            lowercase: false,
+            default_embed_std: EMBED_INIT_STD,
         };
+        let eval = vec![
+            ("valid".into(), to_data(&splits.valid, &vocab)),
+            ("test".into(), to_data(&splits.test, &vocab)),
+        ];
+        let train_data = to_data(&splits.train, &vocab);
+        let (model, task): (_, NliTask<Ad<B>>) =
+            classification_task(a, &vocab, &labels, train_data, eval, &device)?;
         let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
         for p in &splits.test {
             *counts.entry(p.operators).or_default() += 1;

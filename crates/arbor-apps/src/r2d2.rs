@@ -11,7 +11,7 @@ use arbor_data::tree::{BinaryTree, TreePrep};
 use arbor_data::wordpiece::{
     save_vocab_txt, train_wordpiece, WordPieceTokenizer, WordPieceTrainConfig,
 };
-use arbor_encoders::r2d2::{word_tree, R2d2Lm, R2d2LmConfig};
+use arbor_encoders::r2d2::{word_tree, CompositionConfig, R2d2Config, R2d2Lm, R2d2LmConfig};
 use arbor_encoders::Decisions;
 use arbor_train::{load_model, seed_everything, train, CheckpointFile, OptimizerKind, TrainConfig};
 use burn::backend::Autodiff;
@@ -253,12 +253,14 @@ impl BackendJob for PretrainJob {
                 a.max_len
             );
         }
-        let model_config = R2d2LmConfig::new(tok.vocab_size())
-            .with_d_model(a.dim)
+        let composition = CompositionConfig::new(a.dim)
             .with_n_layers(a.layers)
-            .with_n_heads(a.heads)
-            .with_window(a.window)
-            .with_pruning(!a.no_pruning);
+            .with_n_heads(a.heads);
+        let model_config = R2d2LmConfig::new(tok.vocab_size()).with_encoder(
+            R2d2Config::new(a.dim, composition)
+                .with_window(a.window)
+                .with_pruning(!a.no_pruning),
+        );
         seed_everything::<Ad<B>>(&device, a.seed);
         let model = model_config.init::<Ad<B>>(&device);
         let tokens: usize = train_ids.iter().map(Vec::len).sum();
@@ -329,8 +331,8 @@ impl BackendJob for PretrainJob {
 /// Loads a pretraining checkpoint: model, tokenizer.
 fn load<B: Backend>(path: &Path, device: &B::Device) -> Result<(R2d2Lm<B>, WordPieceTokenizer)> {
     let file = CheckpointFile::load(path)?;
-    let meta: R2d2Meta = serde_json::from_value(file.meta["task"].clone())
-        .with_context(|| format!("{}: no R2D2 model metadata", path.display()))?;
+    let meta = R2d2Meta::from_checkpoint(&file.meta)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let tok = WordPieceTokenizer::from_pieces(&meta.vocab, true)?;
     let (model, _) = load_model(meta.model.init::<B>(device), path, device)?;
     Ok((model, tok))

@@ -7,14 +7,16 @@ use arbor_data::download::{ensure_snli_from, DownloadOptions, SnliPaths};
 use arbor_data::readers::snli::{read_snli, NliLabel, SnliPair};
 use arbor_data::vocab::Vocab;
 use arbor_data::ReadOptions;
-use arbor_train::{load_model, seed_everything, train};
+use arbor_train::{load_model, train};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::prelude::*;
 use clap::Parser;
 
 use crate::cli::TrainArgs;
-use crate::common::{checkpoint_in, nli_model, parse_one, print_tree, tokenize, words};
+use crate::common::{
+    checkpoint_in, classification_task, parse_one, print_tree, tokenize, words, Labels,
+};
 use arbor_tasks::{evaluate, ModelConfig, ModelMeta, NliData, NliTask};
 use arbor_train::device::{run_on, BackendJob};
 
@@ -167,7 +169,6 @@ impl BackendJob for TrainJob {
         type Ad<B> = Autodiff<B>;
         let TrainJob { args, splits } = self;
         let a = &args.common;
-        seed_everything::<Ad<B>>(&device, a.seed);
         let vocab = arbor_data::vocab::word_vocab(
             splits
                 .train
@@ -175,21 +176,19 @@ impl BackendJob for TrainJob {
                 .flat_map(|p| [&p.premise.tokens[..], &p.hypothesis.tokens[..]]),
             LOWERCASE,
         );
-        let labels = NliLabel::ALL.iter().map(|l| l.name().to_string()).collect();
-        let (model, meta) =
-            nli_model::<Ad<B>>(a, &vocab, labels, LOWERCASE, EMBED_INIT_STD, &device)?;
+        let labels = Labels {
+            names: NliLabel::ALL.iter().map(|l| l.name().to_string()).collect(),
+            lowercase: LOWERCASE,
+            default_embed_std: EMBED_INIT_STD,
+        };
         let eval: Vec<(String, NliData)> = splits
             .eval
             .iter()
             .map(|(n, p)| (n.clone(), to_data(p, &vocab, LOWERCASE)))
             .collect();
-        let task = NliTask::<Ad<B>> {
-            train: to_data(&splits.train, &vocab, LOWERCASE),
-            splits: eval,
-            eval_batch_size: 256,
-            meta,
-            device: device.clone(),
-        };
+        let train_data = to_data(&splits.train, &vocab, LOWERCASE);
+        let (model, task): (_, NliTask<Ad<B>>) =
+            classification_task(a, &vocab, &labels, train_data, eval, &device)?;
         eprintln!(
             "SNLI: {} training pairs, {}; vocabulary {}; encoder {} (dim {}), device {}",
             task.train.len(),
@@ -305,14 +304,14 @@ impl BackendJob for EvalJob {
                     "the {} encoder builds no tree",
                     match &meta.model {
                         ModelConfig::Nli { encoder, .. }
-                        | ModelConfig::Classify { encoder, .. } => encoder.kind.name(),
+                        | ModelConfig::Classify { encoder, .. } => encoder.kind().to_string(),
                     }
                 ),
             }
             return Ok(());
         }
         println!("model: {}", path.display());
-        let parses = meta.model.encoder().kind == arbor_encoders::EncoderKind::Spinn;
+        let parses = meta.model.encoder().kind() == arbor_encoders::EncoderKind::Spinn;
         for (name, pairs) in self.splits.unwrap_or_default().eval {
             let data = to_data(&pairs, &vocab, meta.lowercase);
             let r = evaluate(&model, &data, 256, parses, &device);

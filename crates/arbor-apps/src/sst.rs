@@ -7,14 +7,14 @@ use anyhow::{bail, Result};
 use arbor_data::readers::sst::{read_sst2_tsv, read_sst_trees, sst2_label, Sst2Example};
 use arbor_data::tree::Transition;
 use arbor_data::ReadOptions;
-use arbor_train::{seed_everything, train};
+use arbor_train::train;
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::prelude::*;
 use clap::Parser;
 
 use crate::cli::TrainArgs;
-use crate::common::{check_gold_transitions, classifier_model, parse_one, print_tree, words};
+use crate::common::{classification_task, parse_one, print_tree, words, Labels};
 use arbor_tasks::{ClassifyData, ClassifyTask};
 use arbor_train::device::{run_on, BackendJob};
 
@@ -54,7 +54,7 @@ pub struct SstSplit {
 pub fn read_split(path: &Path) -> Result<SstSplit> {
     if !path.exists() {
         bail!(
-            "{} not found. Get SST-2 with `cargo run -p arbor-data --bin arbor-download -- sst2` \
+            "{} not found. Get SST-2 with `cargo run -p arbor-apps --bin arbor-download -- sst2` \
              or pass --train/--valid (tsv or SST tree files); see datasets/README.md",
             path.display()
         );
@@ -114,32 +114,23 @@ impl BackendJob for Job {
     fn run<B: Backend>(self, device: B::Device) -> Result<()> {
         type Ad<B> = Autodiff<B>;
         let a = &self.args.common;
-        seed_everything::<Ad<B>>(&device, a.seed);
         let vocab = arbor_data::vocab::word_vocab(
             self.train.examples.iter().map(|e| &e.tokens[..]),
             LOWERCASE,
         );
-        let labels = vec!["negative".into(), "positive".into()];
-        let (model, meta) =
-            classifier_model::<Ad<B>>(a, &vocab, labels, LOWERCASE, EMBED_INIT_STD, &device)?;
-        let data = to_data(&self.train, &vocab);
-        check_gold_transitions(
-            a.encoder,
-            "train",
-            &data.sentences,
-            data.transitions.as_deref(),
-        )?;
-        let task = ClassifyTask::<Ad<B>> {
-            train: data,
-            splits: self
-                .eval
-                .iter()
-                .map(|(n, s)| (n.clone(), to_data(s, &vocab)))
-                .collect(),
-            eval_batch_size: 256,
-            meta,
-            device: device.clone(),
+        let labels = Labels {
+            names: vec!["negative".into(), "positive".into()],
+            lowercase: LOWERCASE,
+            default_embed_std: EMBED_INIT_STD,
         };
+        let eval = self
+            .eval
+            .iter()
+            .map(|(n, s)| (n.clone(), to_data(s, &vocab)))
+            .collect();
+        let train_data = to_data(&self.train, &vocab);
+        let (model, task): (_, ClassifyTask<Ad<B>>) =
+            classification_task(a, &vocab, &labels, train_data, eval, &device)?;
         eprintln!(
             "SST-2: {} training sentences, {} validation; vocabulary {}; encoder {} (dim {}), device {}",
             task.train.len(),

@@ -151,7 +151,7 @@ fn pair_classifier_learns_logic_relations() {
     let (train_pairs, valid_pairs) = (logic_pairs(4000, 2, 1), logic_pairs(600, 2, 2));
     let d = 32;
     let embedding = TokenEmbeddingConfig::new(vocab.len(), d);
-    let encoder = EncoderConfig::new(EncoderKind::SpinnPiNt, d, d);
+    let encoder = EncoderConfig::of_kind(EncoderKind::SpinnPiNt, d, d);
     let head = NliClassifierConfig::new(vocab.len(), d, d)
         .with_n_classes(7)
         .with_dropout(0.0);
@@ -215,7 +215,7 @@ fn sentence_classifier_learns_truth_values() {
     };
     let d = 32;
     let embedding = TokenEmbeddingConfig::new(vocab.len(), d);
-    let encoder = EncoderConfig::new(EncoderKind::SpinnPiNt, d, d);
+    let encoder = EncoderConfig::of_kind(EncoderKind::SpinnPiNt, d, d);
     let head = SentenceClassifierConfig::new(d).with_dropout(0.0);
     let model = head.init(
         encoder.init::<Ad>(&device),

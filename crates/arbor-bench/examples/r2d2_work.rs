@@ -9,7 +9,8 @@
 
 use std::time::Instant;
 
-use arbor::encoders::r2d2::{lm_forward, lm_forward_backward, random_tokens, R2d2Lm, R2d2LmConfig};
+use arbor_bench::workloads::r2d2::{lm_forward, lm_forward_backward, random_tokens};
+use arbor_encoders::r2d2::{R2d2Lm, R2d2LmConfig};
 use burn::backend::{Autodiff, Flex};
 use burn::module::AutodiffModule;
 use burn::prelude::*;

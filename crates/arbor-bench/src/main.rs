@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use arbor::device::{DeviceError, DeviceSpec};
 use arbor_bench::{
     run_suite, selected, workload_names, write_outputs, Mode, Probe, Record, Report, Settings,
 };
+use arbor_train::device::{DeviceError, DeviceSpec};
 use burn::prelude::Backend;
 use clap::Parser;
 

@@ -2,9 +2,18 @@
 
 use burn::nn::{Dropout, DropoutConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
-use burn::tensor::{Bool, Distribution};
+use burn::tensor::Bool;
 
 use crate::{GateInput, PositionKind, Positions, TransformerLayer, TransformerLayerConfig};
+
+/// The attention heads arbor uses for a `d_model`-wide Transformer when none are asked for: the
+/// largest divisor of `d_model` that is at most 4.
+pub fn default_heads(d_model: usize) -> usize {
+    (1..=4.min(d_model.max(1)))
+        .rev()
+        .find(|h| d_model.is_multiple_of(*h))
+        .unwrap_or(1)
+}
 
 /// Configuration of a [`TransformerEncoder`].
 #[derive(Config, Debug)]
@@ -119,24 +128,6 @@ pub fn padding_mask<B: Backend>(
         .flat_map(|&len| (0..time).map(move |t| t >= len))
         .collect();
     Tensor::from_data(TensorData::new(values, [lengths.len(), time]), device)
-}
-
-/// Random standard-normal inputs and full lengths for running an encoder on synthetic data
-/// (benchmarks): `([batch, time, d_input], vec![time; batch])`. Uses the backend's seeded RNG.
-pub fn random_input<B: Backend>(
-    batch: usize,
-    time: usize,
-    d_input: usize,
-    device: &B::Device,
-) -> (Tensor<B, 3>, Vec<usize>) {
-    (
-        Tensor::random(
-            [batch, time, d_input],
-            Distribution::Normal(0.0, 1.0),
-            device,
-        ),
-        vec![time; batch],
-    )
 }
 
 impl<B: Backend> TransformerEncoder<B> {

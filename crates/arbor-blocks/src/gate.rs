@@ -1,4 +1,4 @@
-//! The FastTrees gate (Pung & Chan, §3.3; MODELS.md §5), inserted after self-attention.
+//! The FastTrees gate (Pung & Chan, §3.3; docs/models.md §5), inserted after self-attention.
 
 use arbor_cells::cumax;
 use burn::nn::conv::{Conv1d, Conv1dConfig};

@@ -1,6 +1,6 @@
 //! # arbor-blocks
 //!
-//! Transformer blocks with the FastTrees gate (Pung & Chan, §3.3; `MODELS.md` §5):
+//! Transformer blocks with the FastTrees gate (Pung & Chan, §3.3; `docs/models.md` §5):
 //!
 //! | item | what it computes |
 //! | --- | --- |
@@ -9,18 +9,21 @@
 //! | [`TransformerEncoder`] | input projection, positions (sinusoidal or learned), a stack of layers, padding masks |
 //!
 //! The gate is a config switch on the same layer type: without it a layer is a plain
-//! Transformer encoder layer. [`random_input`] builds synthetic batches for benchmarks:
+//! Transformer encoder layer:
 //!
 //! ```
-//! use arbor_blocks::{random_input, TransformerEncoderConfig};
+//! use arbor_blocks::TransformerEncoderConfig;
 //! use burn::backend::Flex;
+//! use burn::prelude::*;
+//! use burn::tensor::Distribution;
 //!
 //! let device = Default::default();
 //! let encoder = TransformerEncoderConfig::new(16, 32)
 //!     .with_fasttrees(true)
 //!     .with_d_ff(64)
 //!     .init::<Flex>(&device);
-//! let (x, lengths) = random_input::<Flex>(2, 5, 16, &device);
+//! let x = Tensor::<Flex, 3>::random([2, 5, 16], Distribution::Normal(0.0, 1.0), &device);
+//! let lengths = vec![5, 3];
 //! let out = encoder.forward(x, &lengths);
 //! assert_eq!(out.outputs.dims(), [2, 5, 32]);
 //! assert_eq!(out.distances.len(), 2);
@@ -34,7 +37,7 @@ mod layer;
 mod positions;
 
 pub use encoder::{
-    padding_mask, random_input, TransformerEncoder, TransformerEncoderConfig,
+    default_heads, padding_mask, TransformerEncoder, TransformerEncoderConfig,
     TransformerEncoderOutput,
 };
 pub use gate::{

@@ -1,4 +1,4 @@
-//! Conv FastTrees (Pung & Chan; MODELS.md §5): master gates from a causal temporal convolution.
+//! Conv FastTrees (Pung & Chan; docs/models.md §5): master gates from a causal temporal convolution.
 
 use burn::nn::conv::{Conv1d, Conv1dConfig};
 use burn::nn::{Linear, LinearConfig, PaddingConfig1d};

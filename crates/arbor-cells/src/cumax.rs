@@ -1,7 +1,7 @@
 use burn::prelude::*;
 use burn::tensor::activation::softmax;
 
-/// `cumax(x) = cumsum(softmax(x))` along the last axis (MODELS.md §1; ON-LSTM eq. 6).
+/// `cumax(x) = cumsum(softmax(x))` along the last axis (docs/models.md §1; ON-LSTM §4.1).
 ///
 /// The result is non-decreasing along the last axis, lies in `[0, 1]`, and its last entry is 1
 /// up to rounding. ON-LSTM-style cells use `f̃ = cumax(·)` and `ĩ = 1 − cumax(·)`.

@@ -1,4 +1,4 @@
-//! FastTrees (Pung & Chan; MODELS.md §5): ON-LSTM whose master gates read `x_t` only.
+//! FastTrees (Pung & Chan; docs/models.md §5): ON-LSTM whose master gates read `x_t` only.
 
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;

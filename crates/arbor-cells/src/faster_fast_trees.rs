@@ -1,4 +1,4 @@
-//! Faster FastTrees (Pung & Chan; MODELS.md §5): every gate reads `x_t` only.
+//! Faster FastTrees (Pung & Chan; docs/models.md §5): every gate reads `x_t` only.
 
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;

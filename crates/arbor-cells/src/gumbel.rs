@@ -1,4 +1,4 @@
-//! Straight-through Gumbel-softmax (MODELS.md §1; Jang et al. 2017, Choi et al. 2018 §3.2).
+//! Straight-through Gumbel-softmax (docs/models.md §1; Jang et al. 2017, Choi et al. 2018 §3.2).
 
 use burn::prelude::*;
 use burn::tensor::{Distribution, TensorData};

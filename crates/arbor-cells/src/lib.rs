@@ -1,7 +1,7 @@
 //! # arbor-cells
 //!
 //! The recurrent and tree cells that arbor's sentence encoders are built from, following
-//! `MODELS.md` §1 and §5:
+//! `docs/models.md` §1 and §5:
 //!
 //! | item | what it computes |
 //! | --- | --- |
@@ -35,6 +35,7 @@ mod gumbel;
 mod linear;
 mod lstm;
 mod master;
+pub mod names;
 mod on_lstm;
 mod runner;
 mod state;

@@ -1,4 +1,4 @@
-//! Master gates shared by the ON-LSTM/FastTrees family (MODELS.md §5).
+//! Master gates shared by the ON-LSTM/FastTrees family (docs/models.md §5).
 
 use burn::prelude::*;
 
@@ -45,7 +45,7 @@ impl<B: Backend, const D: usize> MasterGates<B, D> {
 
 impl<B: Backend> MasterGates<B, 2> {
     /// Combines the master gates with the ordinary (already σ-activated) gates `f`, `i`:
-    /// `ω = f̃ ⊙ ĩ`, `f̂ = f ⊙ ω + (f̃ − ω)`, `î = i ⊙ ω + (ĩ − ω)` (ON-LSTM eq. 9–12), each
+    /// `ω = f̃ ⊙ ĩ`, `f̂ = f ⊙ ω + (f̃ − ω)`, `î = i ⊙ ω + (ĩ − ω)` (ON-LSTM eq. 11–13), each
     /// master entry broadcast over its chunk of `H / C` neurons. Returns `(f̂, î)`.
     ///
     /// # Shapes
@@ -67,7 +67,7 @@ impl<B: Backend> MasterGates<B, 2> {
     }
 }
 
-/// Syntactic distance `d_t = 1 − mean(f̃_t)` over the chunks (MODELS.md §5).
+/// Syntactic distance `d_t = 1 − mean(f̃_t)` over the chunks (docs/models.md §5).
 ///
 /// # Shapes
 /// - `master_forget`: `[..., C]`

@@ -1,4 +1,4 @@
-//! ON-LSTM (Shen et al. 2019, "Ordered Neurons"; MODELS.md §5).
+//! ON-LSTM (Shen et al. 2019, "Ordered Neurons"; docs/models.md §5).
 
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
@@ -18,11 +18,12 @@ pub struct OnLstmCellConfig {
     pub chunk_size: usize,
 }
 
-/// ON-LSTM cell: master gates `f̃ = cumax(W x_t + U h_{t−1} + b)`, `ĩ = 1 − cumax(…)`.
+/// ON-LSTM cell: master gates `f̃ = cumax(W x_t + U h_{t−1} + b)`, `ĩ = 1 − cumax(…)`
+/// (eq. 9–10).
 ///
 /// ```text
-/// ω = f̃ ⊙ ĩ ; f̂ = f ⊙ ω + (f̃ − ω) ; î = i ⊙ ω + (ĩ − ω)        (eq. 9–12)
-/// c_t = f̂ ⊙ c_{t−1} + î ⊙ tanh(ĉ) ; h_t = o ⊙ tanh(c_t)           (eq. 13–14)
+/// ω = f̃ ⊙ ĩ ; f̂ = f ⊙ ω + (f̃ − ω) ; î = i ⊙ ω + (ĩ − ω)        (eq. 11–13)
+/// c_t = f̂ ⊙ c_{t−1} + î ⊙ tanh(ĉ) ; h_t = o ⊙ tanh(c_t)           (eq. 14)
 /// ```
 /// **Gate order** of both fused weights: `[f̃ (C), ĩ (C), i (H), f (H), ĉ (H), o (H)]` —
 /// master gates first, then the LSTM gates in [`LstmCell`](crate::LstmCell)'s order. The

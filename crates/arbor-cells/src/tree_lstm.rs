@@ -1,4 +1,4 @@
-//! Binary Tree-LSTM composition (Tai et al. 2015; MODELS.md §1).
+//! Binary Tree-LSTM composition (Tai et al. 2015; docs/models.md §1).
 
 use burn::module::Param;
 use burn::nn::{Linear, LinearConfig};
@@ -15,7 +15,7 @@ pub struct BinaryTreeLstmConfig {
     /// Width of the optional external input `e` (SPINN's tracking state); 0 for none.
     #[config(default = 0)]
     pub d_external: usize,
-    /// Initial value of the two forget-gate biases (MODELS.md §1: 1).
+    /// Initial value of the two forget-gate biases (docs/models.md §1: 1).
     #[config(default = 1.0)]
     pub forget_bias: f64,
 }

@@ -3,6 +3,7 @@
 
 mod common;
 
+use arbor_cells::names::ValueEnum;
 use arbor_cells::*;
 use burn::backend::{Flex, NdArray};
 use burn::module::Module;
@@ -29,7 +30,7 @@ fn same_weights<M1: Module<Flex>, M2: Module<Nd>>(flex: M1, nd: M2) -> (M1, M2) 
 fn every_cell_agrees_across_flex_and_ndarray() {
     let (b, t, d, h) = (3, 5, 6, 8);
     let lengths = [5usize, 2, 4];
-    for kind in CellKind::ALL {
+    for &kind in CellKind::value_variants() {
         let config = RecurrentStackConfig::new(kind, d, h)
             .with_chunk_size(4)
             .with_n_layers(2);
@@ -41,15 +42,20 @@ fn every_cell_agrees_across_flex_and_ndarray() {
         let x_nd = tensor::<Nd, 3>([b, t, d], 1.0, 5, &Default::default());
         let a = flex.forward(x_flex, Some(&lengths), None);
         let n = nd.forward(x_nd, Some(&lengths), None);
-        assert_close(&to_vec(a.outputs), &to_vec(n.outputs), 1e-5, kind.name());
+        assert_close(
+            &to_vec(a.outputs),
+            &to_vec(n.outputs),
+            1e-5,
+            &kind.to_string(),
+        );
         assert_close(
             &to_vec(a.last[1].c.clone()),
             &to_vec(n.last[1].c.clone()),
             1e-5,
-            kind.name(),
+            &kind.to_string(),
         );
         for (da, dn) in a.distances.into_iter().zip(n.distances) {
-            assert_close(&to_vec(da), &to_vec(dn), 1e-5, kind.name());
+            assert_close(&to_vec(da), &to_vec(dn), 1e-5, &kind.to_string());
         }
     }
 }
@@ -152,7 +158,7 @@ fn every_cell_gradient_agrees_across_flex_and_ndarray() {
         all.extend(c.out);
         all
     }
-    for kind in CellKind::ALL {
+    for &kind in CellKind::value_variants() {
         let config = RecurrentStackConfig::new(kind, d, h)
             .with_chunk_size(4)
             .with_n_layers(2);
@@ -165,9 +171,9 @@ fn every_cell_gradient_agrees_across_flex_and_ndarray() {
         let nd = config.init::<AN>(&Default::default()).load_record(rn);
         let gf = grads(flex, &lengths, [b, t, d]);
         let gn = grads(nd, &lengths, [b, t, d]);
-        assert_eq!(gf.len(), gn.len(), "{}", kind.name());
+        assert_eq!(gf.len(), gn.len(), "{kind}");
         for (k, (a, n)) in gf.iter().zip(&gn).enumerate() {
-            assert_close(a, n, 1e-4, &format!("{} gradient {k}", kind.name()));
+            assert_close(a, n, 1e-4, &format!("{kind} gradient {k}"));
         }
     }
 }

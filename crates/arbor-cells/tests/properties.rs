@@ -4,6 +4,7 @@
 
 mod common;
 
+use arbor_cells::names::ValueEnum;
 use arbor_cells::*;
 use burn::backend::Flex;
 use burn::prelude::*;
@@ -22,8 +23,9 @@ const H: usize = 8;
 const CHUNK: usize = 2;
 
 fn all_cells() -> Vec<AnyCell<Fx>> {
-    CellKind::ALL
-        .into_iter()
+    CellKind::value_variants()
+        .iter()
+        .copied()
         .map(|kind| {
             RecurrentStackConfig::new(kind, D_IN, H)
                 .with_chunk_size(CHUNK)
@@ -356,7 +358,7 @@ fn temperature_sharpens_the_soft_distribution() {
 
 #[test]
 fn stack_runs_layers_and_reports_distances_per_layer() {
-    for kind in CellKind::ALL {
+    for &kind in CellKind::value_variants() {
         let stack = RecurrentStackConfig::new(kind, D_IN, H)
             .with_n_layers(2)
             .with_chunk_size(CHUNK)
@@ -378,7 +380,7 @@ fn stack_runs_layers_and_reports_distances_per_layer() {
             a.distances.len(),
             if kind.has_master_gates() { 2 } else { 0 }
         );
-        assert_eq!(kind.name().parse::<CellKind>().unwrap(), kind);
+        assert_eq!(kind.to_string().parse::<CellKind>().unwrap(), kind);
     }
     assert!("gru".parse::<CellKind>().is_err());
 }

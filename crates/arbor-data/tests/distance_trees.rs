@@ -1,4 +1,4 @@
-//! Trees from syntactic distances (ON-LSTM's split-at-maximum rule, MODELS.md §5): hand-checked
+//! Trees from syntactic distances (ON-LSTM's split-at-maximum rule, docs/models.md §5): hand-checked
 //! cases, ties, one- and two-word sentences.
 
 use arbor_data::tree::BinaryTree;

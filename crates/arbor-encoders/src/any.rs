@@ -1,26 +1,29 @@
-//! Every encoder behind one configuration and one module type.
+//! Every encoder behind one configuration enum and one module type.
 //!
-//! To add an encoder: a variant in [`EncoderKind`] (with its name in [`EncoderKind::name`] and
-//! [`EncoderKind::ALL`]), a variant in [`Encoder`], an arm in [`EncoderConfig::init`], and a
-//! line in the `dispatch!` macro.
-
-use std::fmt;
-use std::str::FromStr;
+//! Each encoder has its own configuration ([`GumbelTreeLstmConfig`], [`LstmEncoderConfig`],
+//! [`R2d2Config`], [`SpinnConfig`], [`TransformerSentenceEncoderConfig`]); [`EncoderConfig`] is
+//! the choice among them, serialised with a `model` tag so a checkpoint records which one it
+//! holds. [`EncoderKind`] is the command-line name of an encoder (a model, and for the recurrent,
+//! SPINN and Transformer models a cell, variant or gate); [`EncoderConfig::kind`] reads it from
+//! the configuration, never from a built module.
+//!
+//! To add an encoder: a variant in [`EncoderKind`], a variant in [`EncoderConfig`] (with its arms
+//! in [`EncoderConfig::kind`] and [`EncoderConfig::init`]), a variant in [`Encoder`], and a line
+//! in the `dispatch!` macro. `docs/architecture.md` walks through it.
 
 use arbor_cells::CellKind;
 use burn::prelude::*;
 
-use crate::Pooling;
 use crate::{
-    Decisions, EncoderInput, EncoderOutput, GumbelTreeLstm, GumbelTreeLstmConfig, LeafKind,
-    LstmEncoder, LstmEncoderConfig, R2d2, R2d2Config, SentenceEncoder, Spinn, SpinnConfig,
-    SpinnVariant,
+    Decisions, EncoderInput, EncoderOutput, GumbelTreeLstm, GumbelTreeLstmConfig, LstmEncoder,
+    LstmEncoderConfig, R2d2, R2d2Config, SentenceEncoder, Spinn, SpinnConfig, SpinnVariant,
 };
-use crate::{TransformerPooling, TransformerSentenceEncoder, TransformerSentenceEncoderConfig};
-use arbor_blocks::TransformerEncoderConfig;
+use crate::{TransformerSentenceEncoder, TransformerSentenceEncoderConfig};
 
-/// The sentence encoders arbor provides.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+/// The sentence encoders arbor provides, by their command-line (and serde) names.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum EncoderKind {
     /// [`GumbelTreeLstm`].
@@ -31,12 +34,15 @@ pub enum EncoderKind {
     OnLstm,
     /// [`LstmEncoder`] with FastTrees cells.
     #[serde(rename = "fasttrees")]
+    #[value(name = "fasttrees")]
     FastTrees,
     /// [`LstmEncoder`] with Faster FastTrees cells.
     #[serde(rename = "faster-fasttrees")]
+    #[value(name = "faster-fasttrees")]
     FasterFastTrees,
     /// [`LstmEncoder`] with Conv FastTrees cells.
     #[serde(rename = "conv-fasttrees")]
+    #[value(name = "conv-fasttrees")]
     ConvFastTrees,
     /// [`R2d2`]: pruned differentiable CKY with a recursive Transformer.
     R2d2,
@@ -50,42 +56,13 @@ pub enum EncoderKind {
     Transformer,
     /// [`TransformerSentenceEncoder`] with a FastTrees gate after self-attention in every layer.
     #[serde(rename = "transformer-fasttrees")]
+    #[value(name = "transformer-fasttrees")]
     TransformerFastTrees,
 }
 
+arbor_cells::value_enum_names!(EncoderKind, "encoder");
+
 impl EncoderKind {
-    /// Every kind, in a fixed order.
-    pub const ALL: [EncoderKind; 12] = [
-        EncoderKind::Gumbel,
-        EncoderKind::Lstm,
-        EncoderKind::OnLstm,
-        EncoderKind::FastTrees,
-        EncoderKind::FasterFastTrees,
-        EncoderKind::ConvFastTrees,
-        EncoderKind::R2d2,
-        EncoderKind::SpinnPiNt,
-        EncoderKind::SpinnPi,
-        EncoderKind::Spinn,
-        EncoderKind::Transformer,
-        EncoderKind::TransformerFastTrees,
-    ];
-
-    /// The kind's command-line (and serde) name: `gumbel`, `lstm`, `on-lstm`, `fasttrees`,
-    /// `faster-fasttrees`, `conv-fasttrees`, `r2d2`, `spinn-pi-nt`, `spinn-pi`, `spinn`,
-    /// `transformer`, `transformer-fasttrees`.
-    pub fn name(self) -> &'static str {
-        match self {
-            EncoderKind::Gumbel => "gumbel",
-            EncoderKind::R2d2 => "r2d2",
-            EncoderKind::SpinnPiNt | EncoderKind::SpinnPi | EncoderKind::Spinn => {
-                self.spinn_variant().map_or("spinn", SpinnVariant::name)
-            }
-            EncoderKind::Transformer => "transformer",
-            EncoderKind::TransformerFastTrees => "transformer-fasttrees",
-            other => other.cell().map_or("gumbel", CellKind::name),
-        }
-    }
-
     /// The recurrent cell of the recurrent kinds.
     pub fn cell(self) -> Option<CellKind> {
         match self {
@@ -134,155 +111,158 @@ impl EncoderKind {
     }
 }
 
-impl fmt::Display for EncoderKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for EncoderKind {
-    type Err = String;
-
-    /// Parses a name as printed by [`EncoderKind::name`]; case and `_`/`-` are not significant.
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let key = s.trim().to_ascii_lowercase().replace('_', "-");
-        EncoderKind::ALL
-            .into_iter()
-            .find(|k| k.name() == key)
-            .ok_or_else(|| {
-                let names: Vec<_> = EncoderKind::ALL.iter().map(|k| k.name()).collect();
-                format!(
-                    "unknown encoder `{s}`; expected one of {}",
-                    names.join(", ")
-                )
-            })
-    }
-}
-
-/// Configuration of any [`Encoder`]. Fields a kind does not use are ignored by it.
-#[derive(Config, Debug)]
-pub struct EncoderConfig {
-    /// Which encoder.
-    pub kind: EncoderKind,
-    /// Width of the word embeddings.
-    pub d_input: usize,
-    /// Hidden width (the sentence vector's width for every current kind).
-    pub d_hidden: usize,
-    /// Gumbel Tree-LSTM: how words become leaves.
-    #[config(default = "LeafKind::Lstm")]
-    pub leaf: LeafKind,
-    /// LSTM and Transformer: number of stacked layers.
-    #[config(default = 1)]
-    pub n_layers: usize,
-    /// LSTM: dropout between stacked layers; Transformer: dropout on the input and inside
-    /// every layer (attention scores, residual branches, feed-forward network). (Gumbel Tree-LSTM has none inside the encoder;
-    /// as in the released code, dropout on embeddings and classifier belongs to the task
-    /// model.)
-    #[config(default = 0.0)]
-    pub dropout: f64,
-    /// Gumbel Tree-LSTM: Gumbel-softmax temperature τ.
-    #[config(default = 1.0)]
-    pub tau: f64,
-    /// ON-LSTM/FastTrees: neurons per master-gate chunk (0: the largest divisor of `d_hidden`
-    /// that is at most 10).
-    #[config(default = 0)]
-    pub chunk_size: usize,
-    /// R2D2: pruning window `m`.
-    #[config(default = 4)]
-    pub window: usize,
-    /// LSTM/cumax encoders: how the sentence vector is pooled from the top layer.
-    #[config(default = "Pooling::Last")]
-    pub pooling: Pooling,
-    /// SPINN-PI and full SPINN: width of the tracking LSTM (0: `d_hidden`).
-    #[config(default = 0)]
-    pub tracking_dim: usize,
-    /// Full SPINN: weight `α` of the transition loss.
-    #[config(default = 1.0)]
-    pub transition_weight: f64,
-    /// Transformer and R2D2's composition function: attention heads (0: the largest divisor
-    /// of `d_hidden` that is at most 4).
-    #[config(default = 0)]
-    pub n_heads: usize,
-    /// Transformer: inner width of the feed-forward networks (0: `4 · d_hidden`).
-    #[config(default = 0)]
-    pub d_ff: usize,
-    /// Transformer: pooling of the top layer's outputs over real tokens.
-    #[config(default = "TransformerPooling::Mean")]
-    pub transformer_pooling: TransformerPooling,
+/// Configuration of any [`Encoder`]: one model's own configuration.
+///
+/// Serialised as that configuration with a `model` tag, e.g.
+/// `{"model": "gumbel", "d_input": 300, "d_hidden": 300, "leaf": "lstm", ...}`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "model", rename_all = "kebab-case")]
+#[allow(clippy::large_enum_variant)]
+pub enum EncoderConfig {
+    /// The Gumbel Tree-LSTM.
+    Gumbel(GumbelTreeLstmConfig),
+    /// A recurrent stack (LSTM or a cumax cell).
+    Recurrent(LstmEncoderConfig),
+    /// R2D2 as a sentence encoder.
+    R2d2(R2d2Config),
+    /// SPINN (any variant).
+    Spinn(SpinnConfig),
+    /// A Transformer encoder, with or without FastTrees gates.
+    Transformer(TransformerSentenceEncoderConfig),
 }
 
 impl EncoderConfig {
+    /// The encoder's command-line kind, read from the configuration.
+    pub fn kind(&self) -> EncoderKind {
+        match self {
+            EncoderConfig::Gumbel(_) => EncoderKind::Gumbel,
+            EncoderConfig::R2d2(_) => EncoderKind::R2d2,
+            EncoderConfig::Recurrent(c) => match c.cell {
+                CellKind::Lstm => EncoderKind::Lstm,
+                CellKind::OnLstm => EncoderKind::OnLstm,
+                CellKind::FastTrees => EncoderKind::FastTrees,
+                CellKind::FasterFastTrees => EncoderKind::FasterFastTrees,
+                CellKind::ConvFastTrees => EncoderKind::ConvFastTrees,
+            },
+            EncoderConfig::Spinn(c) => match c.variant {
+                SpinnVariant::PiNt => EncoderKind::SpinnPiNt,
+                SpinnVariant::Pi => EncoderKind::SpinnPi,
+                SpinnVariant::Full => EncoderKind::Spinn,
+            },
+            EncoderConfig::Transformer(c) if c.stack.fasttrees => EncoderKind::TransformerFastTrees,
+            EncoderConfig::Transformer(_) => EncoderKind::Transformer,
+        }
+    }
+
+    /// Width of the sentence vector.
+    pub fn d_output(&self) -> usize {
+        match self {
+            EncoderConfig::Gumbel(c) => c.d_hidden,
+            EncoderConfig::Recurrent(c) => c.d_hidden,
+            EncoderConfig::R2d2(c) => c.composition.d_model,
+            EncoderConfig::Spinn(c) => c.d_hidden,
+            EncoderConfig::Transformer(c) => c.stack.d_model,
+        }
+    }
+
     /// Builds the configured encoder on `device`.
     pub fn init<B: Backend>(&self, device: &B::Device) -> Encoder<B> {
-        match self.kind {
-            EncoderKind::Gumbel => Encoder::Gumbel(
-                GumbelTreeLstmConfig::new(self.d_input, self.d_hidden)
-                    .with_leaf(self.leaf)
-                    .with_tau(self.tau)
-                    .init(device),
-            ),
-            EncoderKind::R2d2 => Encoder::R2d2(
-                R2d2Config::new(self.d_input, self.d_hidden)
-                    .with_window(self.window)
-                    .with_n_layers(self.n_layers)
-                    .with_n_heads(self.resolved_heads())
-                    .with_tau(self.tau)
-                    .init(device),
-            ),
-            EncoderKind::SpinnPiNt | EncoderKind::SpinnPi | EncoderKind::Spinn => Encoder::Spinn(
-                SpinnConfig::new(self.d_input, self.d_hidden)
-                    .with_variant(self.kind.spinn_variant().unwrap_or_default())
-                    .with_d_tracking(self.tracking_dim)
-                    .with_transition_weight(self.transition_weight)
-                    .init(device),
-            ),
-            EncoderKind::Transformer | EncoderKind::TransformerFastTrees => {
-                Encoder::Transformer(self.transformer().init(device))
-            }
-            other => Encoder::Lstm(
-                LstmEncoderConfig::new(self.d_input, self.d_hidden)
-                    .with_n_layers(self.n_layers)
-                    .with_dropout(self.dropout)
-                    .with_cell(other.cell().unwrap_or(CellKind::Lstm))
-                    .with_chunk_size(self.chunk_size)
-                    .with_pooling(self.pooling)
-                    .init(device),
-            ),
+        match self {
+            EncoderConfig::Gumbel(c) => Encoder::Gumbel(c.init(device)),
+            EncoderConfig::Recurrent(c) => Encoder::Lstm(c.init(device)),
+            EncoderConfig::R2d2(c) => Encoder::R2d2(c.init(device)),
+            EncoderConfig::Spinn(c) => Encoder::Spinn(c.init(device)),
+            EncoderConfig::Transformer(c) => Encoder::Transformer(c.init(device)),
         }
     }
 }
 
 impl EncoderConfig {
-    /// The Transformer encoder this configuration describes (for the Transformer kinds):
-    /// `n_layers` layers of width `d_hidden`, dropout `dropout`, sinusoidal positions, and for
-    /// `transformer-fasttrees` position-wise FastTrees gates with chunks of `chunk_size`.
-    pub fn transformer(&self) -> TransformerSentenceEncoderConfig {
-        let d = self.d_hidden;
-        let n_heads = self.resolved_heads();
-        let stack = TransformerEncoderConfig::new(self.d_input, d)
-            .with_n_heads(n_heads)
-            .with_d_ff(if self.d_ff == 0 { 4 * d } else { self.d_ff })
-            .with_n_layers(self.n_layers)
-            .with_dropout(self.dropout)
-            .with_fasttrees(self.kind == EncoderKind::TransformerFastTrees)
-            .with_chunk_size(match self.chunk_size {
-                0 => crate::default_chunk_size(d),
-                c => c,
-            });
-        TransformerSentenceEncoderConfig::new(stack).with_pooling(self.transformer_pooling)
+    /// The configuration of encoder `kind` from `d_input`-wide embeddings to `d_hidden`-wide
+    /// sentence vectors, with arbor's defaults for a sentence encoder: the model's own
+    /// configuration defaults, one layer, no dropout, and for the Transformers
+    /// [`default_heads`](arbor_blocks::default_heads) heads, a `4·d_hidden` feed-forward width
+    /// and [`default_chunk_size`](crate::default_chunk_size) gate chunks. Every program builds
+    /// its encoder from here and then applies its flags.
+    pub fn of_kind(kind: EncoderKind, d_input: usize, d_hidden: usize) -> Self {
+        let heads = arbor_blocks::default_heads(d_hidden);
+        match kind {
+            EncoderKind::Gumbel => GumbelTreeLstmConfig::new(d_input, d_hidden).into(),
+            EncoderKind::R2d2 => R2d2Config::new(
+                d_input,
+                crate::r2d2::CompositionConfig::new(d_hidden)
+                    .with_n_layers(1)
+                    .with_n_heads(heads),
+            )
+            .into(),
+            EncoderKind::SpinnPiNt | EncoderKind::SpinnPi | EncoderKind::Spinn => {
+                SpinnConfig::new(d_input, d_hidden)
+                    .with_variant(kind.spinn_variant().unwrap_or_default())
+                    .into()
+            }
+            EncoderKind::Transformer | EncoderKind::TransformerFastTrees => {
+                TransformerSentenceEncoderConfig::new(
+                    arbor_blocks::TransformerEncoderConfig::new(d_input, d_hidden)
+                        .with_n_heads(heads)
+                        .with_d_ff(4 * d_hidden)
+                        .with_n_layers(1)
+                        .with_dropout(0.0)
+                        .with_fasttrees(kind == EncoderKind::TransformerFastTrees)
+                        .with_chunk_size(crate::default_chunk_size(d_hidden)),
+                )
+                .into()
+            }
+            _ => LstmEncoderConfig::new(d_input, d_hidden)
+                .with_cell(kind.cell().unwrap_or(CellKind::Lstm))
+                .into(),
+        }
     }
 
-    /// The attention heads the Transformer kinds use: `n_heads`, or when it is 0 (or does not
-    /// divide `d_hidden`) the largest divisor of `d_hidden` that is at most `max(n_heads, 4)`.
-    pub fn resolved_heads(&self) -> usize {
-        let d = self.d_hidden;
-        if self.n_heads > 0 && d.is_multiple_of(self.n_heads) {
-            return self.n_heads;
+    /// Sets the number of stacked layers of the models that have them (the recurrent stacks,
+    /// the Transformers, R2D2's composition function); the others are returned unchanged.
+    pub fn with_layers(self, n_layers: usize) -> Self {
+        match self {
+            EncoderConfig::Recurrent(c) => c.with_n_layers(n_layers).into(),
+            EncoderConfig::R2d2(mut c) => {
+                c.composition.n_layers = n_layers;
+                c.into()
+            }
+            EncoderConfig::Transformer(mut c) => {
+                c.stack.n_layers = n_layers;
+                c.into()
+            }
+            other => other,
         }
-        (1..=self.n_heads.max(4).min(d.max(1)))
-            .rev()
-            .find(|h| d.is_multiple_of(*h))
-            .unwrap_or(1)
+    }
+}
+
+impl From<GumbelTreeLstmConfig> for EncoderConfig {
+    fn from(c: GumbelTreeLstmConfig) -> Self {
+        EncoderConfig::Gumbel(c)
+    }
+}
+
+impl From<LstmEncoderConfig> for EncoderConfig {
+    fn from(c: LstmEncoderConfig) -> Self {
+        EncoderConfig::Recurrent(c)
+    }
+}
+
+impl From<R2d2Config> for EncoderConfig {
+    fn from(c: R2d2Config) -> Self {
+        EncoderConfig::R2d2(c)
+    }
+}
+
+impl From<SpinnConfig> for EncoderConfig {
+    fn from(c: SpinnConfig) -> Self {
+        EncoderConfig::Spinn(c)
+    }
+}
+
+impl From<TransformerSentenceEncoderConfig> for EncoderConfig {
+    fn from(c: TransformerSentenceEncoderConfig) -> Self {
+        EncoderConfig::Transformer(c)
     }
 }
 
@@ -314,27 +294,6 @@ macro_rules! dispatch {
     };
 }
 
-impl<B: Backend> Encoder<B> {
-    /// Which encoder this is.
-    pub fn kind(&self) -> EncoderKind {
-        match self {
-            Encoder::Gumbel(_) => EncoderKind::Gumbel,
-            Encoder::R2d2(_) => EncoderKind::R2d2,
-            Encoder::Lstm(e) => EncoderKind::ALL
-                .into_iter()
-                .find(|k| k.cell() == Some(e.cell()))
-                .unwrap_or(EncoderKind::Lstm),
-            Encoder::Spinn(s) => match s.variant() {
-                SpinnVariant::PiNt => EncoderKind::SpinnPiNt,
-                SpinnVariant::Pi => EncoderKind::SpinnPi,
-                SpinnVariant::Full => EncoderKind::Spinn,
-            },
-            Encoder::Transformer(e) if e.stack.has_gates() => EncoderKind::TransformerFastTrees,
-            Encoder::Transformer(_) => EncoderKind::Transformer,
-        }
-    }
-}
-
 impl<B: Backend> SentenceEncoder<B> for Encoder<B> {
     fn d_output(&self) -> usize {
         dispatch!(self, e => e.d_output())
@@ -348,15 +307,20 @@ impl<B: Backend> SentenceEncoder<B> for Encoder<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::LeafKind;
+    use arbor_cells::names::ValueEnum;
     use burn::backend::Flex;
 
     #[test]
     fn kinds_round_trip_through_their_names() {
-        for kind in EncoderKind::ALL {
+        for &kind in EncoderKind::value_variants() {
             assert_eq!(kind.to_string().parse::<EncoderKind>(), Ok(kind));
-            assert_eq!(kind.name().to_uppercase().parse::<EncoderKind>(), Ok(kind));
+            assert_eq!(
+                kind.to_string().to_uppercase().parse::<EncoderKind>(),
+                Ok(kind)
+            );
             let json = serde_json::to_string(&kind).unwrap();
-            assert_eq!(json, format!("\"{}\"", kind.name()));
+            assert_eq!(json, format!("\"{kind}\""));
             assert_eq!(serde_json::from_str::<EncoderKind>(&json).unwrap(), kind);
         }
         assert_eq!("gumbel".parse(), Ok(EncoderKind::Gumbel));
@@ -366,7 +330,7 @@ mod tests {
             err.contains("spinn-x") && err.contains("gumbel, lstm, on-lstm"),
             "{err}"
         );
-        for leaf in LeafKind::ALL {
+        for &leaf in LeafKind::value_variants() {
             assert_eq!(leaf.to_string().parse::<LeafKind>(), Ok(leaf));
         }
         assert!("tree"
@@ -375,16 +339,23 @@ mod tests {
             .contains("affine, lstm"));
     }
 
+    /// The kind's configuration with `leaf` for the Gumbel Tree-LSTM.
+    fn config(kind: EncoderKind, leaf: LeafKind, d_in: usize, d: usize) -> EncoderConfig {
+        match EncoderConfig::of_kind(kind, d_in, d).with_layers(2) {
+            EncoderConfig::Gumbel(g) => g.with_leaf(leaf).into(),
+            other => other,
+        }
+    }
+
     #[test]
     fn init_builds_every_kind_with_the_configured_width() {
         let device = Default::default();
-        for kind in EncoderKind::ALL {
-            for leaf in LeafKind::ALL {
-                let config = EncoderConfig::new(kind, 3, 7)
-                    .with_leaf(leaf)
-                    .with_n_layers(2);
+        for &kind in EncoderKind::value_variants() {
+            for &leaf in LeafKind::value_variants() {
+                let config = config(kind, leaf, 3, 7);
+                assert_eq!(config.kind(), kind);
+                assert_eq!(config.d_output(), 7);
                 let enc: Encoder<Flex> = config.init(&device);
-                assert_eq!(enc.kind(), kind);
                 assert_eq!(enc.d_output(), 7);
                 let x = Tensor::<Flex, 3>::ones([2, 4, 3], &device);
                 let out = enc.encode(EncoderInput::new(x, vec![4, 2]), Decisions::Argmax);
@@ -392,7 +363,7 @@ mod tests {
                 assert_eq!(out.trees.is_some(), kind.induces_trees());
             }
         }
-        let enc: Encoder<Flex> = EncoderConfig::new(EncoderKind::Gumbel, 3, 7).init(&device);
+        let enc: Encoder<Flex> = EncoderConfig::of_kind(EncoderKind::Gumbel, 3, 7).init(&device);
         let Encoder::Gumbel(g) = enc else {
             panic!("a Gumbel encoder")
         };
@@ -404,16 +375,33 @@ mod tests {
 
     #[test]
     fn the_config_serialises_with_kebab_case_names() {
-        let config = EncoderConfig::new(EncoderKind::Gumbel, 3, 7).with_leaf(LeafKind::Affine);
+        let config: EncoderConfig = GumbelTreeLstmConfig::new(3, 7)
+            .with_leaf(LeafKind::Affine)
+            .into();
         let json = serde_json::to_string(&config).unwrap();
         assert!(
             json.contains("\"gumbel\"") && json.contains("\"affine\""),
             "{json}"
         );
         let back: EncoderConfig = serde_json::from_str(&json).unwrap();
+        let EncoderConfig::Gumbel(g) = &back else {
+            panic!("a Gumbel configuration: {json}")
+        };
         assert_eq!(
-            (back.kind, back.leaf, back.d_hidden),
-            (config.kind, config.leaf, 7)
+            (back.kind(), g.leaf, g.d_hidden),
+            (config.kind(), LeafKind::Affine, 7)
         );
+    }
+
+    #[test]
+    fn every_kind_round_trips_through_its_tagged_json() {
+        for &kind in EncoderKind::value_variants() {
+            let config = EncoderConfig::of_kind(kind, 5, 8).with_layers(3);
+            let json = serde_json::to_value(&config).unwrap();
+            assert!(json["model"].is_string(), "{json}");
+            let back: EncoderConfig = serde_json::from_value(json.clone()).unwrap();
+            assert_eq!(back.kind(), kind, "{json}");
+            assert_eq!(serde_json::to_value(&back).unwrap(), json);
+        }
     }
 }

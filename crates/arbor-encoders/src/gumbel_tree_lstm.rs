@@ -1,12 +1,9 @@
-//! Gumbel Tree-LSTM (Choi, Yoo & Lee 2018; MODELS.md §2).
+//! Gumbel Tree-LSTM (Choi, Yoo & Lee 2018; docs/models.md §2).
 //!
 //! Bottom-up, every example in the batch advances one layer at a time: all adjacent pairs of
 //! the current layer are composed in one batched Tree-LSTM call, one candidate parent is
 //! selected per example (straight-through Gumbel-softmax while training, argmax at
 //! evaluation), and the layer shrinks by one node.
-
-use std::fmt;
-use std::str::FromStr;
 
 use arbor_cells::{
     argmax_select, st_gumbel_softmax, BinaryTreeLstm, BinaryTreeLstmConfig, GumbelSampler,
@@ -22,7 +19,16 @@ use crate::{Decisions, EncoderInput, EncoderOutput, SentenceEncoder};
 
 /// How Gumbel Tree-LSTM turns each word into a leaf state `(h, c)`.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum LeafKind {
@@ -34,42 +40,7 @@ pub enum LeafKind {
     Lstm,
 }
 
-impl LeafKind {
-    /// Every kind, in a fixed order.
-    pub const ALL: [LeafKind; 2] = [LeafKind::Affine, LeafKind::Lstm];
-
-    /// The kind's command-line name (`affine`, `lstm`).
-    pub fn name(self) -> &'static str {
-        match self {
-            LeafKind::Affine => "affine",
-            LeafKind::Lstm => "lstm",
-        }
-    }
-}
-
-impl fmt::Display for LeafKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for LeafKind {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let key = s.trim().to_ascii_lowercase();
-        LeafKind::ALL
-            .into_iter()
-            .find(|k| k.name() == key)
-            .ok_or_else(|| {
-                let names: Vec<_> = LeafKind::ALL.iter().map(|k| k.name()).collect();
-                format!(
-                    "unknown leaf kind `{s}`; expected one of {}",
-                    names.join(", ")
-                )
-            })
-    }
-}
+arbor_cells::value_enum_names!(LeafKind, "leaf kind");
 
 /// Configuration of a [`GumbelTreeLstm`].
 #[derive(Config, Debug)]

@@ -1,8 +1,6 @@
 //! Left-to-right recurrent encoders: the LSTM baseline and the ON-LSTM/FastTrees family.
 
-use arbor_cells::{
-    length_mask, AnyCell, CellKind, RecurrentStack, RecurrentStackConfig, StackOutput,
-};
+use arbor_cells::{length_mask, CellKind, RecurrentStack, RecurrentStackConfig, StackOutput};
 use arbor_data::tree::BinaryTree;
 use burn::prelude::*;
 
@@ -35,7 +33,16 @@ pub struct LstmEncoderConfig {
 
 /// How a recurrent encoder turns its top layer's outputs `h_1 … h_n` into a sentence vector.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum Pooling {
@@ -48,19 +55,9 @@ pub enum Pooling {
     Max,
 }
 
+arbor_cells::value_enum_names!(Pooling, "pooling");
+
 impl Pooling {
-    /// Every pooling, in a fixed order.
-    pub const ALL: [Pooling; 3] = [Pooling::Last, Pooling::Mean, Pooling::Max];
-
-    /// The command-line name (`last`, `mean`, `max`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Pooling::Last => "last",
-            Pooling::Mean => "mean",
-            Pooling::Max => "max",
-        }
-    }
-
     /// Pools top-layer outputs over the real positions.
     ///
     /// # Shapes
@@ -95,23 +92,6 @@ impl Pooling {
                     .reshape([batch, h])
             }
         }
-    }
-}
-
-impl std::fmt::Display for Pooling {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Pooling {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Pooling::ALL
-            .into_iter()
-            .find(|p| p.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("unknown pooling `{s}`; expected one of last, mean, max"))
     }
 }
 
@@ -155,17 +135,6 @@ impl LstmEncoderConfig {
 }
 
 impl<B: Backend> LstmEncoder<B> {
-    /// The cell of the layers.
-    pub fn cell(&self) -> CellKind {
-        match self.stack.layers.first() {
-            Some(AnyCell::OnLstm(_)) => CellKind::OnLstm,
-            Some(AnyCell::FastTrees(_)) => CellKind::FastTrees,
-            Some(AnyCell::FasterFastTrees(_)) => CellKind::FasterFastTrees,
-            Some(AnyCell::ConvFastTrees(_)) => CellKind::ConvFastTrees,
-            _ => CellKind::Lstm,
-        }
-    }
-
     /// Runs the stack over the batch.
     ///
     /// # Shapes

@@ -92,7 +92,7 @@ const TIME: usize = 7;
 
 #[test]
 fn argmax_is_padding_invariant_and_matches_a_per_example_reference() {
-    for leaf in LeafKind::ALL {
+    for &leaf in <LeafKind as arbor_cells::names::ValueEnum>::value_variants() {
         let m = model::<Fx>(leaf, 1);
         let x = padded_batch::<Fx>(&LENGTHS, TIME, D_IN, 2);
         let out = m.forward(x.clone(), &LENGTHS, Decisions::Argmax);
@@ -150,7 +150,7 @@ fn arranged_noise(lengths: &[usize], seed: u64) -> (Vec<Tensor<Fx, 2>>, Vec<Vec<
 
 #[test]
 fn sampling_with_matched_noise_is_padding_invariant_and_ignores_padded_noise() {
-    for leaf in LeafKind::ALL {
+    for &leaf in <LeafKind as arbor_cells::names::ValueEnum>::value_variants() {
         let m = model::<Fx>(leaf, 3);
         let x = padded_batch::<Fx>(&LENGTHS, TIME, D_IN, 4);
         let (noise, per_example) = arranged_noise(&LENGTHS, 5);
@@ -202,7 +202,7 @@ fn the_sampler_path_uses_one_noise_draw_per_layer() {
 
 #[test]
 fn a_length_one_sentence_returns_its_leaf() {
-    for leaf in LeafKind::ALL {
+    for &leaf in <LeafKind as arbor_cells::names::ValueEnum>::value_variants() {
         let m = model::<Fx>(leaf, 8);
         let lengths = [3, 1, 4, 1];
         let x = padded_batch::<Fx>(&lengths, 5, D_IN, 9);
@@ -240,7 +240,7 @@ fn a_length_one_sentence_returns_its_leaf() {
 
 #[test]
 fn a_length_two_sentence_is_one_composition_of_its_leaves() {
-    for leaf in LeafKind::ALL {
+    for &leaf in <LeafKind as arbor_cells::names::ValueEnum>::value_variants() {
         let m = model::<Fx>(leaf, 10);
         let lengths = [2, 4, 2];
         let x = padded_batch::<Fx>(&lengths, 4, D_IN, 11);
@@ -323,7 +323,7 @@ fn seeded_sampling_is_reproducible_and_different_seeds_differ() {
 
 #[test]
 fn gradients_reach_the_query_the_composition_and_the_leaves() {
-    for leaf in LeafKind::ALL {
+    for &leaf in <LeafKind as arbor_cells::names::ValueEnum>::value_variants() {
         let m = model::<Ad>(leaf, 17);
         let lengths = [4, 2, 5];
         let x = padded_batch::<Ad>(&lengths, 5, D_IN, 18);

@@ -97,12 +97,16 @@ fn every_recurrent_kind_is_an_encoder_and_padding_invariant() {
     assert_eq!(arbor_encoders::default_chunk_size(100), 10);
     assert_eq!(arbor_encoders::default_chunk_size(32), 8);
     assert_eq!(arbor_encoders::default_chunk_size(7), 7);
-    for kind in EncoderKind::ALL.into_iter().filter(|k| k.cell().is_some()) {
-        let enc: Encoder<Flex> = EncoderConfig::new(kind, 3, 12)
-            .with_n_layers(2)
-            .init(&device);
-        assert_eq!(enc.kind(), kind);
-        assert_eq!(kind.name().parse::<EncoderKind>(), Ok(kind));
+    use arbor_cells::names::ValueEnum;
+    for kind in EncoderKind::value_variants()
+        .iter()
+        .copied()
+        .filter(|k| k.cell().is_some())
+    {
+        let config = EncoderConfig::of_kind(kind, 3, 12).with_layers(2);
+        assert_eq!(config.kind(), kind);
+        let enc: Encoder<Flex> = config.init(&device);
+        assert_eq!(kind.to_string().parse::<EncoderKind>(), Ok(kind));
         let values: Vec<f32> = (0..2 * 5 * 3)
             .map(|v| ((v * 7) % 11) as f32 / 11.0 - 0.5)
             .collect();
@@ -135,7 +139,7 @@ fn cumax_encoders_return_distance_trees_in_evaluation() {
     use burn::prelude::*;
 
     let device = Default::default();
-    let enc: Encoder<Flex> = EncoderConfig::new(EncoderKind::OnLstm, 3, 8).init(&device);
+    let enc: Encoder<Flex> = EncoderConfig::of_kind(EncoderKind::OnLstm, 3, 8).init(&device);
     let x = Tensor::<Flex, 3>::ones([2, 5, 3], &device);
     let out = enc.encode(EncoderInput::new(x.clone(), vec![5, 2]), Decisions::Argmax);
     let trees = out.trees.expect("trees in evaluation");

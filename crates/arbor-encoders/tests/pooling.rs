@@ -13,14 +13,14 @@ const TIME: usize = 5;
 #[test]
 fn pooling_reads_the_real_outputs_only() {
     let x = padded_batch::<Fx>(&LENGTHS, TIME, D_IN, 3);
-    for pooling in Pooling::ALL {
+    for &pooling in <Pooling as arbor_cells::names::ValueEnum>::value_variants() {
         let enc: LstmEncoder<Fx> = LstmEncoderConfig::new(D_IN, H)
             .with_n_layers(2)
             .with_cell(arbor_cells::CellKind::FastTrees)
             .with_chunk_size(3)
             .with_pooling(pooling)
             .init(&dev::<Fx>());
-        assert_eq!(pooling.name().parse::<Pooling>(), Ok(pooling));
+        assert_eq!(pooling.to_string().parse::<Pooling>(), Ok(pooling));
         let out = enc.encode(
             EncoderInput::new(x.clone(), LENGTHS.to_vec()),
             Decisions::Argmax,

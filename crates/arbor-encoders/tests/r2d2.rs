@@ -292,9 +292,8 @@ fn a_sentence_alone_equals_the_same_sentence_in_a_padded_batch() {
     let d = 8;
     for pruning in [true, false] {
         Fx::seed(&dev::<Fx>(), 11);
-        let enc = R2d2Config::new(d, d)
+        let enc = R2d2Config::new(d, CompositionConfig::new(d).with_n_heads(2))
             .with_window(2)
-            .with_n_heads(2)
             .with_pruning(pruning)
             .init::<Fx>(&dev::<Fx>());
         let lengths = vec![7usize, 3, 9, 1];
@@ -316,9 +315,7 @@ fn a_sentence_alone_equals_the_same_sentence_in_a_padded_batch() {
     // The LM loss of every token too.
     Fx::seed(&dev::<Fx>(), 12);
     let lm = R2d2LmConfig::new(30)
-        .with_d_model(8)
-        .with_n_heads(2)
-        .with_window(2)
+        .with_encoder(R2d2Config::new(8, CompositionConfig::new(8).with_n_heads(2)).with_window(2))
         .init::<Fx>(&dev::<Fx>());
     let sents: Vec<Vec<u32>> = vec![vec![1, 2, 3, 4, 5, 6, 7], vec![8, 9], vec![10]];
     let refs: Vec<&[u32]> = sents.iter().map(|s| s.as_slice()).collect();
@@ -352,9 +349,7 @@ fn a_sentence_alone_equals_the_same_sentence_in_a_padded_batch() {
 fn gradients_reach_the_composition_and_the_embeddings() {
     Ad::seed(&dev::<Ad>(), 3);
     let lm = R2d2LmConfig::new(20)
-        .with_d_model(8)
-        .with_n_heads(2)
-        .with_window(2)
+        .with_encoder(R2d2Config::new(8, CompositionConfig::new(8).with_n_heads(2)).with_window(2))
         .init::<Ad>(&dev::<Ad>());
     let sents: Vec<Vec<u32>> = vec![vec![1, 2, 3, 4, 5, 6], vec![7, 8, 9]];
     let refs: Vec<&[u32]> = sents.iter().map(|s| s.as_slice()).collect();
@@ -421,9 +416,10 @@ fn word_pieces_of_one_word_stay_together() {
 fn r2d2_is_available_as_an_encoder_kind() {
     let kind: EncoderKind = "r2d2".parse().unwrap();
     assert_eq!(kind, EncoderKind::R2d2);
-    let enc = EncoderConfig::new(kind, 6, 8)
-        .with_window(2)
-        .init::<Fx>(&dev::<Fx>());
+    let EncoderConfig::R2d2(config) = EncoderConfig::of_kind(kind, 6, 8) else {
+        panic!("an R2D2 configuration")
+    };
+    let enc = EncoderConfig::from(config.with_window(2)).init::<Fx>(&dev::<Fx>());
     let x = tensor::<Fx, 3>([2, 5, 6], 1.0, 1);
     let out = enc.encode(EncoderInput::new(x, vec![5, 3]), Decisions::Argmax);
     assert_eq!(out.sentence.dims(), [2, 8]);

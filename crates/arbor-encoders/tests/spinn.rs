@@ -37,7 +37,7 @@ fn transitions(trees: &[BinaryTree]) -> Vec<Vec<Transition>> {
 
 #[test]
 fn thin_stack_trace_of_spot_sat_down() {
-    // MODELS.md §3: rows written at t = 1..5 and the live pointer queue after each step.
+    // docs/models.md §3: rows written at t = 1..5 and the live pointer queue after each step.
     let t = trace(&[S, S, S, R, R]).unwrap();
     let rows: Vec<_> = t.iter().map(|s| s.written).collect();
     assert_eq!(rows, vec![Some(1), Some(2), Some(3), Some(4), Some(5)]);
@@ -202,7 +202,7 @@ fn a_sentence_alone_equals_the_same_sentence_in_a_padded_batch() {
     let (d_in, d, time) = (3, 5, 7);
     let trees = random_trees(&lengths, 11);
     let x = padded_batch::<Fx>(&lengths, time, d_in, 12);
-    for variant in SpinnVariant::ALL {
+    for &variant in <SpinnVariant as arbor_cells::names::ValueEnum>::value_variants() {
         let m = spinn::<Fx>(variant, d_in, d);
         for eval in [false, true] {
             let mut sampler = GumbelSampler::seeded(0);
@@ -353,14 +353,16 @@ fn spinn_kinds_in_the_common_configuration() {
         ("spinn", EncoderKind::Spinn, SpinnVariant::Full),
     ] {
         assert_eq!(name.parse::<EncoderKind>(), Ok(kind));
-        assert_eq!(kind.name(), name);
-        assert_eq!(variant.name(), name);
+        assert_eq!(kind.to_string(), name);
+        assert_eq!(variant.to_string(), name);
         assert!(kind.needs_transitions());
         assert_eq!(kind.induces_trees(), variant == SpinnVariant::Full);
-        let enc: Encoder<Fx> = EncoderConfig::new(kind, 3, 6)
-            .with_tracking_dim(2)
-            .init(&dev::<Fx>());
-        assert_eq!(enc.kind(), kind);
+        let EncoderConfig::Spinn(spinn) = EncoderConfig::of_kind(kind, 3, 6) else {
+            panic!("{name}: a SPINN configuration")
+        };
+        let config = EncoderConfig::from(spinn.with_d_tracking(2));
+        assert_eq!(config.kind(), kind);
+        let enc: Encoder<Fx> = config.init(&dev::<Fx>());
         let Encoder::Spinn(s) = &enc else {
             panic!("{name}: a SPINN encoder")
         };

@@ -1,7 +1,7 @@
 //! # arbor-heads
 //!
 //! Task heads on top of any [`SentenceEncoder`](arbor_encoders::SentenceEncoder)
-//! (MODELS.md §6):
+//! (docs/models.md §6):
 //!
 //! - [`NliClassifier`]: one shared encoder for premise and hypothesis, features
 //!   `[u; v; u−v; u⊙v]` (or `|u−v|`), an MLP with ReLU, dropout and optional batch norm.

@@ -39,7 +39,7 @@ pub struct NliClassifierConfig {
     pub features: NliFeatures,
 }
 
-/// Natural-language-inference pair classifier (MODELS.md §6): one encoder shared by premise
+/// Natural-language-inference pair classifier (docs/models.md §6): one encoder shared by premise
 /// and hypothesis, pair features, an MLP and a softmax over the labels.
 #[derive(Module, Debug)]
 pub struct NliClassifier<B: Backend, E> {

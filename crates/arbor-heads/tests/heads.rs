@@ -44,7 +44,7 @@ fn random_embeddings_start_at_unit_scale_with_chosen_rows_zeroed() {
 #[test]
 fn nli_head_classifies_pairs_and_splits_trees() {
     let device = Default::default();
-    let encoder = EncoderConfig::new(EncoderKind::Gumbel, 6, 5).init::<Flex>(&device);
+    let encoder = EncoderConfig::of_kind(EncoderKind::Gumbel, 6, 5).init::<Flex>(&device);
     for features in [NliFeatures::Difference, NliFeatures::AbsDifference] {
         let model = NliClassifierConfig::new(10, 6, 8)
             .with_n_classes(7)

@@ -1,6 +1,6 @@
 //! # arbor-lm
 //!
-//! Word-level language models (MODELS.md §6) over any recurrent cell of `arbor-cells` (LSTM,
+//! Word-level language models (docs/models.md §6) over any recurrent cell of `arbor-cells` (LSTM,
 //! ON-LSTM, FastTrees, Faster FastTrees, Conv FastTrees), with the AWD-LSTM recipe (Merity et al.
 //! 2018) as the ON-LSTM code uses it:
 //!

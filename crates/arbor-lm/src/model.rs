@@ -1,4 +1,4 @@
-//! The recurrent language model (MODELS.md §6) with AWD-LSTM regularisation.
+//! The recurrent language model (docs/models.md §6) with AWD-LSTM regularisation.
 
 use arbor_cells::{
     syntactic_distance, AnyCell, CellKind, LstmState, RecurrentCell, RecurrentStack,

@@ -86,7 +86,7 @@ impl<B: Backend, D: Examples> ClassificationTask<B, D> {
     /// Whether evaluation also scores the encoder's own parses against the gold transitions
     /// (`transition_accuracy`): for full SPINN, which parses on its own at evaluation.
     pub fn scores_parses(&self) -> bool {
-        self.meta.model.encoder().kind == arbor_encoders::EncoderKind::Spinn
+        self.meta.model.encoder().kind() == arbor_encoders::EncoderKind::Spinn
     }
 
     /// [`evaluate`] of `model` on `data` with this task's batch size and device.

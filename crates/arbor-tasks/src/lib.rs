@@ -15,6 +15,7 @@
 
 mod classification;
 mod data;
+mod legacy;
 mod model;
 mod r2d2_lm;
 mod rnn_lm;

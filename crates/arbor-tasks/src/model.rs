@@ -51,8 +51,22 @@ impl ModelConfig {
 
 impl ModelMeta {
     /// Reads the metadata back from a checkpoint's JSON (`meta["task"]`).
+    ///
+    /// Checkpoints written before each encoder had its own configuration (a flat encoder
+    /// record with a `kind`) are read too: their encoder is mapped onto today's configuration
+    /// of the same model ([`crate::legacy`]).
     pub fn from_checkpoint(meta: &serde_json::Value) -> Result<Self, String> {
-        serde_json::from_value(meta["task"].clone())
+        let mut task = meta["task"].clone();
+        if let Some(encoder) = task.get_mut("model").and_then(|m| m.get_mut("encoder")) {
+            if crate::legacy::is_flat_encoder(encoder) {
+                let flat: crate::legacy::FlatEncoderConfig =
+                    serde_json::from_value(encoder.clone()).map_err(|e| {
+                        format!("checkpoint has an unreadable format-1 encoder record: {e}")
+                    })?;
+                *encoder = serde_json::to_value(flat.into_config()).map_err(|e| e.to_string())?;
+            }
+        }
+        serde_json::from_value(task)
             .map_err(|e| format!("checkpoint has no usable model metadata: {e}"))
     }
 }

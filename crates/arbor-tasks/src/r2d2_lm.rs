@@ -16,6 +16,26 @@ pub struct R2d2Meta {
     pub vocab: Vec<String>,
 }
 
+impl R2d2Meta {
+    /// Reads the metadata back from a checkpoint's JSON (`meta["task"]`), including checkpoints
+    /// written before R2D2's configurations nested one composition configuration (a flat model
+    /// record with `d_model`).
+    pub fn from_checkpoint(meta: &serde_json::Value) -> Result<Self, String> {
+        let mut task = meta["task"].clone();
+        if let Some(model) = task.get_mut("model") {
+            if model.get("d_model").is_some() && model.get("encoder").is_none() {
+                let flat: crate::legacy::FlatR2d2LmConfig = serde_json::from_value(model.clone())
+                    .map_err(|e| {
+                    format!("checkpoint has an unreadable format-1 R2D2 record: {e}")
+                })?;
+                *model = serde_json::to_value(flat.into_config()).map_err(|e| e.to_string())?;
+            }
+        }
+        serde_json::from_value(task)
+            .map_err(|e| format!("checkpoint has no usable R2D2 metadata: {e}"))
+    }
+}
+
 /// R2D2's language-model pretraining as an engine task: training sentences in length buckets,
 /// the bidirectional LM loss with Gumbel noise drawn from the step's noise seed, and validation
 /// LM perplexity (`lm_ppl`) over length-sorted batches.

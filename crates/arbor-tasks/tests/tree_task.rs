@@ -1,7 +1,7 @@
 //! A tiny synthetic task a tree encoder must learn through the engine: is token `a` anywhere in
 //! the sentence? Gumbel Tree-LSTM with affine leaves has to carry that through its tree.
 
-use arbor_encoders::{EncoderConfig, EncoderKind, LeafKind};
+use arbor_encoders::{EncoderConfig, GumbelTreeLstmConfig, LeafKind};
 use arbor_heads::{SentenceClassifierConfig, TokenEmbeddingConfig};
 use arbor_tasks::{ClassifyData, ClassifyTask, ModelConfig, ModelMeta};
 use arbor_train::{seed_everything, train, TrainConfig};
@@ -39,7 +39,9 @@ fn gumbel_tree_lstm_learns_a_tree_task() {
     let device = Default::default();
     seed_everything::<Ad>(&device, 0);
     let embedding = TokenEmbeddingConfig::new(6, 16);
-    let encoder = EncoderConfig::new(EncoderKind::Gumbel, 16, 16).with_leaf(LeafKind::Affine);
+    let encoder: EncoderConfig = GumbelTreeLstmConfig::new(16, 16)
+        .with_leaf(LeafKind::Affine)
+        .into();
     let head = SentenceClassifierConfig::new(16).with_dropout(0.0);
     let model = head.init(
         encoder.init::<Ad>(&device),

@@ -1,6 +1,7 @@
 //! The recurrent cells (issue: FastTrees is 20–40% faster than ON-LSTM).
 
-use arbor::cells::{CellKind, RecurrentStack, RecurrentStackConfig};
+use arbor_cells::names::ValueEnum;
+use arbor_cells::{CellKind, RecurrentStack, RecurrentStackConfig};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::prelude::*;
@@ -21,16 +22,16 @@ pub const CONFIGS: [(&str, usize, usize, usize, usize, usize); 2] = [
 pub fn workloads<B: Backend>(device: &B::Device) -> Vec<Workload> {
     let mut out = Vec::new();
     for (tag, d_in, d_h, chunk, batch, len) in CONFIGS {
-        for kind in CellKind::ALL {
+        for &kind in CellKind::value_variants() {
             let device = device.clone();
             let params = json!({
-                "cell": kind.name(), "d_input": d_in, "d_hidden": d_h, "chunk_size": chunk,
+                "cell": kind.to_string(), "d_input": d_in, "d_hidden": d_h, "chunk_size": chunk,
                 "batch": batch, "length": len, "layers": 1, "seed": 0,
                 "loss": "sum of all outputs",
             });
             out.push(Workload::new(
                 "cells",
-                format!("{tag}/{}", kind.name()),
+                format!("{tag}/{kind}"),
                 params,
                 batch * len,
                 "tokens",

@@ -1,7 +1,7 @@
 //! Gumbel Tree-LSTM: two model sizes and a length-scaling sweep.
 
-use arbor::cells::GumbelSampler;
-use arbor::encoders::{
+use arbor_cells::GumbelSampler;
+use arbor_encoders::{
     Decisions, EncoderInput, GumbelTreeLstm, GumbelTreeLstmConfig, LeafKind, SentenceEncoder,
 };
 use burn::backend::Autodiff;

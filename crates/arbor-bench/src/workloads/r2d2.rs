@@ -1,10 +1,12 @@
 //! R2D2: pruned (window m = 4) against exhaustive CKY over sentence length; the pruned model's
 //! time must grow linearly in n.
 
-use arbor::encoders::r2d2::{lm_forward, lm_forward_backward, random_tokens, R2d2Lm, R2d2LmConfig};
+use arbor_encoders::r2d2::{ChartStats, R2d2Lm, R2d2LmConfig};
+use arbor_encoders::Decisions;
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
 use serde_json::json;
 
 use crate::harness::{Mode, Workload};
@@ -24,8 +26,8 @@ fn workload<B: Backend>(device: &B::Device, n: usize, pruning: bool) -> Workload
     let device = device.clone();
     let config = R2d2LmConfig::bench(VOCAB, pruning);
     let params = json!({
-        "d_model": config.d_model, "n_layers": config.n_layers, "n_heads": config.n_heads,
-        "window": config.window, "pruning": pruning, "vocab": VOCAB, "batch": BATCH, "length": n,
+        "d_model": config.d_model(), "n_layers": config.encoder.composition.n_layers,
+        "n_heads": config.encoder.composition.n_heads, "window": config.encoder.window, "pruning": pruning, "vocab": VOCAB, "batch": BATCH, "length": n,
         "tokens": "uniform ids, seed 0", "loss": "bidirectional LM loss (forward: argmax; forward+backward: ST Gumbel, seed 0)",
     });
     let (tag, series) = if pruning {
@@ -86,4 +88,48 @@ pub fn ratios() -> Vec<RatioSpec> {
             denominator: "r2d2/pruned-n16",
         },
     ]
+}
+
+/// Deterministic pseudo-random token ids `[batch][n]` below `vocab_size` (SplitMix64), for
+/// the benchmarks.
+pub fn random_tokens(batch: usize, n: usize, vocab_size: usize, seed: u64) -> Vec<Vec<u32>> {
+    let mut state = seed;
+    let mut next = || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    (0..batch)
+        .map(|_| {
+            (0..n)
+                .map(|_| (next() % vocab_size.max(1) as u64) as u32)
+                .collect()
+        })
+        .collect()
+}
+
+/// Benchmark entry point: the LM loss of `tokens` in evaluation mode (forward only). Returns
+/// the loss value and the chart counters.
+pub fn lm_forward<B: Backend>(model: &R2d2Lm<B>, tokens: &[Vec<u32>]) -> (f64, ChartStats) {
+    let refs: Vec<&[u32]> = tokens.iter().map(|s| s.as_slice()).collect();
+    let out = model.lm_loss(&refs, Decisions::Argmax);
+    (out.loss.into_scalar().elem::<f64>(), out.stats)
+}
+
+/// Benchmark entry point: the LM loss of `tokens` in training mode (Gumbel noise from a
+/// sampler seeded with `seed`) and its backward pass. Returns the loss value and the chart
+/// counters; the gradients are computed and dropped.
+pub fn lm_forward_backward<B: AutodiffBackend>(
+    model: &R2d2Lm<B>,
+    tokens: &[Vec<u32>],
+    seed: u64,
+) -> (f64, ChartStats) {
+    let refs: Vec<&[u32]> = tokens.iter().map(|s| s.as_slice()).collect();
+    let mut sampler = arbor_cells::GumbelSampler::seeded(seed);
+    let out = model.lm_loss(&refs, Decisions::Sample(&mut sampler));
+    let value = out.loss.clone().into_scalar().elem::<f64>();
+    let _grads = out.loss.backward();
+    (value, out.stats)
 }

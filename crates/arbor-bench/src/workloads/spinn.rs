@@ -1,9 +1,9 @@
 //! SPINN's thin stack against a per-sentence recursive Tree-LSTM and a same-width LSTM (the
 //! paper: ≈25× faster than recursion at batch 512, ≈4× slower than an LSTM).
 
-use arbor::cells::{CellKind, GumbelSampler, RecurrentStack, RecurrentStackConfig};
-use arbor::data::tree::{BinaryTree, Transition};
-use arbor::encoders::{Decisions, EncoderInput, Spinn, SpinnConfig, SpinnVariant};
+use arbor_cells::{CellKind, GumbelSampler, RecurrentStack, RecurrentStackConfig};
+use arbor_data::tree::{BinaryTree, Transition};
+use arbor_encoders::{Decisions, EncoderInput, Spinn, SpinnConfig, SpinnVariant};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::prelude::*;

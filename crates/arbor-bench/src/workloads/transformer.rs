@@ -1,6 +1,6 @@
 //! Transformer encoders with and without the FastTrees gate.
 
-use arbor::blocks::{TransformerEncoder, TransformerEncoderConfig};
+use arbor_blocks::{TransformerEncoder, TransformerEncoderConfig};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::prelude::*;

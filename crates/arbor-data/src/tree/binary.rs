@@ -267,7 +267,7 @@ impl BinaryTree {
         Some(t)
     }
 
-    /// The tree ON-LSTM reads from syntactic distances (MODELS.md §5): in a span, the word `k`
+    /// The tree ON-LSTM reads from syntactic distances (docs/models.md §5): in a span, the word `k`
     /// with the largest distance (the first one on ties) splits it; the words before `k` form
     /// the left part and `k` starts the right part, which is `(k, rest)` — exactly the released
     /// `build_tree`. Empty parts are dropped. `None` for an empty sentence or a non-finite

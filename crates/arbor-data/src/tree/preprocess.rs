@@ -93,7 +93,7 @@ pub struct TreePrep {
 }
 
 impl TreePrep {
-    /// The evaluation convention of MODELS.md §7: punctuation removed, unaries collapsed.
+    /// The evaluation convention of docs/models.md §7: punctuation removed, unaries collapsed.
     pub fn evaluation() -> Self {
         TreePrep {
             remove_punctuation: true,

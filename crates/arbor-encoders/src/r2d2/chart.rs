@@ -1,4 +1,4 @@
-//! R2D2's differentiable CKY chart with pruned tree induction (MODELS.md §4; Hu et al. 2021,
+//! R2D2's differentiable CKY chart with pruned tree induction (docs/models.md §4; Hu et al. 2021,
 //! eq. 1–5 and Algorithms 1–2).
 //!
 //! Cells are addressed by their span `(i, j)` of original token positions (inclusive). The
@@ -17,7 +17,7 @@ use burn::tensor::TensorData;
 use super::composition::Compose;
 use crate::Decisions;
 
-/// Clamp inside the logarithms of the bigram score (MODELS.md §4, FIND step 2).
+/// Clamp inside the logarithms of the bigram score (docs/models.md §4, FIND step 2).
 const SCORE_EPS: f64 = 1e-9;
 
 /// How the chart is built.

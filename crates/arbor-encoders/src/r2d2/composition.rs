@@ -1,4 +1,4 @@
-//! R2D2's composition function `f(left, right)` (MODELS.md §4): a small Transformer over
+//! R2D2's composition function `f(left, right)` (docs/models.md §4): a small Transformer over
 //! `[E[CLS], E[SUM], left, right]`.
 
 use burn::module::{Initializer, Param};

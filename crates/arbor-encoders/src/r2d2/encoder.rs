@@ -10,19 +10,10 @@ use crate::{Decisions, EncoderInput, EncoderOutput, SentenceEncoder};
 /// Configuration of an [`R2d2`] encoder.
 #[derive(Config, Debug)]
 pub struct R2d2Config {
-    /// Width of the input embeddings (projected to `d_model` when different).
+    /// Width of the input embeddings (projected to the composition width when different).
     pub d_input: usize,
-    /// Model width `D`.
-    pub d_model: usize,
-    /// Transformer layers of the composition function.
-    #[config(default = 2)]
-    pub n_layers: usize,
-    /// Attention heads.
-    #[config(default = 4)]
-    pub n_heads: usize,
-    /// Feed-forward width (0: `4·D`).
-    #[config(default = 0)]
-    pub d_ff: usize,
+    /// The composition function (its `d_model` is the model width `D`).
+    pub composition: CompositionConfig,
     /// Pruning window `m`.
     #[config(default = 4)]
     pub window: usize,
@@ -61,13 +52,9 @@ impl R2d2Config {
         assert!(self.window >= 1, "the pruning window must be at least 1");
         assert!(self.tau > 0.0, "the temperature must be positive");
         R2d2 {
-            input: (self.d_input != self.d_model)
-                .then(|| LinearConfig::new(self.d_input, self.d_model).init(device)),
-            composition: CompositionConfig::new(self.d_model)
-                .with_n_layers(self.n_layers)
-                .with_n_heads(self.n_heads)
-                .with_d_ff(self.d_ff)
-                .init(device),
+            input: (self.d_input != self.composition.d_model)
+                .then(|| LinearConfig::new(self.d_input, self.composition.d_model).init(device)),
+            composition: self.composition.init(device),
             window: self.window,
             pruning: self.pruning,
             tau: self.tau,

@@ -1,5 +1,5 @@
 //! One post-LayerNorm Transformer encoder layer with role embeddings on queries and keys and a
-//! fixed attention mask (R2D2's composition block, MODELS.md §4).
+//! fixed attention mask (R2D2's composition block, docs/models.md §4).
 
 use arbor_cells::linear_rows;
 use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};

@@ -4,11 +4,10 @@ use burn::module::{Initializer, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::activation::{gelu, log_softmax};
-use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::TensorData;
 
 use super::chart::{index_tensor, Chart, ChartStats};
-use super::composition::layer_norm_noaffine;
+use super::composition::{layer_norm_noaffine, CompositionConfig};
 use super::encoder::{R2d2, R2d2Config};
 use crate::Decisions;
 
@@ -17,33 +16,22 @@ use crate::Decisions;
 pub struct R2d2LmConfig {
     /// Vocabulary size `V`.
     pub vocab_size: usize,
-    /// Model width `D`.
-    #[config(default = 128)]
-    pub d_model: usize,
-    /// Transformer layers of the composition function.
-    #[config(default = 2)]
-    pub n_layers: usize,
-    /// Attention heads.
-    #[config(default = 4)]
-    pub n_heads: usize,
-    /// Feed-forward width (0: `4·D`).
-    #[config(default = 0)]
-    pub d_ff: usize,
-    /// Pruning window `m`.
-    #[config(default = 4)]
-    pub window: usize,
-    /// Pruned tree induction (`false`: exhaustive CKY).
-    #[config(default = true)]
-    pub pruning: bool,
-    /// Gumbel-softmax temperature τ.
-    #[config(default = 1.0)]
-    pub tau: f64,
+    /// The encoder: composition function, pruning window and temperature. Its width is the
+    /// model width `D` (its `d_input` is ignored: the LM's embeddings are `D` wide).
+    #[config(default = "R2d2Config::new(128, CompositionConfig::new(128))")]
+    pub encoder: R2d2Config,
 }
 
 impl R2d2LmConfig {
     /// The benchmark configuration: `D = 128`, 2 layers, 4 heads, `m = 4`.
     pub fn bench(vocab_size: usize, pruning: bool) -> Self {
-        R2d2LmConfig::new(vocab_size).with_pruning(pruning)
+        let encoder = R2d2LmConfig::new(vocab_size).encoder.with_pruning(pruning);
+        R2d2LmConfig::new(vocab_size).with_encoder(encoder)
+    }
+
+    /// The model width `D`.
+    pub fn d_model(&self) -> usize {
+        self.encoder.composition.d_model
     }
 
     /// Builds the model on `device`.
@@ -52,7 +40,7 @@ impl R2d2LmConfig {
     /// As [`R2d2Config::init`]; also if `vocab_size` is 0.
     pub fn init<B: Backend>(&self, device: &B::Device) -> R2d2Lm<B> {
         assert!(self.vocab_size > 0, "the vocabulary must not be empty");
-        let d = self.d_model;
+        let d = self.d_model();
         let normal = Initializer::Normal {
             mean: 0.0,
             std: 0.02,
@@ -61,14 +49,11 @@ impl R2d2LmConfig {
             embedding: EmbeddingConfig::new(self.vocab_size, d)
                 .with_initializer(normal.clone())
                 .init(device),
-            encoder: R2d2Config::new(d, d)
-                .with_n_layers(self.n_layers)
-                .with_n_heads(self.n_heads)
-                .with_d_ff(self.d_ff)
-                .with_window(self.window)
-                .with_pruning(self.pruning)
-                .with_tau(self.tau)
-                .init(device),
+            encoder: R2d2Config {
+                d_input: d,
+                ..self.encoder.clone()
+            }
+            .init(device),
             edges: normal.init([2, d], device),
             head: LinearConfig::new(d, d).init(device),
             out_bias: Initializer::Zeros.init([self.vocab_size], device),
@@ -262,48 +247,4 @@ impl<B: Backend> R2d2Lm<B> {
         }
         out
     }
-}
-
-/// Deterministic pseudo-random token ids `[batch][n]` below `vocab_size` (SplitMix64), for
-/// benchmarks and tests.
-pub fn random_tokens(batch: usize, n: usize, vocab_size: usize, seed: u64) -> Vec<Vec<u32>> {
-    let mut state = seed;
-    let mut next = || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
-    (0..batch)
-        .map(|_| {
-            (0..n)
-                .map(|_| (next() % vocab_size.max(1) as u64) as u32)
-                .collect()
-        })
-        .collect()
-}
-
-/// Benchmark entry point: the LM loss of `tokens` in evaluation mode (forward only). Returns
-/// the loss value and the chart counters.
-pub fn lm_forward<B: Backend>(model: &R2d2Lm<B>, tokens: &[Vec<u32>]) -> (f64, ChartStats) {
-    let refs: Vec<&[u32]> = tokens.iter().map(|s| s.as_slice()).collect();
-    let out = model.lm_loss(&refs, Decisions::Argmax);
-    (out.loss.into_scalar().elem::<f64>(), out.stats)
-}
-
-/// Benchmark entry point: the LM loss of `tokens` in training mode (Gumbel noise from a
-/// sampler seeded with `seed`) and its backward pass. Returns the loss value and the chart
-/// counters; the gradients are computed and dropped.
-pub fn lm_forward_backward<B: AutodiffBackend>(
-    model: &R2d2Lm<B>,
-    tokens: &[Vec<u32>],
-    seed: u64,
-) -> (f64, ChartStats) {
-    let refs: Vec<&[u32]> = tokens.iter().map(|s| s.as_slice()).collect();
-    let mut sampler = arbor_cells::GumbelSampler::seeded(seed);
-    let out = model.lm_loss(&refs, Decisions::Sample(&mut sampler));
-    let value = out.loss.clone().into_scalar().elem::<f64>();
-    let _grads = out.loss.backward();
-    (value, out.stats)
 }

@@ -1,4 +1,4 @@
-//! R2D2 (Hu et al. 2021; MODELS.md §4): a differentiable CKY chart whose cells are composed by
+//! R2D2 (Hu et al. 2021; docs/models.md §4): a differentiable CKY chart whose cells are composed by
 //! a small recursive Transformer, pruned so that the number of compositions grows linearly
 //! with sentence length, trained as a bidirectional language model.
 //!
@@ -18,7 +18,7 @@ pub use chart::{Chart, ChartConfig, ChartStats};
 pub use composition::{layer_norm_noaffine, Compose, Composed, Composition, CompositionConfig};
 pub use encoder::{R2d2, R2d2Config};
 pub use layer::{RoleTransformerLayer, RoleTransformerLayerConfig};
-pub use lm::{lm_forward, lm_forward_backward, random_tokens, LmLoss, R2d2Lm, R2d2LmConfig};
+pub use lm::{LmLoss, R2d2Lm, R2d2LmConfig};
 
 use arbor_data::tree::BinaryTree;
 

@@ -1,4 +1,4 @@
-//! SPINN (Bowman et al. 2016; MODELS.md §3): a shift-reduce Tree-LSTM computed as one batched
+//! SPINN (Bowman et al. 2016; docs/models.md §3): a shift-reduce Tree-LSTM computed as one batched
 //! step per transition over a *thin stack*.
 //!
 //! - [`Spinn`] is the encoder in its three variants ([`SpinnVariant`]): SPINN-PI-NT (given
@@ -16,9 +16,6 @@ pub use thin_stack::{
     check_batch_transitions, check_transitions, repair_transitions, trace, PointerQueue, Reads,
     TraceStep,
 };
-
-use std::fmt;
-use std::str::FromStr;
 
 use arbor_cells::{
     BinaryTreeLstm, BinaryTreeLstmConfig, LstmCell, LstmCellConfig, LstmState, RecurrentCell,
@@ -56,7 +53,7 @@ pub enum SpinnError {
     )]
     MissingTransitions {
         /// The variant's name.
-        variant: &'static str,
+        variant: SpinnVariant,
         /// Which mode needs them.
         why: &'static str,
     },
@@ -82,54 +79,34 @@ pub enum SpinnError {
 
 /// The three SPINN variants of the paper.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum SpinnVariant {
     /// SPINN-PI-NT: given transitions, no tracking LSTM. Computes exactly a recursive
     /// Tree-LSTM over the given trees.
+    #[value(name = "spinn-pi-nt")]
     PiNt,
     /// SPINN-PI: given transitions and a tracking LSTM whose state feeds every composition.
     #[default]
+    #[value(name = "spinn-pi")]
     Pi,
     /// Full SPINN: SPINN-PI plus a transition classifier; teacher-forced in training (with
     /// `α`·cross-entropy on the transitions), parsing with its own predictions at evaluation.
+    #[value(name = "spinn")]
     Full,
 }
 
-impl SpinnVariant {
-    /// Every variant, in a fixed order.
-    pub const ALL: [SpinnVariant; 3] = [SpinnVariant::PiNt, SpinnVariant::Pi, SpinnVariant::Full];
-
-    /// Command-line name: `spinn-pi-nt`, `spinn-pi`, `spinn`.
-    pub fn name(self) -> &'static str {
-        match self {
-            SpinnVariant::PiNt => "spinn-pi-nt",
-            SpinnVariant::Pi => "spinn-pi",
-            SpinnVariant::Full => "spinn",
-        }
-    }
-}
-
-impl fmt::Display for SpinnVariant {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for SpinnVariant {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let key = s.trim().to_ascii_lowercase().replace('_', "-");
-        SpinnVariant::ALL
-            .into_iter()
-            .find(|v| v.name() == key)
-            .ok_or_else(|| {
-                format!("unknown SPINN variant `{s}`; expected spinn-pi-nt, spinn-pi or spinn")
-            })
-    }
-}
+arbor_cells::value_enum_names!(SpinnVariant, "SPINN variant");
 
 /// Configuration of a [`Spinn`] encoder.
 #[derive(Config, Debug)]
@@ -323,7 +300,7 @@ impl<B: Backend> Spinn<B> {
             Plan::Own
         } else {
             let ts = input.transitions.ok_or(SpinnError::MissingTransitions {
-                variant: self.variant().name(),
+                variant: self.variant(),
                 why: if self.classifier.is_some() {
                     "training is teacher-forced"
                 } else {

@@ -1,4 +1,4 @@
-//! The host side of SPINN's thin stack (Bowman et al. 2016, §3.1; MODELS.md §3): the per-example
+//! The host side of SPINN's thin stack (Bowman et al. 2016, §3.1; docs/models.md §3): the per-example
 //! queue of row pointers, the validity rule, and checks of given transition sequences.
 //!
 //! The stack *contents* live on the device as one array of written rows (see
@@ -83,7 +83,7 @@ impl PointerQueue {
         }
     }
 
-    /// The validity rule of full SPINN at evaluation (MODELS.md §3): a finished sentence skips;
+    /// The validity rule of full SPINN at evaluation (docs/models.md §3): a finished sentence skips;
     /// with fewer than two stack items SHIFT is forced; with an empty buffer REDUCE is forced;
     /// otherwise the classifier's `wanted` SHIFT or REDUCE is taken.
     pub fn enforce(&self, wanted: Transition) -> Transition {
