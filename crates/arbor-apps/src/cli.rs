@@ -16,7 +16,70 @@ pub enum OptimizerArg {
     Adamw,
 }
 
-/// Flags every training example shares.
+/// The engine flags every training program shares. Each program keeps its own defaults
+/// (`#[command(mut_arg(..))]` on its arguments), and [`EngineArgs::train_config`] is the one
+/// place they become a [`TrainConfig`].
+#[derive(Debug, Clone, Args)]
+pub struct EngineArgs {
+    /// Examples per batch.
+    #[arg(long, default_value_t = 64)]
+    pub batch_size: usize,
+    /// Epochs.
+    #[arg(long, default_value_t = 5)]
+    pub epochs: usize,
+    /// Stop after this many optimizer steps in total.
+    #[arg(long)]
+    pub max_steps: Option<u64>,
+    /// Stop after this many minutes of training (a checkpoint is written first).
+    #[arg(long)]
+    pub max_minutes: Option<f64>,
+    /// Learning rate.
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f64,
+    /// Weight decay.
+    #[arg(long, default_value_t = 0.0)]
+    pub weight_decay: f64,
+    /// Clip the global gradient norm (0: no clipping).
+    #[arg(long, default_value_t = 5.0)]
+    pub clip: f64,
+    /// Evaluate and checkpoint every N steps (0: every epoch).
+    #[arg(long, default_value_t = 0)]
+    pub eval_every: u64,
+    /// Seed of initialisation, data order, dropout and noise.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Output directory for checkpoints and the metrics log.
+    #[arg(long, default_value = "runs/default")]
+    pub out: PathBuf,
+    /// Continue from OUT/last.ckpt.
+    #[arg(long)]
+    pub resume: bool,
+    /// No progress bars.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+impl EngineArgs {
+    /// The engine configuration these flags describe, with `optimizer`.
+    pub fn train_config(&self, optimizer: OptimizerKind) -> TrainConfig {
+        let mut c = TrainConfig::new(&self.out);
+        c.optimizer = optimizer;
+        c.lr = self.lr;
+        c.weight_decay = self.weight_decay;
+        c.clip_norm = (self.clip > 0.0).then_some(self.clip);
+        c.batch_size = self.batch_size;
+        c.epochs = self.epochs;
+        c.max_steps = self.max_steps;
+        c.max_minutes = self.max_minutes;
+        c.eval_every = self.eval_every;
+        c.seed = self.seed;
+        c.resume = self.resume;
+        c.quiet = self.quiet;
+        c
+    }
+}
+
+/// Flags every classification program shares.
 #[derive(Debug, Clone, Args)]
 pub struct TrainArgs {
     /// Backend and device: flex, ndarray, cuda, cuda:N.
@@ -50,36 +113,12 @@ pub struct TrainArgs {
     /// Transformer: feed-forward inner width (0: 4 × --dim).
     #[arg(long, default_value_t = 0)]
     pub ff_dim: usize,
-    /// Examples per batch.
-    #[arg(long, default_value_t = 64)]
-    pub batch_size: usize,
-    /// Epochs.
-    #[arg(long, default_value_t = 5)]
-    pub epochs: usize,
-    /// Stop after this many optimizer steps in total.
-    #[arg(long)]
-    pub max_steps: Option<u64>,
-    /// Learning rate.
-    #[arg(long, default_value_t = 1e-3)]
-    pub lr: f64,
     /// Optimizer.
     #[arg(long, value_enum, default_value = "adam")]
     pub optimizer: OptimizerArg,
-    /// Weight decay.
-    #[arg(long, default_value_t = 0.0)]
-    pub weight_decay: f64,
-    /// Clip the global gradient norm (0: no clipping).
-    #[arg(long, default_value_t = 5.0)]
-    pub clip: f64,
     /// Dropout on embeddings and in the classifier.
     #[arg(long, default_value_t = 0.1)]
     pub dropout: f64,
-    /// Evaluate and checkpoint every N steps (0: every epoch).
-    #[arg(long, default_value_t = 0)]
-    pub eval_every: u64,
-    /// Seed of initialisation, data order, dropout and noise.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
     /// Standard deviation of randomly initialised word embeddings, `N(0, std²)`. Default: the
     /// program's, which follows its reference code (1 for logic and ListOps, as SPINN's
     /// `nn.Embedding`; 0.01 for SST-2 and SNLI, as the Gumbel Tree-LSTM code); see docs/init.md.
@@ -89,15 +128,9 @@ pub struct TrainArgs {
     /// Pretrained word vectors (GloVe/word2vec text format).
     #[arg(long)]
     pub glove: Option<PathBuf>,
-    /// Output directory for checkpoints and the metrics log.
-    #[arg(long, default_value = "runs/default")]
-    pub out: PathBuf,
-    /// Continue from OUT/last.ckpt.
-    #[arg(long)]
-    pub resume: bool,
-    /// No progress bars.
-    #[arg(long)]
-    pub quiet: bool,
+    /// The engine's flags (batch, epochs, learning rate, checkpoints…).
+    #[command(flatten)]
+    pub engine: EngineArgs,
 }
 
 fn parse_encoder(s: &str) -> Result<EncoderKind, String> {
@@ -111,22 +144,10 @@ fn parse_pooling(s: &str) -> Result<Pooling, String> {
 impl TrainArgs {
     /// The engine configuration these flags describe.
     pub fn train_config(&self) -> TrainConfig {
-        let mut c = TrainConfig::new(&self.out);
-        c.optimizer = match self.optimizer {
+        self.engine.train_config(match self.optimizer {
             OptimizerArg::Adam => OptimizerKind::Adam,
             OptimizerArg::Adamw => OptimizerKind::AdamW,
-        };
-        c.lr = self.lr;
-        c.weight_decay = self.weight_decay;
-        c.clip_norm = (self.clip > 0.0).then_some(self.clip);
-        c.batch_size = self.batch_size;
-        c.epochs = self.epochs;
-        c.max_steps = self.max_steps;
-        c.eval_every = self.eval_every;
-        c.seed = self.seed;
-        c.resume = self.resume;
-        c.quiet = self.quiet;
-        c
+        })
     }
 
     /// Checks the flags that constrain each other: at least one layer, and Transformer heads

@@ -287,7 +287,7 @@ pub fn classification_task<B: AutodiffBackend, D: ProgramData>(
     splits: Vec<(String, D)>,
     device: &B::Device,
 ) -> Result<(D::Model<B>, ClassificationTask<B, D>)> {
-    seed_everything::<B>(device, a.seed);
+    seed_everything::<B>(device, a.engine.seed);
     train.check_gold(a.encoder, "train")?;
     for (name, data) in &splits {
         data.check_gold(a.encoder, name)?;

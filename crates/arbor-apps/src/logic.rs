@@ -84,7 +84,7 @@ pub fn load_splits(args: &LogicArgs) -> Result<LogicSplits> {
             args.max_train_operators
         );
     }
-    let (mut train, valid) = train_valid_split(pool, args.valid_fraction, args.common.seed);
+    let (mut train, valid) = train_valid_split(pool, args.valid_fraction, args.common.engine.seed);
     if let Some(n) = args.train_limit {
         train.truncate(n);
     }

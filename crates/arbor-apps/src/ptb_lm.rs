@@ -20,6 +20,7 @@ use burn::backend::Autodiff;
 use burn::prelude::*;
 use clap::Parser;
 
+use crate::cli::EngineArgs;
 use crate::common::checkpoint_in;
 use arbor_train::device::{run_on, BackendJob};
 
@@ -27,7 +28,13 @@ use arbor_train::device::{run_on, BackendJob};
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "ptb_lm",
-    about = "Word-level language models on PTB with any recurrent cell"
+    about = "Word-level language models on PTB with any recurrent cell",
+    mut_arg("batch_size", |a| a.default_value("20").help("Parallel streams of the batchified text")),
+    mut_arg("epochs", |a| a.default_value("1")),
+    mut_arg("lr", |a| a.default_value("2e-3")),
+    mut_arg("weight_decay", |a| a.default_value("1.2e-6")),
+    mut_arg("clip", |a| a.default_value("0.25")),
+    mut_arg("out", |a| a.default_value("runs/ptb_lm")),
 )]
 pub struct PtbLmArgs {
     /// Training text (one sentence per line; `<eos>` is appended to every line).
@@ -88,9 +95,6 @@ pub struct PtbLmArgs {
     /// TAR weight β.
     #[arg(long, default_value_t = 1.0)]
     pub beta: f64,
-    /// Rows trained in parallel.
-    #[arg(long, default_value_t = 20)]
-    pub batch_size: usize,
     /// Rows in evaluation.
     #[arg(long, default_value_t = 10)]
     pub eval_batch_size: usize,
@@ -100,42 +104,12 @@ pub struct PtbLmArgs {
     /// Evaluate on at most this many validation tokens during training (default: all).
     #[arg(long)]
     pub valid_tokens: Option<usize>,
-    /// Epochs.
-    #[arg(long, default_value_t = 1)]
-    pub epochs: usize,
-    /// Stop after this many optimizer steps.
-    #[arg(long)]
-    pub max_steps: Option<u64>,
-    /// Stop after this many minutes of training steps (evaluation time excluded).
-    #[arg(long)]
-    pub max_minutes: Option<f64>,
-    /// Adam learning rate.
-    #[arg(long, default_value_t = 2e-3)]
-    pub lr: f64,
-    /// Weight decay (Adam, coupled L2).
-    #[arg(long, default_value_t = 1.2e-6)]
-    pub weight_decay: f64,
-    /// Clip the global gradient norm (0: none).
-    #[arg(long, default_value_t = 0.25)]
-    pub clip: f64,
-    /// Evaluate and checkpoint every N steps (0: every epoch).
-    #[arg(long, default_value_t = 0)]
-    pub eval_every: u64,
-    /// Seed.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
     /// Backend and device: flex, ndarray, cuda, cuda:N.
     #[arg(long, default_value = "flex")]
     pub device: String,
-    /// Output directory (checkpoints, metrics.jsonl).
-    #[arg(long, default_value = "runs/ptb_lm")]
-    pub out: PathBuf,
-    /// Continue from OUT/last.ckpt (the carried state restarts from zeros).
-    #[arg(long)]
-    pub resume: bool,
-    /// No progress bars.
-    #[arg(long)]
-    pub quiet: bool,
+    /// The engine's flags (streams, epochs, learning rate, checkpoints…).
+    #[command(flatten)]
+    pub engine: EngineArgs,
 }
 
 fn parse_cell(s: &str) -> Result<CellKind, String> {
@@ -158,21 +132,10 @@ impl PtbLmArgs {
             .with_beta(self.beta)
     }
 
-    /// The engine configuration these flags describe.
+    /// The engine configuration these flags describe: Adam, one TBPTT segment per step.
     pub fn train_config(&self) -> TrainConfig {
-        let mut c = TrainConfig::new(&self.out);
-        c.optimizer = OptimizerKind::Adam;
-        c.lr = self.lr;
-        c.weight_decay = self.weight_decay;
-        c.clip_norm = (self.clip > 0.0).then_some(self.clip);
+        let mut c = self.engine.train_config(OptimizerKind::Adam);
         c.batch_size = 1;
-        c.epochs = self.epochs;
-        c.max_steps = self.max_steps;
-        c.max_minutes = self.max_minutes;
-        c.eval_every = self.eval_every;
-        c.seed = self.seed;
-        c.resume = self.resume;
-        c.quiet = self.quiet;
         c
     }
 }
@@ -213,7 +176,7 @@ impl Job {
     fn train<B: Backend>(self, device: B::Device) -> Result<()> {
         type Ad<B> = Autodiff<B>;
         let a = &self.args;
-        seed_everything::<Ad<B>>(&device, a.seed);
+        seed_everything::<Ad<B>>(&device, a.engine.seed);
         let vocab = build_stream_vocab(&a.train)?;
         let train_ids = read_token_stream(&a.train, &vocab)?;
         let mut valid_ids = read_token_stream(&a.valid, &vocab)?;
@@ -226,10 +189,10 @@ impl Job {
             "model": config,
             "vocab": vocab.tokens(),
             "bptt": a.bptt,
-            "batch_size": a.batch_size,
+            "batch_size": a.engine.batch_size,
         });
         let task = LmTask::<Ad<B>>::new(
-            Batchified::new(&train_ids, a.batch_size, a.bptt),
+            Batchified::new(&train_ids, a.engine.batch_size, a.bptt),
             Batchified::new(&valid_ids, a.eval_batch_size, a.bptt),
             a.alpha,
             a.beta,
@@ -244,7 +207,7 @@ impl Job {
              {}; cell {}, emb {}, hidden {}, {} layers; device {}",
             train_ids.len(),
             task.train.num_segments(),
-            a.batch_size,
+            a.engine.batch_size,
             a.bptt,
             task.valid.num_targets(),
             vocab.len(),
@@ -265,7 +228,7 @@ impl Job {
             s.step as f64 / task.train.num_segments() as f64,
             s.elapsed_sec,
             r.loss().map_or(f64::NAN, f64::exp),
-            (s.step as usize * a.batch_size * a.bptt) as f64 / s.elapsed_sec.max(1e-9)
+            (s.step as usize * a.engine.batch_size * a.bptt) as f64 / s.elapsed_sec.max(1e-9)
         );
         println!("checkpoints: {}", outcome.last_checkpoint.display());
         Ok(())
@@ -273,7 +236,7 @@ impl Job {
 
     fn eval<B: Backend>(self, device: B::Device, file: &Path) -> Result<()> {
         let a = &self.args;
-        let dir = a.checkpoint.clone().unwrap_or_else(|| a.out.clone());
+        let dir = a.checkpoint.clone().unwrap_or_else(|| a.engine.out.clone());
         let (model, vocab, _, path) = load_trained::<B>(&dir, &device)?;
         let ids = read_token_stream(file, &vocab)?;
         let data = Batchified::new(&ids, a.eval_batch_size, a.bptt);
@@ -293,7 +256,7 @@ impl Job {
 
     fn parse<B: Backend>(self, device: B::Device, file: &Path) -> Result<()> {
         let a = &self.args;
-        let dir = a.checkpoint.clone().unwrap_or_else(|| a.out.clone());
+        let dir = a.checkpoint.clone().unwrap_or_else(|| a.engine.out.clone());
         let (model, vocab, _, path) = load_trained::<B>(&dir, &device)?;
         let gold = load_gold(file, &parse_prep(), None)?;
         let n_layers = model.stack.layers.len();

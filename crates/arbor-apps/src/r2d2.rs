@@ -13,12 +13,13 @@ use arbor_data::wordpiece::{
 };
 use arbor_encoders::r2d2::{word_tree, CompositionConfig, R2d2Config, R2d2Lm, R2d2LmConfig};
 use arbor_encoders::Decisions;
-use arbor_train::{load_model, seed_everything, train, CheckpointFile, OptimizerKind, TrainConfig};
+use arbor_train::{load_model, seed_everything, train, CheckpointFile, OptimizerKind};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::prelude::*;
 use clap::{Args, Parser, Subcommand};
 
+use crate::cli::EngineArgs;
 use arbor_tasks::{R2d2LmTask, R2d2Meta};
 use arbor_train::device::{run_on, BackendJob};
 
@@ -44,6 +45,14 @@ pub enum Command {
 
 /// Flags of `pretrain`.
 #[derive(Debug, Clone, Args)]
+#[command(
+    mut_arg("lr", |a| a.default_value("5e-4")),
+    mut_arg("weight_decay", |a| a.default_value("0.01")),
+    mut_arg("clip", |a| a.default_value("1.0")),
+    mut_arg("epochs", |a| a.default_value("1")),
+    mut_arg("eval_every", |a| a.default_value("200")),
+    mut_arg("out", |a| a.default_value("runs/r2d2")),
+)]
 pub struct PretrainArgs {
     /// Training text (WikiText-2 format: ` = Heading = ` lines, empty lines, paragraphs).
     #[arg(long, default_value = "../shared/data/wikitext2/train.txt")]
@@ -84,45 +93,15 @@ pub struct PretrainArgs {
     /// Cap on padded tokens per batch (length-bucketed batches).
     #[arg(long, default_value_t = 1024)]
     pub max_tokens: usize,
-    /// Sentences per batch at most.
-    #[arg(long, default_value_t = 64)]
-    pub batch_size: usize,
-    /// Peak learning rate (AdamW).
-    #[arg(long, default_value_t = 5e-4)]
-    pub lr: f64,
     /// Linear warm-up steps.
     #[arg(long, default_value_t = 100)]
     pub warmup: u64,
-    /// AdamW weight decay.
-    #[arg(long, default_value_t = 0.01)]
-    pub weight_decay: f64,
-    /// Clip the global gradient norm (0: no clipping).
-    #[arg(long, default_value_t = 1.0)]
-    pub clip: f64,
-    /// Epochs.
-    #[arg(long, default_value_t = 1)]
-    pub epochs: usize,
-    /// Stop after this many optimizer steps.
-    #[arg(long)]
-    pub max_steps: Option<u64>,
-    /// Evaluate and checkpoint every N steps (0: every epoch).
-    #[arg(long, default_value_t = 200)]
-    pub eval_every: u64,
-    /// Seed.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
     /// Backend and device: flex, ndarray, cuda, cuda:N.
     #[arg(long, default_value = "flex")]
     pub device: String,
-    /// Output directory (checkpoints, metrics.jsonl, vocab.txt).
-    #[arg(long, default_value = "runs/r2d2")]
-    pub out: PathBuf,
-    /// Continue from OUT/last.ckpt.
-    #[arg(long)]
-    pub resume: bool,
-    /// No progress bars.
-    #[arg(long)]
-    pub quiet: bool,
+    /// The engine's flags (batch, epochs, learning rate, checkpoints…).
+    #[command(flatten)]
+    pub engine: EngineArgs,
 }
 
 /// Flags of `eval`.
@@ -206,12 +185,13 @@ impl BackendJob for PretrainJob {
     fn run<B: Backend>(self, device: B::Device) -> Result<()> {
         type Ad<B> = Autodiff<B>;
         let a = &self.args;
-        std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+        std::fs::create_dir_all(&a.engine.out)
+            .with_context(|| format!("creating {}", a.engine.out.display()))?;
         let train_text = read_text(&a.train)?;
         let valid_text = read_text(&a.valid)?;
         let mut train_sents = arbor_data::readers::wikitext_sentences(&train_text);
         let valid_sents = arbor_data::readers::wikitext_sentences(&valid_text);
-        let vocab_path = a.out.join("vocab.txt");
+        let vocab_path = a.engine.out.join("vocab.txt");
         let (tok, vocab) = match &a.vocab {
             Some(p) => {
                 let tok = WordPieceTokenizer::from_vocab_file(p, true)?;
@@ -221,7 +201,7 @@ impl BackendJob for PretrainJob {
                     .collect::<Vec<_>>();
                 (tok, pieces)
             }
-            None if a.resume && vocab_path.exists() => {
+            None if a.engine.resume && vocab_path.exists() => {
                 let pieces = read_text(&vocab_path)?
                     .lines()
                     .map(str::to_string)
@@ -261,7 +241,7 @@ impl BackendJob for PretrainJob {
                 .with_window(a.window)
                 .with_pruning(!a.no_pruning),
         );
-        seed_everything::<Ad<B>>(&device, a.seed);
+        seed_everything::<Ad<B>>(&device, a.engine.seed);
         let model = model_config.init::<Ad<B>>(&device);
         let tokens: usize = train_ids.iter().map(Vec::len).sum();
         eprintln!(
@@ -289,20 +269,9 @@ impl BackendJob for PretrainJob {
             eval_batch: 32,
             device: device.clone(),
         };
-        let mut config = TrainConfig::new(&a.out);
-        config.optimizer = OptimizerKind::AdamW;
-        config.lr = a.lr;
-        config.weight_decay = a.weight_decay;
-        config.clip_norm = (a.clip > 0.0).then_some(a.clip);
-        config.batch_size = a.batch_size;
+        let mut config = a.engine.train_config(OptimizerKind::AdamW);
         config.max_tokens = Some(a.max_tokens);
-        config.epochs = a.epochs;
-        config.max_steps = a.max_steps;
-        config.eval_every = a.eval_every;
-        config.seed = a.seed;
         config.warmup_steps = a.warmup;
-        config.resume = a.resume;
-        config.quiet = a.quiet;
         let outcome = train(&task, model, &config, &device)?;
         if let Some(r) = outcome.evals.get("valid") {
             println!(

@@ -289,7 +289,7 @@ impl BackendJob for EvalJob {
             .args
             .checkpoint
             .clone()
-            .unwrap_or(self.args.common.out.clone());
+            .unwrap_or(self.args.common.engine.out.clone());
         let path = checkpoint_in(&dir)?;
         let (model, meta, vocab) = load_trained::<B>(&path, &device)?;
         if let Some(sentence) = &self.args.parse {
