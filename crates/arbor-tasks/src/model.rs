@@ -54,7 +54,7 @@ impl ModelMeta {
     ///
     /// Checkpoints written before each encoder had its own configuration (a flat encoder
     /// record with a `kind`) are read too: their encoder is mapped onto today's configuration
-    /// of the same model ([`crate::legacy`]).
+    /// of the same model (see `arbor-tasks/src/legacy.rs`).
     pub fn from_checkpoint(meta: &serde_json::Value) -> Result<Self, String> {
         let mut task = meta["task"].clone();
         if let Some(encoder) = task.get_mut("model").and_then(|m| m.get_mut("encoder")) {
