@@ -3,7 +3,8 @@
 //! - `cargo xtask ci`: runs exactly what CI runs (`.ci/run`).
 //! - `cargo xtask bench [ARGS]`: builds the benchmark suite (`crates/arbor-bench`) in release mode
 //!   with the backend feature that `--device` needs, and runs it with `ARGS` (`--device cuda`,
-//!   `--filter NAME`, `--quick`, `--out DIR`, `--list`).
+//!   `--filter NAME`, `--quick`, `--out DIR`, `--list`, `--versus pytorch`: also time each
+//!   workload's PyTorch twin and add a PyTorch column and the arbor/PyTorch ratio).
 //! - `cargo xtask graph`: prints the crate graph of the workspace (normal dependencies between
 //!   members, from `cargo metadata`) as the mermaid picture for `docs/architecture.md`, keeping the
 //!   layers the document gives; crates in no layer are listed in `subgraph Unplaced`.

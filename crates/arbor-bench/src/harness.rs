@@ -69,6 +69,9 @@ pub struct Workload {
     pub sweep: Option<SweepPoint>,
     /// Allocates the model and the input and returns the run closure.
     pub build: Box<dyn FnOnce() -> Run>,
+    /// Inputs the PyTorch twin needs to run on exactly this workload's data (lengths, trees),
+    /// handed to `pytorch/twins.py` by `--versus pytorch`.
+    pub twin_inputs: Option<serde_json::Value>,
 }
 
 impl Workload {
@@ -90,7 +93,14 @@ impl Workload {
             modes: Mode::BOTH.to_vec(),
             sweep: None,
             build: Box::new(build),
+            twin_inputs: None,
         }
+    }
+
+    /// Gives the PyTorch twin this workload's exact inputs (see `pytorch/twins.py`).
+    pub fn with_twin_inputs(mut self, inputs: serde_json::Value) -> Self {
+        self.twin_inputs = Some(inputs);
+        self
     }
 
     /// Places the workload in a sweep.
@@ -205,6 +215,13 @@ pub struct Record {
     pub device_memory_bytes: Option<u64>,
     /// Its place in a sweep.
     pub sweep: Option<SweepPoint>,
+    /// The PyTorch twin's timing (`--versus pytorch`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pytorch: Option<crate::versus::TorchTiming>,
+    /// arbor throughput / PyTorch throughput (PyTorch median / arbor median; above 1, arbor is
+    /// faster).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ratio_vs_pytorch: Option<f64>,
 }
 
 /// The median of a non-empty slice.
@@ -242,6 +259,7 @@ pub fn measure(
         modes,
         sweep,
         build,
+        twin_inputs: _,
     } = workload;
     (probe.cleanup)();
     let mut run = build();
@@ -300,6 +318,8 @@ pub fn measure(
             peak_rss_bytes: peak_rss_bytes(),
             device_memory_bytes: (probe.device_memory)(),
             sweep: sweep.clone(),
+            pytorch: None,
+            ratio_vs_pytorch: None,
         };
         progress(&record);
         records.push(record);

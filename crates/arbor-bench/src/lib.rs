@@ -20,11 +20,13 @@ use burn::prelude::Backend;
 pub mod harness;
 pub mod report;
 pub mod system;
+pub mod versus;
 pub mod workloads;
 
 pub use harness::{measure, Mode, Probe, Record, Settings, Workload};
 pub use report::{Ratio, RatioSpec, Report, ScalingFit};
 pub use system::RunInfo;
+pub use versus::{TorchTiming, Versus};
 
 /// Whether a workload is selected by the filters (substrings of its name; none selects all).
 pub fn selected(name: &str, filters: &[String]) -> bool {
@@ -36,6 +38,19 @@ pub fn workload_names<B: Backend>(device: &B::Device) -> Vec<String> {
     workloads::suite::<B>(device)
         .into_iter()
         .map(|w| w.name)
+        .collect()
+}
+
+/// What the PyTorch twins need to know of each named workload: `{name, modes, inputs}` (modes
+/// by their labels, inputs from [`Workload::with_twin_inputs`]).
+pub fn twin_workloads<B: Backend>(device: &B::Device, names: &[String]) -> Vec<serde_json::Value> {
+    workloads::suite::<B>(device)
+        .into_iter()
+        .filter(|w| names.contains(&w.name))
+        .map(|w| {
+            let modes: Vec<&str> = w.modes.iter().map(|m| m.label()).collect();
+            serde_json::json!({ "name": w.name, "modes": modes, "inputs": w.twin_inputs })
+        })
         .collect()
 }
 
@@ -81,6 +96,7 @@ impl Report {
             ratios: report::ratios(&workloads::ratio_specs(), &records),
             scaling: report::scaling_fits(&records),
             records,
+            versus: None,
         }
     }
 }

@@ -3,12 +3,21 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
+use arbor_bench::versus::{self, TwinSpec, Versus};
 use arbor_bench::{
-    run_suite, selected, workload_names, write_outputs, Mode, Probe, Record, Report, Settings,
+    run_suite, selected, twin_workloads, workload_names, write_outputs, Mode, Probe, Record,
+    Report, Settings,
 };
 use arbor_train::device::{DeviceError, DeviceSpec};
 use burn::prelude::Backend;
-use clap::Parser;
+use clap::{Parser, ValueEnum};
+
+/// What `--versus` compares arbor with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Against {
+    /// The PyTorch twins in `crates/arbor-bench/pytorch/twins.py` (needs `import torch`).
+    Pytorch,
+}
 
 /// Measures every encoder's speed, memory and scaling on one backend.
 #[derive(Parser, Debug)]
@@ -41,6 +50,12 @@ struct Args {
     /// (the peak RSS then includes what the allocator kept from earlier workloads).
     #[arg(long)]
     no_isolate: bool,
+    /// Also time each workload's PyTorch twin (`crates/arbor-bench/pytorch/twins.py`, run with
+    /// `$ARBOR_PYTHON` or `python3`, the same thread count and timing policy) and add a PyTorch
+    /// column and the arbor/PyTorch throughput ratio. Skipped, with a note, when `import torch`
+    /// fails.
+    #[arg(long, value_enum)]
+    versus: Option<Against>,
     /// Internal: measure exactly this workload and print its records as JSON.
     #[arg(long, hide = true)]
     worker: Option<String>,
@@ -172,10 +187,97 @@ fn run<B: Backend>(args: &Args, device: B::Device, probe: Probe) -> Result<()> {
         let records = run_isolated(args, &names, &settings)?;
         Report::from_records(&command, settings, records)
     };
+    let mut report = report;
+    if args.versus == Some(Against::Pytorch) {
+        compare_with_pytorch::<B>(args, &device, &settings, &mut report);
+    }
     let md = write_outputs(&report, &args.out)?;
     println!("{md}");
     eprintln!("wrote {}/bench.{{json,md}}", args.out.display());
     Ok(())
+}
+
+/// Runs the PyTorch twins of the measured workloads and attaches their timings; on any problem
+/// the report says why the comparison was skipped and the arbor results stand.
+fn compare_with_pytorch<B: Backend>(
+    args: &Args,
+    device: &B::Device,
+    settings: &Settings,
+    report: &mut Report,
+) {
+    let python = versus::python();
+    let threads = versus::arbor_threads();
+    let mut outcome = Versus {
+        framework: "pytorch".to_string(),
+        python: python.clone(),
+        torch_version: None,
+        threads,
+        skipped: None,
+        notes: Vec::new(),
+    };
+    let skip = |outcome: &mut Versus, report: &mut Report, reason: String| {
+        eprintln!("{}", versus::skip_message(&reason));
+        outcome.skipped = Some(reason);
+        report.versus = Some(outcome.clone());
+    };
+    let torch_version = match versus::probe_torch(&python) {
+        Ok(v) => v,
+        Err(reason) => return skip(&mut outcome, report, reason),
+    };
+    outcome.torch_version = Some(torch_version.clone());
+    let script = match versus::twins_script() {
+        Ok(p) => p,
+        Err(reason) => return skip(&mut outcome, report, reason),
+    };
+    let mut names: Vec<String> = Vec::new();
+    for r in &report.records {
+        if !names.contains(&r.name) {
+            names.push(r.name.clone());
+        }
+    }
+    let on_gpu = args.device.to_ascii_lowercase().starts_with("cuda");
+    let spec = TwinSpec {
+        settings: *settings,
+        threads,
+        device: if on_gpu { "cuda" } else { "cpu" }.to_string(),
+        workloads: twin_workloads::<B>(device, &names),
+    };
+    eprintln!(
+        "--versus pytorch: torch {torch_version} via `{python}`, {threads} thread(s), {} workload(s)",
+        names.len()
+    );
+    if let Err(e) = std::fs::create_dir_all(&args.out) {
+        let reason = format!("cannot create {} ({e})", args.out.display());
+        return skip(&mut outcome, report, reason);
+    }
+    let spec_path = args.out.join("pytorch-spec.json");
+    match versus::run_twins(&python, &script, &spec, &spec_path) {
+        Ok(lines) => {
+            outcome.notes = versus::attach(&mut report.records, &lines);
+            let jobs = args.jobs.unwrap_or(if args.quick { 2 } else { 1 });
+            let mut why = Vec::new();
+            if args.quick {
+                why.push("`--quick` times one cold run per side".to_string());
+            }
+            if jobs > 1 && !args.no_isolate {
+                why.push(format!(
+                    "arbor ran {jobs} workloads at a time, the twins one at a time"
+                ));
+            }
+            if !why.is_empty() {
+                outcome.notes.push(format!(
+                    "not a speed comparison: {}; run without `--quick` and with `--jobs 1` for ratios to quote",
+                    why.join(", and ")
+                ));
+            }
+            report.versus = Some(outcome);
+        }
+        Err(e) => skip(
+            &mut outcome,
+            report,
+            format!("the PyTorch twins failed: {e:#}"),
+        ),
+    }
 }
 
 #[allow(dead_code)]

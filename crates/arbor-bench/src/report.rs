@@ -137,6 +137,9 @@ pub struct Report {
     pub ratios: Vec<Ratio>,
     /// Scaling fits.
     pub scaling: Vec<ScalingFit>,
+    /// The PyTorch comparison (`--versus pytorch`), when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versus: Option<crate::versus::Versus>,
 }
 
 fn mib(bytes: Option<u64>) -> String {
@@ -181,15 +184,50 @@ pub fn markdown(report: &Report) -> String {
         );
         let _ = writeln!(s);
     }
+    let compared = report.versus.as_ref().is_some_and(|v| v.skipped.is_none());
+    if let Some(v) = &report.versus {
+        match &v.skipped {
+            Some(why) => {
+                let _ = writeln!(s, "- versus PyTorch: skipped ({why})\n");
+            }
+            None => {
+                let _ = writeln!(
+                    s,
+                    "- versus PyTorch {} (`{}`, `crates/arbor-bench/pytorch/twins.py`): {} thread(s) on both sides (arbor's rayon pool; `torch.set_num_threads({})`), the same timing policy; arbor/PyTorch = arbor throughput ÷ PyTorch throughput (above 1: arbor is faster)\n",
+                    v.torch_version.as_deref().unwrap_or("?"),
+                    v.python,
+                    v.threads,
+                    v.threads
+                );
+            }
+        }
+    }
+    let (extra_head, extra_rule) = if compared {
+        (" PyTorch ms | arbor/PyTorch |", "---:|---:|")
+    } else {
+        ("", "")
+    };
     let _ = writeln!(
         s,
-        "| workload | mode | median ms | min–max ms | spread | throughput | peak RSS MiB | device MiB |"
+        "| workload | mode | median ms | min–max ms | spread | throughput | peak RSS MiB | device MiB |{extra_head}"
     );
-    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|{extra_rule}");
     for r in &report.records {
+        let extra = if compared {
+            let torch = r
+                .pytorch
+                .as_ref()
+                .map_or("—".to_string(), |t| format!("{:.2}", t.median_s * 1e3));
+            format!(
+                " {torch} | {} |",
+                crate::versus::format_ratio(r.ratio_vs_pytorch)
+            )
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             s,
-            "| {} | {} | {:.2} | {:.2}–{:.2} | {:.0}% | {} | {} | {} |",
+            "| {} | {} | {:.2} | {:.2}–{:.2} | {:.0}% | {} | {} | {} |{extra}",
             r.name,
             r.mode.label(),
             r.median_ms,
@@ -200,6 +238,12 @@ pub fn markdown(report: &Report) -> String {
             mib(r.peak_rss_bytes),
             mib(r.device_memory_bytes)
         );
+    }
+    if let Some(v) = report.versus.as_ref().filter(|v| !v.notes.is_empty()) {
+        let _ = writeln!(s, "\n**PyTorch notes**:\n");
+        for note in &v.notes {
+            let _ = writeln!(s, "- {note}");
+        }
     }
     if !report.ratios.is_empty() {
         let _ = writeln!(s, "\n**Derived ratios** (ratios of median times):\n");
@@ -335,6 +379,92 @@ fn draw(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::harness::Settings;
+    use crate::system::RunInfo;
+    use crate::versus::{TorchTiming, Versus};
+
+    fn record(name: &str, median_ms: f64) -> Record {
+        Record {
+            name: name.into(),
+            group: "g".into(),
+            mode: Mode::Forward,
+            params: serde_json::json!({}),
+            items: 10,
+            unit: "tokens".into(),
+            run: RunInfo::collect("flex", "flex"),
+            warmup: 0,
+            times_ms: vec![median_ms],
+            median_ms,
+            min_ms: median_ms,
+            max_ms: median_ms,
+            spread_pct: 0.0,
+            items_per_s: 10.0 / (median_ms / 1e3),
+            peak_rss_bytes: None,
+            device_memory_bytes: None,
+            sweep: None,
+            pytorch: None,
+            ratio_vs_pytorch: None,
+        }
+    }
+
+    #[test]
+    fn markdown_gains_the_pytorch_columns_only_when_compared() {
+        let mut report = Report {
+            command: "arbor-bench".into(),
+            settings: Settings::quick(),
+            records: vec![record("g/a", 100.0), record("g/b", 50.0)],
+            ratios: vec![],
+            scaling: vec![],
+            versus: None,
+        };
+        let plain = markdown(&report);
+        assert!(!plain.contains("PyTorch"), "{plain}");
+
+        let lines = vec![crate::versus::TwinLine::Timed {
+            name: "g/a".into(),
+            mode: Mode::Forward,
+            timing: TorchTiming {
+                median_s: 0.25,
+                min_s: 0.25,
+                max_s: 0.25,
+                items_per_s: 40.0,
+                threads: 2,
+                torch_version: "2.15.0".into(),
+                times_s: vec![0.25],
+                compositions: None,
+            },
+        }];
+        let notes = crate::versus::attach(&mut report.records, &lines);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("g/b"));
+        assert_eq!(report.records[0].ratio_vs_pytorch, Some(2.5));
+        report.versus = Some(Versus {
+            framework: "pytorch".into(),
+            python: "python3".into(),
+            torch_version: Some("2.15.0".into()),
+            threads: 2,
+            skipped: None,
+            notes,
+        });
+        let md = markdown(&report);
+        assert!(md.contains("| PyTorch ms | arbor/PyTorch |"), "{md}");
+        assert!(md.contains("| 250.00 | 2.50× |"), "{md}");
+        assert!(md.contains("| — | — |"), "{md}");
+        assert!(md.contains("2 thread(s) on both sides"), "{md}");
+        assert!(md.contains("**PyTorch notes**"), "{md}");
+
+        // JSON round trip keeps the new fields.
+        let json = serde_json::to_string(&report).unwrap();
+        let back: Report = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, report);
+
+        report.versus.as_mut().unwrap().skipped = Some("no torch".into());
+        let md = markdown(&report);
+        assert!(
+            md.contains("skipped (no torch)") && !md.contains("arbor/PyTorch |"),
+            "{md}"
+        );
+    }
 
     #[test]
     fn exponent_of_power_laws() {

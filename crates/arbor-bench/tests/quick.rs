@@ -67,3 +67,109 @@ fn an_unknown_filter_is_an_error() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no workload matches"));
 }
+
+/// `--versus pytorch` on the same two workloads: when `import torch` works, every record gains a
+/// finite PyTorch time and ratio, and the table its two columns; otherwise the comparison is
+/// skipped with a reason and the arbor results are still written.
+#[test]
+fn quick_run_versus_pytorch_adds_the_pytorch_column() {
+    let python = std::env::var("ARBOR_PYTHON").unwrap_or_else(|_| "python3".into());
+    let has_torch = Command::new(&python)
+        .args(["-c", "import torch"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_arbor-bench"))
+        .args([
+            "--quick",
+            "--versus",
+            "pytorch",
+            "--filter",
+            "gumbel/length/d100-affine-n8,gumbel/length/d100-affine-n16",
+            "--out",
+        ])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let json = std::fs::read_to_string(out.path().join("bench.json")).unwrap();
+    let report: Report = serde_json::from_str(&json).unwrap();
+    let md = std::fs::read_to_string(out.path().join("bench.md")).unwrap();
+    assert_eq!(report.records.len(), 4);
+    let versus = report.versus.as_ref().expect("a versus section");
+    assert_eq!(versus.framework, "pytorch");
+    assert!(versus.threads >= 1);
+    if !has_torch {
+        eprintln!("skipped the PyTorch half of this test: `{python} -c \"import torch\"` fails");
+        assert!(versus.skipped.is_some());
+        assert!(stderr.contains("pip install torch"), "{stderr}");
+        assert!(md.contains("versus PyTorch: skipped"), "{md}");
+        return;
+    }
+    assert_eq!(versus.skipped, None, "{stderr}");
+    assert!(
+        versus.notes.iter().all(|n| !n.contains("no PyTorch time")),
+        "{:?}",
+        versus.notes
+    );
+    assert!(versus
+        .notes
+        .iter()
+        .any(|n| n.contains("not a speed comparison")));
+    for r in &report.records {
+        let t = r
+            .pytorch
+            .as_ref()
+            .unwrap_or_else(|| panic!("{}: no pytorch", r.name));
+        assert!(t.median_s.is_finite() && t.median_s > 0.0);
+        assert!(t.min_s <= t.median_s && t.median_s <= t.max_s);
+        assert!(t.items_per_s.is_finite() && t.items_per_s > 0.0);
+        assert_eq!(t.threads, versus.threads);
+        assert_eq!(Some(&t.torch_version), versus.torch_version.as_ref());
+        assert_eq!(t.times_s.len(), 1, "--quick: one timed run");
+        let ratio = r.ratio_vs_pytorch.unwrap();
+        assert!(ratio.is_finite() && ratio > 0.0);
+        assert!((ratio - t.median_s * 1e3 / r.median_ms).abs() < 1e-9 * ratio);
+    }
+    assert!(json.contains("\"ratio_vs_pytorch\""));
+    assert!(md.contains("| PyTorch ms | arbor/PyTorch |"), "{md}");
+    assert!(md.contains("thread(s) on both sides"), "{md}");
+    let row = md
+        .lines()
+        .find(|l| l.starts_with("| gumbel/length/d100-affine-n8 | forward |"))
+        .unwrap();
+    assert!(row.trim_end().ends_with("× |"), "{row}");
+}
+
+#[test]
+fn versus_without_torch_is_skipped_with_a_reason() {
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_arbor-bench"))
+        .env("ARBOR_PYTHON", "/nonexistent/python-for-arbor-tests")
+        .args([
+            "--quick",
+            "--versus",
+            "pytorch",
+            "--filter",
+            "gumbel/length/d100-affine-n8",
+            "--out",
+        ])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(stderr.contains("--versus pytorch: skipped") && stderr.contains("pip install torch"));
+    let report: Report =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("bench.json")).unwrap())
+            .unwrap();
+    assert_eq!(report.records.len(), 2);
+    assert!(report.records.iter().all(|r| r.pytorch.is_none()));
+    assert!(report
+        .versus
+        .unwrap()
+        .skipped
+        .unwrap()
+        .contains("cannot run"));
+}

@@ -30,6 +30,7 @@ fn workload<B: Backend>(
     let device = device.clone();
     let batch = lengths.len();
     let max_len = lengths.iter().copied().max().unwrap_or(1);
+    let twin = json!({ "lengths": lengths });
     let params = json!({
         "d_input": d, "d_hidden": d, "leaf": leaf.to_string(), "batch": batch,
         "lengths": if lengths.iter().all(|&n| n == max_len) { json!(max_len) } else { json!(lengths) },
@@ -64,6 +65,7 @@ fn workload<B: Backend>(
             }
         })
     })
+    .with_twin_inputs(twin)
 }
 
 /// The paper's two sizes (batch 128, lengths uniform in 5..=25, seed 0), and a sweep over

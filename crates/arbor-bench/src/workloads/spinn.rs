@@ -43,6 +43,25 @@ fn data() -> Data {
     }
 }
 
+/// The exact lengths and trees (as `S`/`R` transition strings) for the PyTorch twin.
+fn twin_inputs() -> serde_json::Value {
+    let data = data();
+    let transitions: Vec<String> = data
+        .transitions
+        .iter()
+        .map(|ts| {
+            ts.iter()
+                .filter_map(|t| match t {
+                    Transition::Shift => Some('S'),
+                    Transition::Reduce => Some('R'),
+                    Transition::Skip => None,
+                })
+                .collect()
+        })
+        .collect();
+    json!({ "lengths": data.lengths, "transitions": transitions, "max_len": MAX_LEN })
+}
+
 fn params(kind: &str) -> serde_json::Value {
     json!({
         "encoder": kind, "d": D, "batch": BATCH, "lengths": format!("uniform 2..={MAX_LEN}, seed 0"),
@@ -108,6 +127,7 @@ fn spinn<B: Backend>(device: &B::Device, recursive: bool) -> Workload {
             }
         })
     })
+    .with_twin_inputs(twin_inputs())
 }
 
 fn lstm<B: Backend>(device: &B::Device) -> Workload {
@@ -136,6 +156,7 @@ fn lstm<B: Backend>(device: &B::Device) -> Workload {
             })
         },
     )
+    .with_twin_inputs(twin_inputs())
 }
 
 /// Thin stack, recursive reference and LSTM at D 300, batch 512, lengths ≤ 30.
