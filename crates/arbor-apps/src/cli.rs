@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use arbor_encoders::{EncoderConfig, EncoderKind, LeafKind, Pooling};
-use arbor_train::{OptimizerKind, TrainConfig};
+use arbor_train::{CheckpointEvery, OptimizerKind, TrainConfig};
 use clap::{Args, ValueEnum};
 
 /// Optimizers, as a command-line value.
@@ -45,6 +45,9 @@ pub struct EngineArgs {
     /// Evaluate and checkpoint every N steps (0: every epoch).
     #[arg(long, default_value_t = 0)]
     pub eval_every: u64,
+    /// Also write OUT/last.ckpt every N steps (`500`) or minutes (`10m`), between evaluations.
+    #[arg(long, value_name = "N|Mm")]
+    pub checkpoint_every: Option<CheckpointEvery>,
     /// Seed of initialisation, data order, dropout and noise.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -54,6 +57,11 @@ pub struct EngineArgs {
     /// Continue from OUT/last.ckpt.
     #[arg(long)]
     pub resume: bool,
+    /// With --resume: continue even if the checkpoint was written with other settings (batch,
+    /// seed, optimizer, learning-rate schedule…) or other training data; the differences are
+    /// printed as a warning.
+    #[arg(long)]
+    pub force: bool,
     /// No progress bars.
     #[arg(long)]
     pub quiet: bool,
@@ -72,8 +80,10 @@ impl EngineArgs {
         c.max_steps = self.max_steps;
         c.max_minutes = self.max_minutes;
         c.eval_every = self.eval_every;
+        c.checkpoint_every = self.checkpoint_every;
         c.seed = self.seed;
         c.resume = self.resume;
+        c.force_resume = self.force;
         c.quiet = self.quiet;
         c
     }
@@ -150,9 +160,17 @@ impl TrainArgs {
         })
     }
 
-    /// Checks the flags that constrain each other: at least one layer, and Transformer heads
-    /// that divide the width.
+    /// Checks every flag before any work: the engine flags ([`check_engine`]), the classifier's
+    /// widths and dropout, and the encoder configuration the flags describe (its own
+    /// `validate`), with errors naming the flag and the rule.
     pub fn check(&self) -> anyhow::Result<()> {
+        check_engine(&self.engine)?;
+        if self.dim == 0 || self.embed_dim == Some(0) || self.mlp_dim == Some(0) {
+            anyhow::bail!("--dim, --embed-dim and --mlp-dim must be at least 1");
+        }
+        if !(self.dropout.is_finite() && (0.0..1.0).contains(&self.dropout)) {
+            anyhow::bail!("--dropout {} must be in [0, 1)", self.dropout);
+        }
         if let Some(std) = self.embed_init_std {
             if !(std.is_finite() && std >= 0.0) {
                 anyhow::bail!("--embed-init-std {std} must be a finite number ≥ 0");
@@ -168,6 +186,23 @@ impl TrainArgs {
                 self.dim
             );
         }
+        self.encoder_config(self.embed_dim.unwrap_or(self.dim))
+            .validate()
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "invalid flags for the {} encoder: {}",
+                    self.encoder,
+                    e.named(&[
+                        ("n_heads", "--heads"),
+                        ("d_model", "--dim"),
+                        ("d_hidden", "--dim"),
+                        ("d_input", "--embed-dim"),
+                        ("n_layers", "--layers"),
+                        ("d_ff", "--ff-dim"),
+                        ("chunk_size", "the gate chunk size derived from --dim"),
+                    ])
+                )
+            })?;
         Ok(())
     }
 
@@ -195,4 +230,27 @@ impl TrainArgs {
             spinn @ EncoderConfig::Spinn(_) => spinn,
         }
     }
+}
+
+/// Checks the engine flags every training program shares before any work: a batch of at
+/// least one example, a finite positive learning rate, finite non-negative weight decay and
+/// clipping, and a positive `--max-minutes`.
+pub fn check_engine(e: &EngineArgs) -> anyhow::Result<()> {
+    if e.batch_size == 0 {
+        anyhow::bail!("--batch-size must be at least 1");
+    }
+    if !(e.lr.is_finite() && e.lr > 0.0) {
+        anyhow::bail!("--lr {} must be a finite number > 0", e.lr);
+    }
+    for (flag, v) in [("--weight-decay", e.weight_decay), ("--clip", e.clip)] {
+        if !(v.is_finite() && v >= 0.0) {
+            anyhow::bail!("{flag} {v} must be a finite number ≥ 0");
+        }
+    }
+    if let Some(m) = e.max_minutes {
+        if !(m.is_finite() && m > 0.0) {
+            anyhow::bail!("--max-minutes {m} must be a finite number > 0");
+        }
+    }
+    Ok(())
 }

@@ -132,6 +132,34 @@ impl PtbLmArgs {
             .with_beta(self.beta)
     }
 
+    /// Checks every flag before any work, with errors naming the flag and the rule.
+    pub fn check(&self) -> Result<()> {
+        crate::cli::check_engine(&self.engine)?;
+        if self.bptt == 0 {
+            bail!("--bptt must be at least 1");
+        }
+        // The vocabulary is not read yet: any size ≥ 1 checks the widths and dropouts.
+        self.model_config(1).validate().map_err(|e| {
+            anyhow::anyhow!(
+                "invalid flags: {}",
+                e.named(&[
+                    ("d_embed", "--emb"),
+                    ("d_hidden", "--hidden"),
+                    ("d_input", "--emb"),
+                    ("n_layers", "--layers"),
+                    ("chunk_size", "--chunk-size"),
+                    ("kernel_size", "--kernel-size"),
+                    ("dropout", "--dropout"),
+                    ("dropout_hidden", "--dropout-hidden"),
+                    ("dropout_input", "--dropout-input"),
+                    ("dropout_embedding", "--dropout-embedding"),
+                    ("weight_drop", "--weight-drop"),
+                ])
+            )
+        })?;
+        Ok(())
+    }
+
     /// The engine configuration these flags describe: Adam, one TBPTT segment per step.
     pub fn train_config(&self) -> TrainConfig {
         let mut c = self.engine.train_config(OptimizerKind::Adam);
@@ -387,6 +415,7 @@ impl BackendJob for Job {
 
 /// Runs the program.
 pub fn run(args: PtbLmArgs) -> Result<()> {
+    args.check()?;
     let device = args.device.clone();
     run_on(&device, Job { args })?
 }

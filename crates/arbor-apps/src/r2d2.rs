@@ -104,6 +104,47 @@ pub struct PretrainArgs {
     pub engine: EngineArgs,
 }
 
+impl PretrainArgs {
+    /// The model configuration these flags describe, over a vocabulary of `vocab_size`.
+    pub fn model_config(&self, vocab_size: usize) -> R2d2LmConfig {
+        let composition = CompositionConfig::new(self.dim)
+            .with_n_layers(self.layers)
+            .with_n_heads(self.heads);
+        R2d2LmConfig::new(vocab_size).with_encoder(
+            R2d2Config::new(self.dim, composition)
+                .with_window(self.window)
+                .with_pruning(!self.no_pruning),
+        )
+    }
+
+    /// Checks every flag before any work, with errors naming the flag and the rule.
+    pub fn check(&self) -> Result<()> {
+        crate::cli::check_engine(&self.engine)?;
+        if self.vocab.is_none() && self.vocab_size == 0 {
+            bail!("--vocab-size must be at least 1");
+        }
+        if self.max_len < 2 || self.max_tokens == 0 {
+            bail!("--max-len must be at least 2 and --max-tokens at least 1");
+        }
+        self.model_config(self.vocab_size.max(1))
+            .validate()
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "invalid flags: {}",
+                    e.named(&[
+                        ("d_model", "--dim"),
+                        ("d_input", "--dim"),
+                        ("n_layers", "--layers"),
+                        ("n_heads", "--heads"),
+                        ("window", "--window"),
+                        ("vocab_size", "--vocab-size"),
+                    ])
+                )
+            })?;
+        Ok(())
+    }
+}
+
 /// Flags of `eval`.
 #[derive(Debug, Clone, Args)]
 pub struct EvalArgs {
@@ -233,14 +274,7 @@ impl BackendJob for PretrainJob {
                 a.max_len
             );
         }
-        let composition = CompositionConfig::new(a.dim)
-            .with_n_layers(a.layers)
-            .with_n_heads(a.heads);
-        let model_config = R2d2LmConfig::new(tok.vocab_size()).with_encoder(
-            R2d2Config::new(a.dim, composition)
-                .with_window(a.window)
-                .with_pruning(!a.no_pruning),
-        );
+        let model_config = a.model_config(tok.vocab_size());
         seed_everything::<Ad<B>>(&device, a.engine.seed);
         let model = model_config.init::<Ad<B>>(&device);
         let tokens: usize = train_ids.iter().map(Vec::len).sum();
@@ -474,6 +508,7 @@ impl BackendJob for ParseJob {
 pub fn run(args: R2d2Args) -> Result<()> {
     match args.command {
         Command::Pretrain(a) => {
+            a.check()?;
             let device = a.device.clone();
             run_on(&device, PretrainJob { args: a })?
         }

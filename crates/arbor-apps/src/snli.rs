@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use arbor_data::download::{ensure_snli_from, DownloadOptions, SnliPaths};
 use arbor_data::readers::snli::{read_snli, NliLabel, SnliPair};
 use arbor_data::vocab::Vocab;
-use arbor_data::ReadOptions;
+use arbor_data::{DataError, ReadOptions};
 use arbor_train::{load_model, train};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
@@ -93,9 +93,20 @@ pub fn load_splits(args: &SnliArgs) -> Result<SnliSplits> {
             (args.train.clone(), args.valid.clone(), args.test.clone())
         } else {
             let opts = DownloadOptions::default();
-            let SnliPaths { train, dev, test } =
-                ensure_snli_from(&args.data_dir, &args.snli_url, &opts)?;
-            (train, dev, test)
+            match ensure_snli_from(&args.data_dir, &args.snli_url, &opts) {
+                Ok(SnliPaths { train, dev, test }) => (train, dev, test),
+                Err(DataError::Missing(_)) if !args.eval_only => {
+                    let holdout = args.holdout.unwrap_or(SAMPLE_HOLDOUT);
+                    eprintln!(
+                        "SNLI is not in {} and cannot be downloaded: training on the built-in \
+                         2,523-pair SNLI sample instead ({holdout} pairs held out for validation; \
+                         CC BY-SA 4.0, see crates/arbor-data/data/SNLI-SAMPLE.md)",
+                        args.data_dir.display()
+                    );
+                    return sample_splits(holdout);
+                }
+                Err(e) => return Err(e.into()),
+            }
         };
     let mut splits = SnliSplits::default();
     if !args.eval_only {
@@ -120,6 +131,26 @@ pub fn load_splits(args: &SnliArgs) -> Result<SnliSplits> {
         bail!("no evaluation split: pass --valid FILE, --test FILE or --holdout N");
     }
     Ok(splits)
+}
+
+/// Validation pairs held out of the built-in sample when `--holdout` is not given.
+pub const SAMPLE_HOLDOUT: usize = 500;
+
+/// The built-in SNLI sample ([`arbor_data::readers::snli::snli_sample`]) as training pairs and
+/// a validation split of its last `holdout` pairs.
+pub fn sample_splits(holdout: usize) -> Result<SnliSplits> {
+    let mut train = arbor_data::readers::snli::snli_sample()?;
+    if holdout == 0 || holdout >= train.len() {
+        bail!(
+            "--holdout {holdout} must be between 1 and the number of training pairs - 1 ({})",
+            train.len() - 1
+        );
+    }
+    let valid = train.split_off(train.len() - holdout);
+    Ok(SnliSplits {
+        train,
+        eval: vec![("valid".into(), valid)],
+    })
 }
 
 fn sentence_words(s: &arbor_data::readers::snli::SnliSentence, lowercase: bool) -> Vec<String> {

@@ -50,8 +50,9 @@ fn parses_flags() {
 
 #[test]
 fn offline_says_what_to_put_where() {
+    // Training falls back to the built-in sample (next test); evaluation needs the real files.
     let dir = tempfile::tempdir().unwrap();
-    let mut a = SnliArgs::try_parse_from(["snli"]).unwrap();
+    let mut a = SnliArgs::try_parse_from(["snli", "--eval-only"]).unwrap();
     a.data_dir = dir.path().join("snli");
     a.snli_url = "http://127.0.0.1:9/snli_1.0.zip".into();
     let err = load_splits(&a).unwrap_err().to_string();
@@ -87,4 +88,35 @@ fn holdout_splits_the_training_file() {
         SnliArgs::try_parse_from(["snli", "--train", path.to_str().unwrap(), "--holdout", "10"])
             .unwrap();
     assert!(load_splits(&bad).is_err());
+}
+
+#[test]
+fn without_snli_and_network_the_built_in_sample_is_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("snli");
+    let args = SnliArgs::parse_from([
+        "snli",
+        "--data-dir",
+        missing.to_str().unwrap(),
+        "--snli-url",
+        "http://127.0.0.1:9/",
+    ]);
+    let splits = load_splits(&args).expect("the sample instead of an error");
+    assert_eq!(splits.train.len(), 2523 - arbor_apps::snli::SAMPLE_HOLDOUT);
+    assert_eq!(splits.eval[0].0, "valid");
+    assert_eq!(splits.eval[0].1.len(), arbor_apps::snli::SAMPLE_HOLDOUT);
+    assert!(
+        splits.train.iter().all(|p| p.has_parses()),
+        "SPINN can train on it"
+    );
+    // Evaluation-only runs still need the real data.
+    let eval_only = SnliArgs::parse_from([
+        "snli",
+        "--data-dir",
+        missing.to_str().unwrap(),
+        "--snli-url",
+        "http://127.0.0.1:9/",
+        "--eval-only",
+    ]);
+    assert!(load_splits(&eval_only).is_err());
 }

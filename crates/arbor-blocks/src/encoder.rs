@@ -83,6 +83,26 @@ pub struct TransformerEncoderOutput<B: Backend> {
 }
 
 impl TransformerEncoderConfig {
+    /// Checks the settings: positive widths and layer count, heads dividing `d_model`, dropout
+    /// in `[0, 1)`, and with gates a `chunk_size` dividing `d_model` (and a causal-convolution
+    /// kernel of at least 1).
+    pub fn validate(&self) -> Result<(), arbor_cells::ConfigError> {
+        use arbor_cells::check::{at_least_one, divides, dropout};
+        at_least_one("d_input", self.d_input)?;
+        at_least_one("d_model", self.d_model)?;
+        at_least_one("n_layers", self.n_layers)?;
+        at_least_one("d_ff", self.d_ff)?;
+        divides("n_heads", self.n_heads, "d_model", self.d_model)?;
+        dropout("dropout", self.dropout)?;
+        if self.fasttrees {
+            divides("chunk_size", self.chunk_size, "d_model", self.d_model)?;
+            if let GateInput::CausalConv { kernel_size } = self.gate_input {
+                at_least_one("kernel_size", kernel_size)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The configuration of each layer.
     pub fn layer(&self) -> TransformerLayerConfig {
         TransformerLayerConfig::new(self.d_model, self.n_heads, self.d_ff)

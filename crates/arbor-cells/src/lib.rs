@@ -27,6 +27,7 @@
 
 #![warn(missing_docs)]
 
+pub mod check;
 mod conv_fast_trees;
 mod cumax;
 mod fast_trees;
@@ -41,6 +42,7 @@ mod runner;
 mod state;
 mod tree_lstm;
 
+pub use check::ConfigError;
 pub use conv_fast_trees::{ConvFastTreesCell, ConvFastTreesCellConfig};
 pub use cumax::cumax;
 pub use fast_trees::{FastTreesCell, FastTreesCellConfig};

@@ -165,6 +165,26 @@ impl EncoderConfig {
         }
     }
 
+    /// Checks the model's settings (its own `validate`).
+    pub fn validate(&self) -> Result<(), arbor_cells::ConfigError> {
+        match self {
+            EncoderConfig::Gumbel(c) => c.validate(),
+            EncoderConfig::Recurrent(c) => c.validate(),
+            EncoderConfig::R2d2(c) => c.validate(),
+            EncoderConfig::Spinn(c) => c.validate(),
+            EncoderConfig::Transformer(c) => c.validate(),
+        }
+    }
+
+    /// [`EncoderConfig::init`] after [`EncoderConfig::validate`]: an error instead of a panic.
+    pub fn try_init<B: Backend>(
+        &self,
+        device: &B::Device,
+    ) -> Result<Encoder<B>, arbor_cells::ConfigError> {
+        self.validate()?;
+        Ok(self.init(device))
+    }
+
     /// Builds the configured encoder on `device`.
     pub fn init<B: Backend>(&self, device: &B::Device) -> Encoder<B> {
         match self {

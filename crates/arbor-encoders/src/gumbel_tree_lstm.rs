@@ -132,6 +132,15 @@ pub struct GumbelTreeLstm<B: Backend> {
 }
 
 impl GumbelTreeLstmConfig {
+    /// Checks the settings: positive widths, a positive temperature and query scale.
+    pub fn validate(&self) -> Result<(), arbor_cells::ConfigError> {
+        use arbor_cells::check::{at_least_one, positive};
+        at_least_one("d_input", self.d_input)?;
+        at_least_one("d_hidden", self.d_hidden)?;
+        positive("tau", self.tau)?;
+        positive("query_std", self.query_std)
+    }
+
     /// Builds the encoder on `device`.
     ///
     /// # Panics
@@ -212,13 +221,26 @@ impl<B: Backend> GumbelTreeOutput<B> {
     }
 
     /// The induced tree of every example, leaves numbered `0..len`.
+    ///
+    /// The selections are valid merges whenever the scores are finite. Non-finite scores (a
+    /// diverged model) can make an argmax pick a masked position; such an index is clamped to
+    /// the last valid merge of its layer, so a tree is still returned (the sentence vectors
+    /// are non-finite too, and the training engine stops on the loss with a clear error)
+    /// instead of a panic.
     pub fn trees(&self) -> Vec<BinaryTree> {
         self.layer_indices()
             .iter()
             .zip(&self.lengths)
             .map(|(indices, &len)| {
-                BinaryTree::from_layer_indices(len, indices)
-                    .expect("the selected indices are always valid merges")
+                let valid: Vec<usize> = indices
+                    .iter()
+                    .enumerate()
+                    .map(|(t, &k)| k.min(len.saturating_sub(t + 2)))
+                    .collect();
+                BinaryTree::from_layer_indices(len, &valid)
+                    .ok()
+                    .or_else(|| BinaryTree::left_branching(len))
+                    .unwrap_or(BinaryTree::Leaf(0))
             })
             .collect()
     }

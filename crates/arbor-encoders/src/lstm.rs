@@ -115,6 +115,19 @@ pub struct LstmEncoder<B: Backend> {
 }
 
 impl LstmEncoderConfig {
+    /// Checks the settings: those of the recurrent stack it builds (with the chunk size
+    /// resolved) and a dropout in `[0, 1)`.
+    pub fn validate(&self) -> Result<(), arbor_cells::ConfigError> {
+        arbor_cells::check::dropout("dropout", self.dropout)?;
+        RecurrentStackConfig::new(self.cell, self.d_input, self.d_hidden)
+            .with_n_layers(self.n_layers)
+            .with_chunk_size(match self.chunk_size {
+                0 => default_chunk_size(self.d_hidden),
+                c => c,
+            })
+            .validate()
+    }
+
     /// Builds the encoder on `device`.
     ///
     /// # Panics

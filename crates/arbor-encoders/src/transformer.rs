@@ -36,6 +36,11 @@ pub struct TransformerSentenceEncoder<B: Backend> {
 }
 
 impl TransformerSentenceEncoderConfig {
+    /// Checks the settings of the Transformer stack.
+    pub fn validate(&self) -> Result<(), arbor_cells::ConfigError> {
+        self.stack.validate()
+    }
+
     /// Builds the encoder on `device`.
     ///
     /// # Panics

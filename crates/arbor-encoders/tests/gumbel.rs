@@ -513,3 +513,20 @@ fn encode_returns_the_root_the_trees_and_masked_leaf_states() {
     }
     assert!(enc.aux_loss.is_none());
 }
+
+#[test]
+fn non_finite_inputs_give_trees_not_a_panic() {
+    // A diverged model: every score is NaN. The encoder must still return one tree per
+    // sentence over its words (the sentence vectors are NaN, which the engine reports).
+    let device = dev::<Fx>();
+    for &leaf in <LeafKind as arbor_cells::names::ValueEnum>::value_variants() {
+        let enc = GumbelTreeLstmConfig::new(3, 4)
+            .with_leaf(leaf)
+            .init::<Fx>(&device);
+        let x = Tensor::<Fx, 3>::full([2, 5, 3], f32::NAN, &device);
+        let out = enc.encode(EncoderInput::new(x, vec![5, 3]), Decisions::Argmax);
+        let trees = out.trees.expect("trees");
+        assert_eq!(trees[0].leaves(), vec![0, 1, 2, 3, 4], "{leaf}");
+        assert_eq!(trees[1].leaves(), vec![0, 1, 2], "{leaf}");
+    }
+}

@@ -154,6 +154,61 @@ pub struct RnnLm<B: Backend> {
 }
 
 impl RnnLmConfig {
+    /// Checks the settings: a non-empty vocabulary, positive widths, at least one layer,
+    /// dropouts in `[0, 1)`, and for the cumax cells a `chunk_size` dividing both `d_embed` (the
+    /// last layer's width) and `d_hidden`.
+    pub fn validate(&self) -> Result<(), arbor_cells::ConfigError> {
+        use arbor_cells::check::{at_least_one, dropout};
+        at_least_one("n_tokens", self.n_tokens)?;
+        at_least_one("n_layers", self.n_layers)?;
+        for (name, p) in [
+            ("dropout", self.dropout),
+            ("dropout_hidden", self.dropout_hidden),
+            ("dropout_input", self.dropout_input),
+            ("dropout_embedding", self.dropout_embedding),
+            ("weight_drop", self.weight_drop),
+        ] {
+            dropout(name, p)?;
+        }
+        for (l, (d_in, h)) in self.widths().into_iter().enumerate() {
+            RecurrentStackConfig::new(self.cell, d_in, h)
+                .with_chunk_size(self.chunk_size)
+                .with_kernel_size(self.kernel_size)
+                .validate()
+                .map_err(|e| match e.field.as_str() {
+                    "d_hidden" if l + 1 == self.n_layers => e.named(&[("d_hidden", "d_embed")]),
+                    "d_input" if l == 0 => e.named(&[("d_input", "d_embed")]),
+                    _ => e,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// `(input width, output width)` of every layer: `d_embed → d_hidden → … → d_embed`.
+    fn widths(&self) -> Vec<(usize, usize)> {
+        let n = self.n_layers;
+        (0..n)
+            .map(|l| {
+                let d_in = if l == 0 { self.d_embed } else { self.d_hidden };
+                let h = if l + 1 == n {
+                    self.d_embed
+                } else {
+                    self.d_hidden
+                };
+                (d_in, h)
+            })
+            .collect()
+    }
+
+    /// [`RnnLmConfig::init`] after [`RnnLmConfig::validate`]: an error instead of a panic.
+    pub fn try_init<B: Backend>(
+        &self,
+        device: &B::Device,
+    ) -> Result<RnnLm<B>, arbor_cells::ConfigError> {
+        self.validate()?;
+        Ok(self.init(device))
+    }
+
     /// The regularisation settings of this configuration.
     pub fn regularisers(&self) -> Regularisers {
         Regularisers {

@@ -163,6 +163,28 @@ where
     fn metadata(&self) -> serde_json::Value {
         serde_json::to_value(&self.meta).unwrap_or_default()
     }
+
+    /// FNV-1a (64-bit, hex) of the number of training examples and every example's length and
+    /// label: a resume on other training data is refused.
+    fn data_fingerprint(&self) -> Option<String> {
+        Some(fingerprint(&self.train))
+    }
+}
+
+/// FNV-1a (64-bit) of `data`'s size and every example's length and label, in hex.
+fn fingerprint<D: Examples>(data: &D) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |v: usize| {
+        for b in (v as u64).to_le_bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    eat(data.len());
+    for (&len, &label) in data.lengths().iter().zip(data.labels()) {
+        eat(len);
+        eat(label);
+    }
+    format!("{h:016x}")
 }
 
 /// Exact accuracy and mean loss of a classifier over a whole split with argmax decisions, in

@@ -65,7 +65,10 @@ pub struct CheckpointFile {
 }
 
 impl CheckpointFile {
-    /// Writes the checkpoint to `path` atomically (temporary file, fsync, rename).
+    /// Writes the checkpoint to `path` atomically: a temporary file in the same directory,
+    /// fsync, rename over `path`, then (on Unix) fsync of the directory so the rename itself
+    /// survives a power loss. When writing fails the temporary file is removed and `path` keeps
+    /// its previous content.
     pub fn save(&self, path: &Path) -> Result<(), CheckpointError> {
         let io = |source| CheckpointError::Io {
             path: path.to_path_buf(),
@@ -88,11 +91,14 @@ impl CheckpointFile {
         bytes.extend_from_slice(&crc.to_le_bytes());
 
         let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-        let mut file = File::create(&tmp).map_err(io)?;
-        file.write_all(&bytes).map_err(io)?;
-        file.sync_all().map_err(io)?;
-        drop(file);
-        fs::rename(&tmp, path).map_err(io)?;
+        let written = write_synced(&tmp, &bytes).and_then(|()| fs::rename(&tmp, path));
+        if let Err(source) = written {
+            // Best effort: a half-written temporary file must not pile up next to the
+            // checkpoints (the target itself is untouched).
+            let _ = fs::remove_file(&tmp);
+            return Err(io(source));
+        }
+        sync_parent_dir(path).map_err(io)?;
         Ok(())
     }
 
@@ -146,6 +152,29 @@ impl CheckpointFile {
     }
 }
 
+/// Creates `path` with `bytes` and flushes it to disk.
+fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut file = File::create(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
+/// Flushes the directory entry of `path` (the rename that just replaced it) to disk. Unix only:
+/// elsewhere directories cannot be opened for syncing and this does nothing.
+fn sync_parent_dir(path: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        File::open(dir)?.sync_all()?;
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,5 +212,34 @@ mod tests {
             CheckpointFile::load(&path),
             Err(CheckpointError::BadMagic(_))
         ));
+    }
+
+    #[test]
+    fn a_failed_write_leaves_no_temporary_file_and_the_old_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("last.ckpt");
+        let ckpt = CheckpointFile {
+            meta: serde_json::json!({"step": 1}),
+            model: vec![1],
+            optim: vec![],
+        };
+        ckpt.save(&path).unwrap();
+        // The rename fails: the target is now a non-empty directory.
+        let target = dir.path().join("blocked.ckpt");
+        fs::create_dir(&target).unwrap();
+        fs::write(target.join("inside"), b"x").unwrap();
+        let err = ckpt.save(&target).unwrap_err();
+        assert!(err.to_string().contains("blocked.ckpt"), "{err}");
+        let mut names: Vec<String> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["blocked.ckpt", "last.ckpt"],
+            "no temporary file left"
+        );
+        assert_eq!(CheckpointFile::load(&path).unwrap(), ckpt);
     }
 }

@@ -40,26 +40,26 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Scale<'_, B> {
     }
 }
 
-/// The global L2 norm of all gradients of `model`'s parameters.
-pub fn global_grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
+/// The squared global L2 norm of all gradients of `model`'s parameters, as a one-element tensor
+/// left on the device (`None` when no parameter has a gradient). The training loop reads it back
+/// together with the loss, in one transfer.
+pub(crate) fn squared_grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     model: &M,
     grads: &GradientsParams,
-) -> f64 {
+) -> Option<Tensor<B::InnerBackend, 1>> {
     let mut v = SquaredNorm::<B> { grads, total: None };
     model.visit(&mut v);
     v.total
-        .map(|t| t.into_scalar().elem::<f64>().sqrt())
-        .unwrap_or(0.0)
 }
 
-/// Rescales all gradients so their global norm is at most `max_norm`; returns the norm before
-/// clipping.
-pub fn clip_global_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
+/// Rescales the gradients of global norm `norm` (already read back) so that it becomes at most
+/// `max_norm`; a non-finite `norm` leaves them as they are.
+pub(crate) fn clip_to<B: AutodiffBackend, M: AutodiffModule<B>>(
     model: &M,
     grads: &mut GradientsParams,
+    norm: f64,
     max_norm: f64,
-) -> f64 {
-    let norm = global_grad_norm::<B, M>(model, grads);
+) {
     if norm > max_norm && norm.is_finite() {
         let mut v = Scale::<B> {
             grads,
@@ -68,5 +68,26 @@ pub fn clip_global_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
         };
         model.visit(&mut v);
     }
+}
+
+/// The global L2 norm of all gradients of `model`'s parameters (one read-back from the device).
+pub fn global_grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
+    model: &M,
+    grads: &GradientsParams,
+) -> f64 {
+    squared_grad_norm::<B, M>(model, grads)
+        .map(|t| t.into_scalar().elem::<f64>().sqrt())
+        .unwrap_or(0.0)
+}
+
+/// Rescales all gradients so their global norm is at most `max_norm`; returns the norm before
+/// clipping. A non-finite norm leaves the gradients unchanged (the training loop stops on it).
+pub fn clip_global_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
+    model: &M,
+    grads: &mut GradientsParams,
+    max_norm: f64,
+) -> f64 {
+    let norm = global_grad_norm::<B, M>(model, grads);
+    clip_to::<B, M>(model, grads, norm, max_norm);
     norm
 }

@@ -10,8 +10,12 @@
 //! - atomic single-file checkpoints (model, optimizer, step, position in the epoch, learning
 //!   rate, configuration and any task metadata such as the vocabulary), refused with a clear
 //!   error when truncated or corrupt;
-//! - progress bars (loss, accuracy, sentences/s, ETA), a JSON-lines metrics log and a summary
-//!   table.
+//! - progress bars (loss, accuracy, sentences/s, ETA), a JSON-lines metrics log, a summary
+//!   table and the training curves (`curves.svg`);
+//! - robustness: a NaN or infinite loss or gradient stops the run with an error naming the
+//!   step and batch (one read-back per step covers both), `last.ckpt` can also be written on a
+//!   step or time schedule, and a resume is refused when the checkpoint was written with other
+//!   settings or data.
 //!
 //! Burn's own `Learner` evaluates once per epoch, does not checkpoint atomically, and cannot
 //! resume in the middle of an epoch or restore the Gumbel noise stream; this engine uses Burn's
@@ -28,7 +32,8 @@ mod log;
 pub use checkpoint::{CheckpointError, CheckpointFile};
 pub use clip::{clip_global_norm, global_grad_norm};
 pub use engine::{
-    load_model, seed_everything, step_seed, train, warmed_up, EvalReport, OptimizerKind,
-    StepOutput, Task, TrainConfig, TrainError, TrainOutcome, TrainState,
+    load_model, plateau_decay, seed_everything, step_seed, train, warmed_up, CheckpointEvery,
+    EvalReport, NonFiniteTensor, OptimizerKind, StepOutput, StopReason, Task, TrainConfig,
+    TrainError, TrainOutcome, TrainState,
 };
 pub use log::{MetricsLog, MetricsRecord};

@@ -33,6 +33,22 @@ pub struct RecurrentStackConfig {
 }
 
 impl RecurrentStackConfig {
+    /// Checks the settings: at least one layer, positive widths, and for the cumax cells a
+    /// `chunk_size` dividing `d_hidden` (and a Conv FastTrees `kernel_size` ≥ 1).
+    pub fn validate(&self) -> Result<(), crate::ConfigError> {
+        use crate::check::{at_least_one, divides};
+        at_least_one("n_layers", self.n_layers)?;
+        at_least_one("d_input", self.d_input)?;
+        at_least_one("d_hidden", self.d_hidden)?;
+        if self.kind.has_master_gates() {
+            divides("chunk_size", self.chunk_size, "d_hidden", self.d_hidden)?;
+        }
+        if self.kind == CellKind::ConvFastTrees {
+            at_least_one("kernel_size", self.kernel_size)?;
+        }
+        Ok(())
+    }
+
     /// Builds the stack on `device`.
     ///
     /// # Panics

@@ -90,6 +90,21 @@ impl SnliPair {
     }
 }
 
+/// A sample of SNLI 1.0 built into arbor (2,523 pairs with binary parses, from the dev split;
+/// CC BY-SA 4.0, see `crates/arbor-data/data/SNLI-SAMPLE.md`): the default the `snli` program
+/// trains on when the corpus is absent and cannot be downloaded. A smoke test, not a benchmark.
+pub const SNLI_SAMPLE_JSONL: &str = include_str!("../../data/snli_sample.jsonl");
+
+/// The built-in SNLI sample ([`SNLI_SAMPLE_JSONL`]), parsed.
+pub fn snli_sample() -> Result<Vec<SnliPair>, DataError> {
+    parse_snli(
+        SNLI_SAMPLE_JSONL.as_bytes(),
+        "<built-in SNLI sample>",
+        ReadOptions::strict(),
+    )
+    .map(|l| l.records)
+}
+
 /// Reads an SNLI jsonl file.
 pub fn read_snli(path: impl AsRef<Path>, opts: ReadOptions) -> Result<Loaded<SnliPair>, DataError> {
     let path = path.as_ref();

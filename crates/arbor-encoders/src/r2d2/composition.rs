@@ -78,6 +78,14 @@ pub struct Composition<B: Backend> {
 }
 
 impl CompositionConfig {
+    /// Checks the settings: a positive width and layer count, and heads dividing `d_model`.
+    pub fn validate(&self) -> Result<(), arbor_cells::ConfigError> {
+        use arbor_cells::check::{at_least_one, divides};
+        at_least_one("d_model", self.d_model)?;
+        at_least_one("n_layers", self.n_layers)?;
+        divides("n_heads", self.n_heads, "d_model", self.d_model)
+    }
+
     /// Builds the composition on `device`.
     ///
     /// # Panics

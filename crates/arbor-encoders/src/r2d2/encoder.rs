@@ -44,6 +44,16 @@ pub struct R2d2<B: Backend> {
 }
 
 impl R2d2Config {
+    /// Checks the settings: the composition function's, a positive input width, a pruning
+    /// window of at least 1 and a positive temperature.
+    pub fn validate(&self) -> Result<(), arbor_cells::ConfigError> {
+        use arbor_cells::check::{at_least_one, positive};
+        at_least_one("d_input", self.d_input)?;
+        at_least_one("window", self.window)?;
+        positive("tau", self.tau)?;
+        self.composition.validate()
+    }
+
     /// Builds the encoder on `device`.
     ///
     /// # Panics

@@ -23,6 +23,25 @@ pub struct R2d2LmConfig {
 }
 
 impl R2d2LmConfig {
+    /// Checks the settings: a non-empty vocabulary and the encoder's settings.
+    pub fn validate(&self) -> Result<(), arbor_cells::ConfigError> {
+        arbor_cells::check::at_least_one("vocab_size", self.vocab_size)?;
+        R2d2Config {
+            d_input: self.d_model(),
+            ..self.encoder.clone()
+        }
+        .validate()
+    }
+
+    /// [`R2d2LmConfig::init`] after [`R2d2LmConfig::validate`]: an error instead of a panic.
+    pub fn try_init<B: Backend>(
+        &self,
+        device: &B::Device,
+    ) -> Result<R2d2Lm<B>, arbor_cells::ConfigError> {
+        self.validate()?;
+        Ok(self.init(device))
+    }
+
     /// The benchmark configuration: `D = 128`, 2 layers, 4 heads, `m = 4`.
     pub fn bench(vocab_size: usize, pruning: bool) -> Self {
         let encoder = R2d2LmConfig::new(vocab_size).encoder.with_pruning(pruning);

@@ -173,6 +173,21 @@ pub struct Spinn<B: Backend> {
 }
 
 impl SpinnConfig {
+    /// Checks the settings: positive widths and a finite, non-negative transition weight.
+    pub fn validate(&self) -> Result<(), arbor_cells::ConfigError> {
+        use arbor_cells::check::at_least_one;
+        at_least_one("d_input", self.d_input)?;
+        at_least_one("d_hidden", self.d_hidden)?;
+        if !(self.transition_weight.is_finite() && self.transition_weight >= 0.0) {
+            return Err(arbor_cells::ConfigError::new(
+                "transition_weight",
+                self.transition_weight,
+                "must be a finite number ≥ 0",
+            ));
+        }
+        Ok(())
+    }
+
     /// Builds the encoder on `device`.
     ///
     /// # Panics

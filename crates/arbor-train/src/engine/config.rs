@@ -1,6 +1,8 @@
-//! What the loop is told: [`TrainConfig`] and [`OptimizerKind`].
+//! What the loop is told: [`TrainConfig`], [`OptimizerKind`] and [`CheckpointEvery`].
 
+use std::fmt;
 use std::path::PathBuf;
+use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
@@ -12,6 +14,55 @@ pub enum OptimizerKind {
     Adam,
     /// AdamW (decoupled weight decay).
     AdamW,
+}
+
+/// How often `last.ckpt` is written besides evaluations (see [`TrainConfig::checkpoint_every`]).
+///
+/// As text (the `--checkpoint-every` flag), a plain integer is a number of steps (`500`) and a
+/// number followed by `m` a number of minutes (`10m`, `0.5m`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckpointEvery {
+    /// Every this many optimizer steps (counted from the start of the run, across resumes;
+    /// 0: never).
+    Steps(u64),
+    /// Whenever this many minutes of wall-clock time have passed since `last.ckpt` was last
+    /// written by this process (a non-positive value: after every step; NaN: never).
+    Minutes(f64),
+}
+
+impl fmt::Display for CheckpointEvery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CheckpointEvery::Steps(n) => write!(f, "{n}"),
+            CheckpointEvery::Minutes(m) => write!(f, "{m}m"),
+        }
+    }
+}
+
+impl FromStr for CheckpointEvery {
+    type Err = String;
+
+    /// `500` (steps) or `10m` (minutes); zero, negative and non-numeric values are refused.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        let bad = || {
+            format!(
+                "expected a positive number of steps (e.g. 500) or of minutes (e.g. 10m), got '{s}'"
+            )
+        };
+        if let Some(minutes) = t.strip_suffix('m') {
+            match minutes.trim().parse::<f64>() {
+                Ok(m) if m.is_finite() && m > 0.0 => Ok(CheckpointEvery::Minutes(m)),
+                _ => Err(bad()),
+            }
+        } else {
+            match t.parse::<u64>() {
+                Ok(n) if n > 0 => Ok(CheckpointEvery::Steps(n)),
+                _ => Err(bad()),
+            }
+        }
+    }
 }
 
 /// Everything the loop needs to know. Saved in every checkpoint.
@@ -51,10 +102,21 @@ pub struct TrainConfig {
     /// `lr · min(1, (s + 1)/warmup_steps)`.
     #[serde(default)]
     pub warmup_steps: u64,
+    /// Also write `last.ckpt` on this schedule, independently of evaluation (`None`: only at
+    /// evaluations and at the end of the run).
+    #[serde(default)]
+    pub checkpoint_every: Option<CheckpointEvery>,
     /// Where checkpoints and the metrics log go.
     pub out_dir: PathBuf,
     /// Continue from `out_dir/last.ckpt` when it exists.
     pub resume: bool,
+    /// Resume even when the checkpoint was saved with settings that change the run (batch,
+    /// seed, optimizer, learning-rate schedule…) or with different data: the differences are
+    /// printed as a warning instead of refused with [`TrainError::ResumeMismatch`].
+    ///
+    /// [`TrainError::ResumeMismatch`]: crate::TrainError::ResumeMismatch
+    #[serde(default)]
+    pub force_resume: bool,
     /// No progress bars (logs and the summary are still written).
     pub quiet: bool,
 }
@@ -79,8 +141,10 @@ impl TrainConfig {
             plateau_patience: 1,
             min_lr: 1e-6,
             warmup_steps: 0,
+            checkpoint_every: None,
             out_dir: out_dir.into(),
             resume: false,
+            force_resume: false,
             quiet: false,
         }
     }
@@ -98,5 +162,10 @@ impl TrainConfig {
     /// Path of the metrics log.
     pub fn metrics_log(&self) -> PathBuf {
         self.out_dir.join("metrics.jsonl")
+    }
+
+    /// Path of the training curves drawn from the metrics log at the end of a run.
+    pub fn curves(&self) -> PathBuf {
+        self.out_dir.join("curves.svg")
     }
 }

@@ -1,10 +1,12 @@
 //! The optimizer and the learning rate: Adam or AdamW behind one type, linear warm-up
 //! ([`warmed_up`]) and decay on plateau; and seeding ([`seed_everything`], [`step_seed`]).
 
-use burn::module::AutodiffModule;
+use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::decay::WeightDecayConfig;
-use burn::optim::{Adam, AdamConfig, AdamW, AdamWConfig, GradientsParams, Optimizer};
+use burn::optim::{
+    Adam, AdamConfig, AdamW, AdamWConfig, AdaptiveMomentumState, GradientsParams, Optimizer,
+};
 use burn::prelude::*;
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::AutodiffBackend;
@@ -67,6 +69,21 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> Optim<B, M> {
         .expect("in-memory recording cannot fail")
     }
 
+    /// Checks that every moment of the optimizer state has the shape of its parameter in
+    /// `model` (a state restored from another model's checkpoint would otherwise fail inside a
+    /// step). May panic on a malformed state: the caller catches it.
+    pub(super) fn check_shapes(&self, model: &M) -> Result<(), String> {
+        let mut check = CheckMoments::<B, M> {
+            records: match self {
+                Optim::Adam(o) => Records::Adam(o.to_record()),
+                Optim::AdamW(o) => Records::AdamW(o.to_record()),
+            },
+            error: None,
+        };
+        model.visit(&mut check);
+        check.error.map_or(Ok(()), Err)
+    }
+
     /// Restores the optimizer state from [`Optim::to_bytes`] output.
     pub(super) fn load_bytes(self, bytes: Vec<u8>, device: &B::Device) -> Result<Self, String> {
         let rec = BinBytesRecorder::<FullPrecisionSettings>::default();
@@ -93,7 +110,10 @@ pub fn warmed_up(config: &TrainConfig, step: u64, lr: f64) -> f64 {
 /// Counts one evaluation without improvement in `bad_evals`; once more than
 /// `config.plateau_patience` have run in a row, multiplies `lr` by `config.plateau_factor`
 /// (never going below `config.min_lr`) and restarts the count. Returns whether `lr` decayed.
-pub(super) fn plateau_decay(config: &TrainConfig, bad_evals: &mut u32, lr: &mut f64) -> bool {
+///
+/// The loop calls it after every evaluation that does not improve the best validation metric
+/// (and resets `bad_evals` to 0 after one that does).
+pub fn plateau_decay(config: &TrainConfig, bad_evals: &mut u32, lr: &mut f64) -> bool {
     *bad_evals += 1;
     if *bad_evals > config.plateau_patience {
         *lr = (*lr * config.plateau_factor).max(config.min_lr);
@@ -101,5 +121,49 @@ pub(super) fn plateau_decay(config: &TrainConfig, bad_evals: &mut u32, lr: &mut 
         true
     } else {
         false
+    }
+}
+
+/// The optimizer state of either optimizer, by parameter.
+enum Records<B: AutodiffBackend, M: AutodiffModule<B>> {
+    Adam(<OptimizerAdaptor<Adam, M, B> as Optimizer<M, B>>::Record),
+    AdamW(<OptimizerAdaptor<AdamW, M, B> as Optimizer<M, B>>::Record),
+}
+
+/// Compares the shapes of the moments in `records` with those of the visited parameters; the
+/// first mismatch lands in `error`.
+struct CheckMoments<B: AutodiffBackend, M: AutodiffModule<B>> {
+    records: Records<B, M>,
+    error: Option<String>,
+}
+
+fn moment_shapes<B: burn::tensor::backend::Backend, const D: usize>(
+    m: &AdaptiveMomentumState<B, D>,
+) -> Vec<Vec<usize>> {
+    let mut v = vec![m.moment_1.dims().to_vec(), m.moment_2.dims().to_vec()];
+    v.extend(m.max_moment_2.as_ref().map(|t| t.dims().to_vec()));
+    v
+}
+
+impl<B: AutodiffBackend, M: AutodiffModule<B>> ModuleVisitor<B> for CheckMoments<B, M> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if self.error.is_some() {
+            return;
+        }
+        let shapes = match &self.records {
+            Records::Adam(r) => r
+                .get(&param.id)
+                .map(|r| moment_shapes(&r.clone().into_state::<D>().momentum)),
+            Records::AdamW(r) => r
+                .get(&param.id)
+                .map(|r| moment_shapes(&r.clone().into_state::<D>().momentum)),
+        };
+        let expected = param.lazy_shape().to_vec();
+        if let Some(bad) = shapes.into_iter().flatten().find(|s| *s != expected) {
+            self.error = Some(format!(
+                "the optimizer state of parameter {} has shape {bad:?}, the parameter {expected:?}",
+                param.id
+            ));
+        }
     }
 }

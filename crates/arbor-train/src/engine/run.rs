@@ -4,26 +4,39 @@
 //! [`train`] is a short sequence of private steps, in this order: open the metrics log,
 //! initialise or resume the model, optimizer and state ([`start`]), run epochs
 //! ([`Run::run_epoch`], each step being [`Run::optimizer_step`]) with evaluations and
-//! checkpoints on schedule ([`Run::evaluate`]), then [`Run::finish`].
+//! checkpoints on schedule ([`Run::evaluate`], [`Run::save_last`]), then [`Run::finish`], and
+//! last draws the metrics log as `curves.svg`.
+//!
+//! # One read-back per step
+//!
+//! A training step reads exactly one thing back from the device: the loss and the squared
+//! global gradient norm, registered together in one [`Transaction`]. The loss is needed on the
+//! host anyway (progress bar, metrics log); the norm rides along, so gradient clipping needs no
+//! second read, and a NaN or infinite loss *or gradient* is caught before the optimizer touches
+//! the weights, with or without clipping ([`TrainError::NonFinite`]). The norm costs a few small
+//! reductions per parameter tensor on the device, also when clipping is off.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use arbor_data::batch::{make_batches, BatchConfig};
-use burn::module::AutodiffModule;
+use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::Transaction;
 use serde::{Deserialize, Serialize};
 
-use super::config::TrainConfig;
+use super::config::{CheckpointEvery, TrainConfig};
+use super::curves::{draw_curves, SELECTION_METRIC};
 use super::optim::{plateau_decay, seed_everything, step_seed, warmed_up, Optim};
 use super::progress::{print_summary, Progress, Window};
+use super::resume::{self, CONFIG_KEY, FINGERPRINT_KEY};
 use super::task::{EvalReport, Task};
 use crate::checkpoint::{CheckpointError, CheckpointFile};
-use crate::clip::clip_global_norm;
+use crate::clip::{clip_to, squared_grad_norm};
 use crate::log::{MetricsLog, MetricsRecord};
 
 /// Where training stands; stored in every checkpoint.
@@ -63,17 +76,81 @@ pub enum TrainError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The loss became NaN or infinite.
-    #[error("the loss became {value} at step {step}; lower the learning rate or check the data")]
+    /// The loss or the gradients' global norm became NaN or infinite. Training stopped before
+    /// the optimizer used them, and nothing was written after the last good checkpoint.
+    #[error(
+        "the {tensor} became {value} at step {step} (epoch {}, batch {} of the epoch, {batch_examples} \
+         examples); training stopped and the last good checkpoint was kept. Lower the learning \
+         rate, clip the gradients or check the data",
+        epoch + 1,
+        batch_in_epoch + 1
+    )]
     NonFinite {
-        /// The step.
+        /// The optimizer step that failed (steps done before it).
         step: u64,
-        /// The loss value.
+        /// Its epoch (0-based; the message counts from 1).
+        epoch: u64,
+        /// Index of its batch within the epoch (0-based; the message counts from 1).
+        batch_in_epoch: usize,
+        /// Number of training examples in that batch.
+        batch_examples: usize,
+        /// Which value was not finite.
+        tensor: NonFiniteTensor,
+        /// The value.
         value: f64,
+    },
+    /// The backend failed to run the step or read its result back.
+    #[error("the device failed at step {step}: {message}")]
+    Device {
+        /// The optimizer step.
+        step: u64,
+        /// The backend's error.
+        message: String,
+    },
+    /// The checkpoint to resume from was written by a run with other settings or other data.
+    #[error(
+        "{path} was written by a run with different settings:\n  {}\nset force_resume \
+         (--force) to resume anyway, or train into another directory",
+        differences.join("\n  ")
+    )]
+    ResumeMismatch {
+        /// The checkpoint.
+        path: PathBuf,
+        /// One `field: saved X, now Y` per difference.
+        differences: Vec<String>,
     },
     /// The training set is empty.
     #[error("the training set is empty")]
     NoData,
+}
+
+/// Which value of a training step was NaN or infinite (see [`TrainError::NonFinite`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NonFiniteTensor {
+    /// The loss.
+    Loss,
+    /// The global L2 norm of all gradients.
+    GradientNorm,
+}
+
+impl std::fmt::Display for NonFiniteTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            NonFiniteTensor::Loss => "loss",
+            NonFiniteTensor::GradientNorm => "gradient norm",
+        })
+    }
+}
+
+/// Why [`train`] returned normally.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// Every epoch ran.
+    Finished,
+    /// `max_steps` optimizer steps were done.
+    MaxSteps,
+    /// `max_minutes` of training were spent.
+    MaxMinutes,
 }
 
 /// The result of [`train`].
@@ -89,6 +166,8 @@ pub struct TrainOutcome<M> {
     pub last_checkpoint: PathBuf,
     /// Where the best checkpoint is (if any evaluation ran).
     pub best_checkpoint: Option<PathBuf>,
+    /// Why training stopped; `last_checkpoint` resumes it in every case.
+    pub stopped: StopReason,
 }
 
 fn model_bytes<B: Backend, M: Module<B>>(model: &M) -> Vec<u8> {
@@ -97,29 +176,103 @@ fn model_bytes<B: Backend, M: Module<B>>(model: &M) -> Vec<u8> {
         .expect("in-memory recording cannot fail")
 }
 
+/// Runs `decode`, Burn's decoding of a record, turning a panic into an error: Burn panics on
+/// some malformed records (an invalid parameter id, for one), which a checkpoint with a valid
+/// checksum can still hold when it was written by other code or altered on purpose.
+fn decode_record<R>(decode: impl FnOnce() -> Result<R, String>) -> Result<R, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode)).unwrap_or_else(|payload| {
+        let why = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "the decoder panicked".into());
+        Err(format!("malformed record: {why}"))
+    })
+}
+
+/// The shapes of `model`'s parameters, in visiting order (without initialising lazy ones).
+fn param_shapes<B: Backend, M: Module<B>>(model: &M) -> Vec<Vec<usize>> {
+    struct Shapes(Vec<Vec<usize>>);
+    impl<B: Backend> ModuleVisitor<B> for Shapes {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.0.push(param.lazy_shape().to_vec());
+        }
+        fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<B, D, Int>>) {
+            self.0.push(param.lazy_shape().to_vec());
+        }
+        fn visit_bool<const D: usize>(&mut self, param: &Param<Tensor<B, D, Bool>>) {
+            self.0.push(param.lazy_shape().to_vec());
+        }
+    }
+    let mut shapes = Shapes(Vec::new());
+    model.visit(&mut shapes);
+    shapes.0
+}
+
+/// `model` with the weights of the record `bytes`, refused unless every parameter keeps its
+/// shape (a record of a model built with another configuration would otherwise load and fail
+/// later, inside a step).
+fn load_weights<B: Backend, M: Module<B>>(
+    model: M,
+    bytes: Vec<u8>,
+    device: &B::Device,
+) -> Result<M, String> {
+    let expected = param_shapes::<B, _>(&model);
+    let rec = BinBytesRecorder::<FullPrecisionSettings>::default();
+    let record = Recorder::<B>::load(&rec, bytes, device).map_err(|e| e.to_string())?;
+    let model = model.load_record(record);
+    let got = param_shapes::<B, _>(&model);
+    if got.len() != expected.len() {
+        return Err(format!(
+            "{} parameters in the checkpoint, {} in the model",
+            got.len(),
+            expected.len()
+        ));
+    }
+    for (k, (g, e)) in got.iter().zip(&expected).enumerate() {
+        if g != e {
+            return Err(format!(
+                "parameter {k} has shape {g:?} in the checkpoint but {e:?} in the model (built \
+                 with another configuration?)"
+            ));
+        }
+    }
+    Ok(model)
+}
+
 /// Loads model weights from a checkpoint file into `model` (built with the same configuration).
 /// Returns the model and the checkpoint's metadata.
+///
+/// # Errors
+/// The file is missing, damaged ([`CheckpointError`] says how) or holds a record that does not
+/// decode.
 pub fn load_model<B: Backend, M: Module<B>>(
     model: M,
     path: &Path,
     device: &B::Device,
 ) -> Result<(M, serde_json::Value), CheckpointError> {
     let file = CheckpointFile::load(path)?;
-    let rec = BinBytesRecorder::<FullPrecisionSettings>::default();
-    let record =
-        Recorder::<B>::load(&rec, file.model, device).map_err(|e| CheckpointError::Record {
-            path: path.to_path_buf(),
-            message: e.to_string(),
+    let bytes = file.model;
+    let model =
+        decode_record(|| load_weights::<B, M>(model, bytes, device)).map_err(|message| {
+            CheckpointError::Record {
+                path: path.to_path_buf(),
+                message,
+            }
         })?;
-    Ok((model.load_record(record), file.meta))
+    Ok((model, file.meta))
 }
 
 /// Trains `model` on `task` as `config` says, resuming from `out_dir/last.ckpt` when
 /// `config.resume` is set and that file exists.
 ///
+/// At the end (also when a step fails), the metrics log is drawn as `out_dir/curves.svg`; a
+/// failure to draw is only a warning.
+///
 /// # Errors
-/// A refused checkpoint, an unwritable log or checkpoint, an empty training set, or a
-/// non-finite loss.
+/// A refused checkpoint (damaged, or from a run with other settings or data: see
+/// [`TrainError::ResumeMismatch`]), an unwritable log or checkpoint, an empty training set, a
+/// non-finite loss or gradient, or a failing device.
 pub fn train<B, T>(
     task: &T,
     model: T::Model,
@@ -137,7 +290,8 @@ where
     let log_path = config.metrics_log();
     std::fs::create_dir_all(&config.out_dir).map_err(log_error(&log_path))?;
     let log = MetricsLog::new(&log_path).map_err(log_error(&log_path))?;
-    let mut training = start::<B, T::Model>(model, config, &log, device)?;
+    let fingerprint = task.data_fingerprint();
+    let training = start::<B, T::Model>(model, config, fingerprint.as_deref(), &log, device)?;
     let run = Run {
         task,
         config,
@@ -155,15 +309,27 @@ where
             seed: config.seed,
         },
         max_steps: config.max_steps.unwrap_or(u64::MAX),
+        fingerprint,
     };
-    while run.more_epochs(&training.state) {
-        let stop;
-        (training, stop) = run.run_epoch(training)?;
-        if stop {
-            break;
-        }
+    let outcome = run.run_all(training);
+    let curves = config.curves();
+    let drawn = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        draw_curves(run.log.path(), &curves)
+    }));
+    match drawn {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => warn(&format!("training curves not drawn: {e}")),
+        Err(_) => warn(&format!(
+            "training curves not drawn: the plotting library failed on {}",
+            curves.display()
+        )),
     }
-    run.finish(training)
+    outcome
+}
+
+/// Prints a warning (also when quiet: it concerns the correctness of the run).
+fn warn(message: &str) {
+    eprintln!("warning: {message}");
 }
 
 /// A [`TrainError::Log`] for an I/O error on the metrics log at `path`.
@@ -183,14 +349,18 @@ struct Training<B: AutodiffBackend, M: AutodiffModule<B>> {
     evals: BTreeMap<String, EvalReport>,
     /// The step of the last scheduled evaluation.
     last_eval_step: Option<u64>,
+    /// When this process last wrote `last.ckpt` (or started).
+    last_save: Instant,
 }
 
 /// A fresh optimizer and state for `model`, or, when `config.resume` is set and
 /// `out_dir/last.ckpt` exists, the model, optimizer and state stored there (and the metrics log
-/// cut back to that step).
+/// cut back to that step), after checking that the checkpoint comes from a run with the same
+/// settings and data (`fingerprint`).
 fn start<B: AutodiffBackend, M: AutodiffModule<B>>(
     model: M,
     config: &TrainConfig,
+    fingerprint: Option<&str>,
     log: &MetricsLog,
     device: &B::Device,
 ) -> Result<Training<B, M>, TrainError> {
@@ -210,15 +380,34 @@ fn start<B: AutodiffBackend, M: AutodiffModule<B>>(
     let last_path = config.last_checkpoint();
     if config.resume && last_path.exists() {
         let file = CheckpointFile::load(&last_path)?;
+        let check = resume::compare(&file.meta, config, fingerprint);
+        for w in &check.warnings {
+            warn(&format!("{}: {w}", last_path.display()));
+        }
+        if !check.differences.is_empty() {
+            if !config.force_resume {
+                return Err(TrainError::ResumeMismatch {
+                    path: last_path,
+                    differences: check.differences,
+                });
+            }
+            warn(&format!(
+                "{} was written with different settings; resuming anyway (force_resume):\n  {}",
+                last_path.display(),
+                check.differences.join("\n  ")
+            ));
+        }
         let rec_err = |message: String| CheckpointError::Record {
             path: last_path.clone(),
             message,
         };
-        let rec = BinBytesRecorder::<FullPrecisionSettings>::default();
-        let record =
-            Recorder::<B>::load(&rec, file.model, device).map_err(|e| rec_err(e.to_string()))?;
-        model = model.load_record(record);
-        optim = optim.load_bytes(file.optim, device).map_err(rec_err)?;
+        (model, optim) = decode_record(|| {
+            let model = load_weights::<B, M>(model, file.model, device)?;
+            let optim = optim.load_bytes(file.optim, device)?;
+            optim.check_shapes(&model)?;
+            Ok((model, optim))
+        })
+        .map_err(rec_err)?;
         state = serde_json::from_value(file.meta["state"].clone()).map_err(|e| {
             CheckpointError::Metadata {
                 path: last_path.clone(),
@@ -245,6 +434,7 @@ fn start<B: AutodiffBackend, M: AutodiffModule<B>>(
         state,
         evals: BTreeMap::new(),
         last_eval_step: None,
+        last_save: Instant::now(),
     })
 }
 
@@ -263,9 +453,35 @@ struct Run<'a, B: AutodiffBackend, T: Task<B>> {
     batch_config: BatchConfig,
     /// `config.max_steps`, or no limit.
     max_steps: u64,
+    /// The task's data fingerprint, stored in every checkpoint.
+    fingerprint: Option<String>,
 }
 
 impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
+    /// Runs epochs until one of the budgets is spent, then [`Run::finish`].
+    fn run_all(
+        &self,
+        mut training: Training<B, T::Model>,
+    ) -> Result<TrainOutcome<T::Model>, TrainError> {
+        while self.more_epochs(&training.state) {
+            let stop;
+            (training, stop) = self.run_epoch(training)?;
+            if stop {
+                break;
+            }
+        }
+        self.finish(training)
+    }
+
+    /// Whether `config.checkpoint_every` asks for `last.ckpt` now.
+    fn checkpoint_due(&self, t: &Training<B, T::Model>) -> bool {
+        match self.config.checkpoint_every {
+            None => false,
+            Some(CheckpointEvery::Steps(n)) => n > 0 && t.state.step.is_multiple_of(n),
+            Some(CheckpointEvery::Minutes(m)) => t.last_save.elapsed().as_secs_f64() >= 60.0 * m,
+        }
+    }
+
     /// Whether another epoch may start: epochs, steps and training time are all left.
     fn more_epochs(&self, state: &TrainState) -> bool {
         (state.epoch as usize) < self.config.epochs
@@ -277,8 +493,9 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
     }
 
     /// Runs epoch `state.epoch` from batch `state.batch_in_epoch` to its end, logging the
-    /// training window, evaluating and checkpointing on schedule. Returns whether training
-    /// must stop now (the step or time budget is spent).
+    /// training window, evaluating and checkpointing on schedule (a checkpoint closes the
+    /// training window in the log, so a resumed run logs every step once). Returns whether
+    /// training must stop now (the step or time budget is spent).
     fn run_epoch(
         &self,
         mut t: Training<B, T::Model>,
@@ -288,6 +505,23 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
             .task
             .batches(t.state.epoch)
             .unwrap_or_else(|| make_batches(&self.lengths, &self.batch_config, t.state.epoch));
+        if batches.is_empty() {
+            return Err(TrainError::NoData);
+        }
+        if t.state.batch_in_epoch >= batches.len() {
+            // Resumed (forced) with settings that make this epoch shorter than the position
+            // saved in the checkpoint: the epoch is over.
+            warn(&format!(
+                "the checkpoint's position (batch {}) is past the {} batches of epoch {}; \
+                 continuing with the next epoch",
+                t.state.batch_in_epoch + 1,
+                batches.len(),
+                t.state.epoch + 1
+            ));
+            t.state.epoch += 1;
+            t.state.batch_in_epoch = 0;
+            return Ok((t, false));
+        }
         let progress = Progress::new(batches.len() as u64, t.state.epoch, config.quiet);
         progress.bar.set_position(t.state.batch_in_epoch as u64);
         let mut window = Window::new();
@@ -305,7 +539,8 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
                 .max_minutes
                 .is_some_and(|m| t.state.elapsed_sec >= 60.0 * m);
             let stop = t.state.step >= self.max_steps || out_of_time;
-            if eval_now || stop || t.state.batch_in_epoch == batches.len() {
+            let checkpoint_now = self.checkpoint_due(&t);
+            if eval_now || stop || checkpoint_now || t.state.batch_in_epoch == batches.len() {
                 let record = window.record(&t.state, secs);
                 self.log
                     .append(&record)
@@ -322,7 +557,10 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
                     .bar
                     .suspend(|| self.evaluate(&t.model, &mut t.state, &mut t.evals, true))?;
                 t.last_eval_step = Some(t.state.step);
-                self.save_last(&t)?;
+                self.save_last(&mut t)?;
+            } else if checkpoint_now && !stop {
+                // (When stopping, `finish` writes it.)
+                self.save_last(&mut t)?;
             }
             if stop || epoch_done {
                 progress.bar.finish_and_clear();
@@ -334,9 +572,10 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
     }
 
     /// One optimizer step on `batch`: seeds the backend and the task's noise for this step,
-    /// computes the loss (refusing a non-finite one), back-propagates, clips the gradients,
-    /// updates the model at the warmed-up learning rate and advances `state`. Returns the new
-    /// model, the loss and the batch's correct and total predictions.
+    /// computes the loss, back-propagates, reads the loss and the gradients' global norm back
+    /// in one transfer (refusing a non-finite one), clips the gradients, updates the model at
+    /// the warmed-up learning rate and advances `state`. Returns the new model, the loss and
+    /// the batch's correct and total predictions.
     fn optimizer_step(
         &self,
         model: T::Model,
@@ -350,16 +589,38 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
         let out = self
             .task
             .step(&model, batch, step_seed(config.seed, state.step, 1));
-        let loss_value = out.loss.clone().into_scalar().elem::<f64>();
-        if !loss_value.is_finite() {
-            return Err(TrainError::NonFinite {
-                step: state.step,
-                value: loss_value,
-            });
-        }
+        let loss_on_device = out.loss.clone().inner();
         let mut grads = GradientsParams::from_grads(out.loss.backward(), &model);
+        // The one read-back of the step: the loss and the squared gradient norm together.
+        let mut read = Transaction::default().register(loss_on_device);
+        let squared_norm = squared_grad_norm::<B, _>(&model, &grads);
+        let has_norm = squared_norm.is_some();
+        if let Some(sq) = squared_norm {
+            read = read.register(sq);
+        }
+        let values = read.try_execute().map_err(|e| TrainError::Device {
+            step: state.step,
+            message: e.to_string(),
+        })?;
+        let scalar = |k: usize| -> f64 { values.get(k).map_or(0.0, |d| d.iter::<f64>().sum()) };
+        let loss_value = scalar(0);
+        let norm = if has_norm { scalar(1).sqrt() } else { 0.0 };
+        let non_finite = |tensor, value| TrainError::NonFinite {
+            step: state.step,
+            epoch: state.epoch,
+            batch_in_epoch: state.batch_in_epoch,
+            batch_examples: batch.len(),
+            tensor,
+            value,
+        };
+        if !loss_value.is_finite() {
+            return Err(non_finite(NonFiniteTensor::Loss, loss_value));
+        }
+        if !norm.is_finite() {
+            return Err(non_finite(NonFiniteTensor::GradientNorm, norm));
+        }
         if let Some(max) = config.clip_norm {
-            clip_global_norm::<B, _>(&model, &mut grads, max);
+            clip_to::<B, _>(&model, &mut grads, norm, max);
         }
         let model = optim.step(warmed_up(config, state.step, state.lr), model, grads);
         state.step += 1;
@@ -369,24 +630,43 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
         Ok((model, loss_value, out.correct, out.total))
     }
 
-    /// A checkpoint of `model` (with the optimizer state `optim`, empty for `best.ckpt`) at
-    /// `state`.
-    fn checkpoint(&self, model: &T::Model, optim: Vec<u8>, state: &TrainState) -> CheckpointFile {
+    /// Writes a checkpoint of `model` (with the optimizer state `optim`, empty for
+    /// `best.ckpt`) at `state` to `path`, with the configuration and the data fingerprint the
+    /// resume check compares.
+    fn save_checkpoint(
+        &self,
+        model: &T::Model,
+        optim: Vec<u8>,
+        state: &TrainState,
+        path: &Path,
+    ) -> Result<(), CheckpointError> {
+        let json = |v: Result<serde_json::Value, serde_json::Error>| {
+            v.map_err(|e| CheckpointError::Metadata {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })
+        };
+        let mut meta = serde_json::Map::new();
+        meta.insert("state".into(), json(serde_json::to_value(state))?);
+        meta.insert(CONFIG_KEY.into(), json(serde_json::to_value(self.config))?);
+        meta.insert(
+            FINGERPRINT_KEY.into(),
+            json(serde_json::to_value(&self.fingerprint))?,
+        );
+        meta.insert("task".into(), self.task.metadata());
         CheckpointFile {
-            meta: serde_json::json!({
-                "state": state,
-                "train_config": self.config,
-                "task": self.task.metadata(),
-            }),
+            meta: serde_json::Value::Object(meta),
             model: model_bytes::<B, _>(model),
             optim,
         }
+        .save(path)
     }
 
     /// Writes `last.ckpt`: model, optimizer and state.
-    fn save_last(&self, t: &Training<B, T::Model>) -> Result<(), CheckpointError> {
-        self.checkpoint(&t.model, t.optim.to_bytes(), &t.state)
-            .save(&self.last_path)
+    fn save_last(&self, t: &mut Training<B, T::Model>) -> Result<(), CheckpointError> {
+        self.save_checkpoint(&t.model, t.optim.to_bytes(), &t.state, &self.last_path)?;
+        t.last_save = Instant::now();
+        Ok(())
     }
 
     /// Evaluates `model` on every split, logging and printing each report into `evals`.
@@ -404,7 +684,8 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
         let inner = model.valid();
         for (k, split) in self.splits.iter().enumerate() {
             let report = self.task.evaluate(&inner, split);
-            self.report(split, &report, state)?;
+            let metric = (k == 0).then(|| self.task.selection_metric(&report));
+            self.report(split, &report, metric, state)?;
             if k == 0 && select {
                 self.select(model, &report, state)?;
             }
@@ -413,16 +694,21 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
         Ok(())
     }
 
-    /// Appends the evaluation of `split` to the metrics log and prints it.
+    /// Appends the evaluation of `split` to the metrics log (with the `selection_metric` for
+    /// the first split) and prints it.
     fn report(
         &self,
         split: &str,
         report: &EvalReport,
+        selection_metric: Option<f64>,
         state: &TrainState,
     ) -> Result<(), TrainError> {
         let mut extra = serde_json::Map::new();
         for (key, v) in &report.extra {
             extra.insert(key.clone(), serde_json::json!(v));
+        }
+        if let Some(m) = selection_metric {
+            extra.insert(SELECTION_METRIC.into(), serde_json::json!(m));
         }
         self.log
             .append(&MetricsRecord {
@@ -467,8 +753,7 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
             state.best_metric = Some(metric);
             state.best_step = Some(state.step);
             state.bad_evals = 0;
-            self.checkpoint(model, Vec::new(), state)
-                .save(&self.best_path)?;
+            self.save_checkpoint(model, Vec::new(), state, &self.best_path)?;
         } else if plateau_decay(self.config, &mut state.bad_evals, &mut state.lr)
             && !self.config.quiet
         {
@@ -477,23 +762,49 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
         Ok(())
     }
 
+    /// Why the loop ended at `state`.
+    fn stop_reason(&self, state: &TrainState) -> StopReason {
+        if state.epoch as usize >= self.config.epochs {
+            StopReason::Finished
+        } else if state.step >= self.max_steps {
+            StopReason::MaxSteps
+        } else if self
+            .config
+            .max_minutes
+            .is_some_and(|m| state.elapsed_sec >= 60.0 * m)
+        {
+            StopReason::MaxMinutes
+        } else {
+            StopReason::Finished
+        }
+    }
+
     /// Ends the run: evaluates the final model unless that step was just evaluated (selecting
     /// only when every epoch ran), writes `last.ckpt` and prints the summary.
-    fn finish(self, mut t: Training<B, T::Model>) -> Result<TrainOutcome<T::Model>, TrainError> {
+    fn finish(&self, mut t: Training<B, T::Model>) -> Result<TrainOutcome<T::Model>, TrainError> {
+        let stopped = self.stop_reason(&t.state);
         if t.last_eval_step != Some(t.state.step) {
             let finished = t.state.epoch as usize >= self.config.epochs;
             self.evaluate(&t.model, &mut t.state, &mut t.evals, finished)?;
         }
-        self.save_last(&t)?;
+        self.save_last(&mut t)?;
         if !self.config.quiet {
+            if stopped == StopReason::MaxMinutes {
+                eprintln!(
+                    "time budget spent at step {}: {} resumes the run",
+                    t.state.step,
+                    self.last_path.display()
+                );
+            }
             print_summary(&t.state, &t.evals, self.config);
         }
         Ok(TrainOutcome {
             model: t.model,
             state: t.state,
             evals: t.evals,
-            last_checkpoint: self.last_path,
+            last_checkpoint: self.last_path.clone(),
             best_checkpoint: self.best_path.exists().then_some(self.best_path.clone()),
+            stopped,
         })
     }
 }

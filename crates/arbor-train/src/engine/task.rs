@@ -8,6 +8,9 @@ use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
 
 /// What one training step produced.
+///
+/// The engine reads the loss back from the device once per step (for the log and the
+/// non-finite check), together with the gradients' global norm, in a single transfer.
 #[derive(Debug)]
 pub struct StepOutput<B: Backend> {
     /// The loss to minimise.
@@ -82,6 +85,16 @@ pub trait Task<B: AutodiffBackend> {
     /// Metadata stored in every checkpoint (model configuration, vocabulary…).
     fn metadata(&self) -> serde_json::Value {
         serde_json::Value::Null
+    }
+
+    /// A short text identifying the training data (e.g. a hex hash of the examples' lengths
+    /// and labels), or `None` (the default) when the task does not give one.
+    ///
+    /// The engine stores it in every checkpoint and, on resume, refuses to continue on other
+    /// data (unless [`TrainConfig::force_resume`](crate::TrainConfig::force_resume)) when both
+    /// the checkpoint and the task have one.
+    fn data_fingerprint(&self) -> Option<String> {
+        None
     }
 
     /// The batches of epoch `epoch`, in order, when the task fixes them itself (e.g. the

@@ -1,0 +1,134 @@
+//! Bad flag values stop every program before any work, with a message naming the flag and the
+//! rule, and never a panic. The data paths point nowhere: a program that got past its checks
+//! would fail on the missing file instead, with a different message.
+
+use clap::Parser;
+
+/// Runs `f`, which must return an error (not panic) whose message names every one of `needles`.
+fn refused(
+    what: &str,
+    needles: &[&str],
+    f: impl FnOnce() -> anyhow::Result<()> + std::panic::UnwindSafe,
+) {
+    let result = std::panic::catch_unwind(f)
+        .unwrap_or_else(|_| panic!("{what}: the program panicked instead of refusing"));
+    let err = result.expect_err(what);
+    let msg = format!("{err:#}");
+    for n in needles {
+        assert!(msg.contains(n), "{what}: `{n}` not in `{msg}`");
+    }
+}
+
+const NOWHERE: &str = "/nonexistent/arbor-bad-flags";
+
+#[test]
+fn classification_programs_check_their_flags() {
+    use arbor_apps::{listops, logic, snli, sst};
+    refused("snli heads", &["--heads", "--dim"], || {
+        snli::run(snli::SnliArgs::parse_from([
+            "snli",
+            "--encoder",
+            "transformer",
+            "--dim",
+            "100",
+            "--heads",
+            "3",
+            "--train",
+            NOWHERE,
+        ]))
+    });
+    refused("snli lr", &["--lr"], || {
+        snli::run(snli::SnliArgs::parse_from([
+            "snli", "--lr=-1", "--train", NOWHERE,
+        ]))
+    });
+    refused("sst batch", &["--batch-size"], || {
+        sst::run(sst::SstArgs::parse_from([
+            "sst",
+            "--batch-size",
+            "0",
+            "--train",
+            NOWHERE,
+        ]))
+    });
+    refused("sst dropout", &["--dropout"], || {
+        sst::run(sst::SstArgs::parse_from([
+            "sst",
+            "--dropout",
+            "1.5",
+            "--train",
+            NOWHERE,
+        ]))
+    });
+    refused("logic layers", &["--layers"], || {
+        logic::run(logic::LogicArgs::parse_from([
+            "logic",
+            "--encoder",
+            "lstm",
+            "--layers",
+            "0",
+            "--data-dir",
+            NOWHERE,
+        ]))
+    });
+    refused("listops r2d2 heads", &["--heads"], || {
+        listops::run(listops::ListOpsArgs::parse_from([
+            "listops",
+            "train",
+            "--encoder",
+            "r2d2",
+            "--dim",
+            "10",
+            "--heads",
+            "4",
+            "--train",
+            NOWHERE,
+            "--valid",
+            NOWHERE,
+        ]))
+    });
+    refused("listops clip", &["--clip"], || {
+        listops::run(listops::ListOpsArgs::parse_from([
+            "listops", "train", "--clip", "NaN", "--train", NOWHERE, "--valid", NOWHERE,
+        ]))
+    });
+}
+
+#[test]
+fn language_model_programs_check_their_flags() {
+    use arbor_apps::{ptb_lm, r2d2};
+    refused(
+        "ptb chunk",
+        &["--chunk-size", "must be at least 1 and divide"],
+        || {
+            ptb_lm::run(ptb_lm::PtbLmArgs::parse_from([
+                "ptb_lm",
+                "--cell",
+                "on-lstm",
+                "--chunk-size",
+                "7",
+                "--train",
+                NOWHERE,
+            ]))
+        },
+    );
+    refused("ptb dropout", &["--weight-drop"], || {
+        ptb_lm::run(ptb_lm::PtbLmArgs::parse_from([
+            "ptb_lm",
+            "--weight-drop",
+            "1",
+            "--train",
+            NOWHERE,
+        ]))
+    });
+    refused("r2d2 window", &["--window", "at least 1"], || {
+        r2d2::run(r2d2::R2d2Args::parse_from([
+            "r2d2", "pretrain", "--window", "0", "--train", NOWHERE,
+        ]))
+    });
+    refused("r2d2 heads", &["--heads", "--dim"], || {
+        r2d2::run(r2d2::R2d2Args::parse_from([
+            "r2d2", "pretrain", "--dim", "10", "--heads", "4", "--train", NOWHERE,
+        ]))
+    });
+}
