@@ -1,5 +1,5 @@
-//! `kill -9` of the real `logic` program after a checkpoint, then `--resume`: the final weights
-//! equal those of an uninterrupted run, bit for bit.
+//! `kill -9` of the real `logic` and `r2d2 pretrain` programs after a checkpoint, then
+//! `--resume`: the final weights equal those of an uninterrupted run, bit for bit.
 //!
 //! The program runs in a child process: this test binary re-executes itself with the ignored
 //! test `child_runs_the_logic_program` selected and the program's arguments in an environment
@@ -19,16 +19,20 @@ use clap::Parser;
 
 const CHILD_ARGS: &str = "ARBOR_KILL_TEST_ARGS";
 
-/// The child's side: runs `logic` with the arguments from the environment.
+/// The child's side: runs the program named by the first argument from the environment.
 #[test]
-#[ignore = "run by kill_minus_nine_then_resume_equals_an_uninterrupted_run as its child"]
-fn child_runs_the_logic_program() {
+#[ignore = "run by the kill tests below as their child process"]
+fn child_runs_the_program() {
     let args: Vec<String> = serde_json::from_str(
         &std::env::var(CHILD_ARGS).expect("started by the parent test with its arguments"),
     )
     .expect("arguments as a JSON list");
-    arbor_apps::logic::run(arbor_apps::logic::LogicArgs::parse_from(args))
-        .expect("the logic program succeeds");
+    let result = match args[0].as_str() {
+        "logic" => arbor_apps::logic::run(arbor_apps::logic::LogicArgs::parse_from(args)),
+        "r2d2" => arbor_apps::r2d2::run(arbor_apps::r2d2::R2d2Args::parse_from(args)),
+        other => panic!("unknown program {other}"),
+    };
+    result.expect("the program succeeds");
 }
 
 /// A small propositional-logic data directory: 200 pairs with up to 2 operators, and tests.
@@ -69,7 +73,7 @@ fn write_data(dir: &Path) {
 }
 
 fn spawn(data: &Path, out: &Path, extra: &[&str]) -> Child {
-    let mut args: Vec<String> = [
+    let args: Vec<String> = [
         "logic",
         "--data-dir",
         data.to_str().unwrap(),
@@ -89,13 +93,19 @@ fn spawn(data: &Path, out: &Path, extra: &[&str]) -> Child {
         out.to_str().unwrap(),
     ]
     .iter()
+    .chain(extra)
     .map(|s| s.to_string())
     .collect();
-    args.extend(extra.iter().map(|s| s.to_string()));
+    spawn_program(args)
+}
+
+/// Starts this test binary as the child running the program with `args` (`args[0]` is its
+/// name).
+fn spawn_program(args: Vec<String>) -> Child {
     Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "child_runs_the_logic_program",
+            "child_runs_the_program",
             "--ignored",
             "--test-threads",
             "1",
@@ -117,16 +127,9 @@ fn finish(child: Child) {
     );
 }
 
-/// Every float parameter of the classifier saved in `path`, in module order. (The record
+/// Every float parameter of the pair classifier saved in `path`, in module order. (The record
 /// bytes themselves are not compared: they also hold parameter ids, which are not weights.)
-fn weights(path: &Path) -> Vec<f32> {
-    struct Collect(Vec<f32>);
-    impl<B: Backend> ModuleVisitor<B> for Collect {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            self.0
-                .extend(param.val().into_data().to_vec::<f32>().unwrap_or_default());
-        }
-    }
+fn logic_weights(path: &Path) -> Vec<f32> {
     let file = CheckpointFile::load(path).unwrap();
     let meta = ModelMeta::from_checkpoint(&file.meta).unwrap();
     let ModelConfig::Nli {
@@ -143,7 +146,27 @@ fn weights(path: &Path) -> Vec<f32> {
         embedding.init::<Flex>(&device),
         &device,
     );
-    let (model, _) = arbor_train::load_model(model, path, &device).unwrap();
+    float_params(arbor_train::load_model(model, path, &device).unwrap().0)
+}
+
+/// The float parameters of the R2D2 language model saved in `path`, in module order.
+fn r2d2_weights(path: &Path) -> Vec<f32> {
+    let file = CheckpointFile::load(path).unwrap();
+    let meta = arbor_tasks::R2d2Meta::from_checkpoint(&file.meta).unwrap();
+    let device = Default::default();
+    let model = meta.model.init::<Flex>(&device);
+    float_params(arbor_train::load_model(model, path, &device).unwrap().0)
+}
+
+/// Every float parameter of `model`, in module order.
+fn float_params<M: Module<Flex>>(model: M) -> Vec<f32> {
+    struct Collect(Vec<f32>);
+    impl<B: Backend> ModuleVisitor<B> for Collect {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.0
+                .extend(param.val().into_data().to_vec::<f32>().unwrap_or_default());
+        }
+    }
     let mut all = Collect(Vec::new());
     model.visit(&mut all);
     assert!(!all.0.is_empty());
@@ -155,26 +178,35 @@ fn step_of(path: &Path) -> Option<u64> {
     file.meta["state"]["step"].as_u64()
 }
 
-#[test]
-fn kill_minus_nine_then_resume_equals_an_uninterrupted_run() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir(&data).unwrap();
-    write_data(&data);
-
+/// Runs the program uninterrupted twice (it must be deterministic), then once more killed with
+/// SIGKILL as soon as a mid-run `last.ckpt` exists, resumes that run, and checks that the final
+/// weights equal the uninterrupted run's. `start(out, extra)` starts the program writing to
+/// `out` with the `extra` flags; `weights` reads a checkpoint's parameters.
+fn kill_and_resume(
+    dir: &Path,
+    start: &dyn Fn(&Path, &[&str]) -> Child,
+    weights: fn(&Path) -> Vec<f32>,
+) {
     // The reference: one uninterrupted run.
-    let whole = dir.path().join("whole");
-    finish(spawn(&data, &whole, &[]));
+    let whole = dir.join("whole");
+    finish(start(&whole, &[]));
     let total = step_of(&whole.join("last.ckpt")).unwrap();
     let reference = weights(&whole.join("last.ckpt"));
     assert!(
-        total > 6,
+        total > 4,
         "the run must outlast its first checkpoints ({total} steps)"
+    );
+    // Precondition: the program is deterministic (same seed, same weights).
+    let again = dir.join("again");
+    finish(start(&again, &[]));
+    assert!(
+        weights(&again.join("last.ckpt")) == reference,
+        "two uninterrupted runs with the same seed differ"
     );
 
     // The same run, killed with SIGKILL once a mid-run checkpoint exists, then resumed.
-    let killed = dir.path().join("killed");
-    let mut child = spawn(&data, &killed, &[]);
+    let killed = dir.join("killed");
+    let mut child = start(&killed, &[]);
     let last = killed.join("last.ckpt");
     let started = Instant::now();
     let at = loop {
@@ -200,19 +232,84 @@ fn kill_minus_nine_then_resume_equals_an_uninterrupted_run() {
     );
     // The resumed run must continue from the killed run's checkpoint, not start over (a fresh
     // start would reach the same weights, deterministically).
-    let resumed = spawn(&data, &killed, &["--resume"])
-        .wait_with_output()
-        .unwrap();
+    let resumed = start(&killed, &["--resume"]).wait_with_output().unwrap();
     assert!(resumed.status.success(), "the resumed run failed");
     let said = String::from_utf8_lossy(&resumed.stderr);
     assert!(
         said.contains(&format!("at step {at_kill} ")),
         "the resumed run does not say it continues from step {at_kill}: {said}"
     );
-
     assert_eq!(step_of(&last), Some(total));
     assert!(
         weights(&last) == reference,
         "weights differ after kill -9 at step {at_kill} and resume"
     );
+}
+
+#[test]
+fn kill_minus_nine_then_resume_equals_an_uninterrupted_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    write_data(&data);
+    kill_and_resume(
+        dir.path(),
+        &|out, extra| spawn(&data, out, extra),
+        logic_weights,
+    );
+}
+
+#[test]
+fn r2d2_pretraining_killed_and_resumed_equals_an_uninterrupted_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let text =
+        " = Pets = \n\n The cat sat on the mat . The dog sat on the log . A cat saw a dog !\n \
+                The dog saw the cat . A dog sat on a mat . The cats sat on the logs .\n \
+                Dogs and cats saw the mat . The mat saw nothing !\n";
+    std::fs::write(dir.path().join("train.txt"), text).unwrap();
+    std::fs::write(
+        dir.path().join("valid.txt"),
+        " The cat saw the log . A dog sat .\n",
+    )
+    .unwrap();
+    let train = dir.path().join("train.txt");
+    let valid = dir.path().join("valid.txt");
+    let start = |out: &Path, extra: &[&str]| {
+        let base = [
+            "r2d2",
+            "pretrain",
+            "--train",
+            train.to_str().unwrap(),
+            "--valid",
+            valid.to_str().unwrap(),
+            "--vocab-size",
+            "60",
+            "--dim",
+            "8",
+            "--layers",
+            "1",
+            "--heads",
+            "2",
+            "--window",
+            "2",
+            "--batch-size",
+            "4",
+            "--max-tokens",
+            "64",
+            "--warmup",
+            "2",
+            "--eval-every",
+            "50",
+            "--checkpoint-every",
+            "2",
+            "--epochs",
+            "6",
+            "--seed",
+            "3",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        spawn_program(base.iter().chain(extra).map(|s| s.to_string()).collect())
+    };
+    kill_and_resume(dir.path(), &start, r2d2_weights);
 }

@@ -210,7 +210,11 @@ impl Default for WordPieceTrainConfig {
 }
 
 /// Trains a WordPiece vocabulary on `lines` with the `tokenizers` trainer and returns the pieces
-/// in id order (write them one per line to get a `vocab.txt`). Deterministic for a given input.
+/// in id order (write them one per line to get a `vocab.txt`): the special tokens first, in
+/// their configured order, then every other piece sorted (whole-word pieces before `##`
+/// continuations, then by text). The trainer numbers pieces in hash-map order, which differs
+/// from run to run; the sort makes the ids a function of the input, so a run with the same seed
+/// and text reproduces.
 pub fn train_wordpiece<I, S>(
     lines: I,
     config: &WordPieceTrainConfig,
@@ -234,9 +238,21 @@ where
         .build();
     let mut tok = pipeline(WordPiece::default(), config.lowercase);
     tok.train(&mut trainer, lines.into_iter()).map_err(tk_err)?;
-    let mut vocab: Vec<(String, u32)> = tok.get_model().get_vocab().into_iter().collect();
-    vocab.sort_by_key(|(_, id)| *id);
-    Ok(vocab.into_iter().map(|(p, _)| p).collect())
+    let learned: std::collections::BTreeSet<(bool, String)> = tok
+        .get_model()
+        .get_vocab()
+        .into_keys()
+        .filter(|p| !config.special_tokens.contains(p))
+        .map(|p| (p.starts_with("##"), p))
+        .collect();
+    let mut pieces: Vec<String> = config
+        .special_tokens
+        .iter()
+        .filter(|s| tok.get_model().get_vocab().contains_key(*s))
+        .cloned()
+        .collect();
+    pieces.extend(learned.into_iter().map(|(_, p)| p));
+    Ok(pieces)
 }
 
 /// Writes pieces one per line (a BERT `vocab.txt`).
@@ -276,6 +292,26 @@ mod tests {
         let w = t.encode_words(&["unbelievable", "dog"]).unwrap();
         assert_eq!(w.pieces, ["un", "##believ", "##able", "[UNK]"]);
         assert_eq!(w.word_ids, vec![0, 0, 0, 1]);
+    }
+
+    #[test]
+    fn training_is_deterministic() {
+        let text = [
+            "the cat sat on the mat . the dog sat on the log .",
+            "a cat saw a dog ! dogs and cats saw the mat .",
+        ];
+        let config = WordPieceTrainConfig {
+            vocab_size: 60,
+            ..WordPieceTrainConfig::default()
+        };
+        let first = train_wordpiece(text, &config).unwrap();
+        assert_eq!(
+            first[..config.special_tokens.len()],
+            config.special_tokens[..]
+        );
+        for _ in 0..8 {
+            assert_eq!(train_wordpiece(text, &config).unwrap(), first);
+        }
     }
 
     #[test]
