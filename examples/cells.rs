@@ -7,6 +7,7 @@
 //! ```
 
 use arbor::cells::names::ValueEnum;
+use arbor::cells::ArborBackend;
 use std::time::Instant;
 
 use anyhow::Result;
@@ -93,7 +94,7 @@ struct RunCell<'a> {
 impl BackendJob for RunCell<'_> {
     type Output = Result<Report>;
 
-    fn run<B: Backend>(self, device: B::Device) -> Result<Report> {
+    fn run<B: ArborBackend>(self, device: B::Device) -> Result<Report> {
         let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
         let record = Recorder::<B>::load(&recorder, self.record, &device)?;
         let stack: RecurrentStack<B> = self.config.init(&device).load_record(record);

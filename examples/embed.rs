@@ -9,6 +9,7 @@
 //! cargo run --release --example embed -- --encoder gumbel
 //! ```
 
+use arbor::cells::ArborBackend;
 use arbor::cells::GumbelSampler;
 use arbor::encoders::{
     Decisions, Encoder, EncoderConfig, EncoderInput, EncoderKind, SentenceEncoder,
@@ -30,7 +31,7 @@ struct MyModel<B: Backend> {
     head: Linear<B>,
 }
 
-impl<B: Backend> MyModel<B> {
+impl<B: ArborBackend> MyModel<B> {
     fn new(kind: EncoderKind, device: &B::Device) -> Self {
         let encoder = EncoderConfig::of_kind(kind, 16, 32).init(device);
         Self {
@@ -65,7 +66,7 @@ struct Args {
 }
 
 /// A batch of random sentences over tokens 2..8, padded with 0; label 1 iff token 2 occurs.
-fn batch<B: Backend>(
+fn batch<B: ArborBackend>(
     step: u64,
     device: &B::Device,
 ) -> (Tensor<B, 2, Int>, Vec<usize>, Tensor<B, 1, Int>) {

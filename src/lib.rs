@@ -20,7 +20,7 @@
 //!   `r2d2`).
 //! - [`device`]: picking a backend from a `--device` string.
 //!
-//! Everything model-related is generic over `B: Backend`; the backends are cargo features:
+//! Everything model-related is generic over `B: ArborBackend`; the backends are cargo features:
 //! `flex` (default, pure-Rust CPU), `ndarray`, `cuda`.
 
 #![warn(missing_docs)]

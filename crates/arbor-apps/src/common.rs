@@ -1,5 +1,6 @@
 //! Helpers the example programs share.
 
+use arbor_cells::{ArborAutodiffBackend, ArborBackend};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -9,8 +10,6 @@ use arbor_encoders::{Decisions, Encoder, EncoderInput, SentenceEncoder};
 use arbor_heads::{NliClassifierConfig, SentenceBatch, TokenEmbedding, TokenEmbeddingConfig};
 use arbor_tasks::{ClassificationTask, ClassifyData, Examples, NliData};
 use arbor_train::seed_everything;
-use burn::prelude::*;
-use burn::tensor::backend::AutodiffBackend;
 
 /// The checkpoint to load from a run directory (or a checkpoint file): `best.ckpt` when it
 /// exists, else `last.ckpt`.
@@ -32,7 +31,7 @@ pub fn checkpoint_in(path: &Path) -> Result<PathBuf> {
 
 /// The word embedding: random `N(0, init_std²)` with `<pad>` and `<unk>` at zero, or from
 /// pretrained vectors (whose width wins).
-pub fn embedding<B: Backend>(
+pub fn embedding<B: ArborBackend>(
     vocab: &Vocab,
     d_embed: usize,
     init_std: f64,
@@ -101,7 +100,7 @@ pub fn tokenize(text: &str, lowercase: bool) -> Vec<String> {
 
 /// The tree an encoder builds for one sentence (argmax decisions), or `None` when it builds
 /// none.
-pub fn parse_one<B: Backend>(
+pub fn parse_one<B: ArborBackend>(
     embedding: &TokenEmbedding<B>,
     encoder: &Encoder<B>,
     ids: &[u32],
@@ -152,7 +151,7 @@ pub fn check_gold_transitions(
 
 /// The word embedding the training flags describe (`--embed-dim`, `--embed-init-std` with the
 /// program's `default_std`, `--glove`) and the encoder configuration over its width.
-fn embedding_and_encoder<B: Backend>(
+fn embedding_and_encoder<B: ArborBackend>(
     a: &crate::cli::TrainArgs,
     vocab: &Vocab,
     default_std: f64,
@@ -203,7 +202,7 @@ pub trait ProgramData: Examples + Sized {
     ///
     /// # Errors
     /// When `--glove` vectors cannot be read.
-    fn model<B: Backend>(
+    fn model<B: ArborBackend>(
         a: &crate::cli::TrainArgs,
         vocab: &Vocab,
         labels: &Labels,
@@ -216,7 +215,7 @@ pub trait ProgramData: Examples + Sized {
 }
 
 impl ProgramData for NliData {
-    fn model<B: Backend>(
+    fn model<B: ArborBackend>(
         a: &crate::cli::TrainArgs,
         vocab: &Vocab,
         labels: &Labels,
@@ -249,7 +248,7 @@ impl ProgramData for NliData {
 }
 
 impl ProgramData for ClassifyData {
-    fn model<B: Backend>(
+    fn model<B: ArborBackend>(
         a: &crate::cli::TrainArgs,
         vocab: &Vocab,
         labels: &Labels,
@@ -279,7 +278,7 @@ impl ProgramData for ClassifyData {
 /// run with `--seed`, checks that gold trees fit every split when the encoder follows them,
 /// builds the classifier over `vocab` and the engine task over `train` and the evaluation
 /// `splits` (the first selects the model), evaluated 256 examples at a time.
-pub fn classification_task<B: AutodiffBackend, D: ProgramData>(
+pub fn classification_task<B: ArborAutodiffBackend, D: ProgramData>(
     a: &crate::cli::TrainArgs,
     vocab: &Vocab,
     labels: &Labels,
@@ -308,7 +307,7 @@ pub fn classification_task<B: AutodiffBackend, D: ProgramData>(
 ///
 /// # Errors
 /// When the best checkpoint cannot be read.
-pub fn best_or_last<B: Backend, M: burn::module::Module<B>>(
+pub fn best_or_last<B: ArborBackend, M: burn::module::Module<B>>(
     last: M,
     best: Option<&Path>,
     device: &B::Device,

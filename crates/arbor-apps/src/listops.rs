@@ -4,6 +4,7 @@
 //! scores a checkpoint on other files, e.g. the official test file. Accuracy is reported over the
 //! whole file, by the expression's depth and by length.
 
+use arbor_cells::ArborBackend;
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -18,7 +19,6 @@ use arbor_heads::SentenceClassifier;
 use arbor_train::{load_model, train, EvalReport};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
-use burn::prelude::*;
 use clap::{Args, Parser, Subcommand};
 
 use crate::cli::TrainArgs;
@@ -227,7 +227,7 @@ pub fn to_data(examples: &[ListOpsExample], vocab: &Vocab) -> ClassifyData {
 
 /// Prints accuracy over a file, by depth and by length (both from one evaluation pass), and
 /// returns that pass's report: its groups are `depth · LENGTH_BUCKETS.len() + length bucket`.
-pub fn report<B: Backend>(
+pub fn report<B: ArborBackend>(
     title: &str,
     model: &SentenceClassifier<B, arbor_encoders::Encoder<B>>,
     examples: &[ListOpsExample],
@@ -282,7 +282,7 @@ pub fn report<B: Backend>(
     report
 }
 
-fn show_trees<B: Backend>(
+fn show_trees<B: ArborBackend>(
     model: &SentenceClassifier<B, arbor_encoders::Encoder<B>>,
     examples: &[ListOpsExample],
     data: &ClassifyData,
@@ -315,7 +315,7 @@ struct TrainJob {
 impl BackendJob for TrainJob {
     type Output = Result<()>;
 
-    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+    fn run<B: ArborBackend>(self, device: B::Device) -> Result<()> {
         type Ad<B> = Autodiff<B>;
         let a = &self.args.common;
         let vocab = arbor_data::vocab::word_vocab(self.train.iter().map(|e| &e.tokens[..]), false);
@@ -386,7 +386,7 @@ struct EvalJob {
 impl BackendJob for EvalJob {
     type Output = Result<()>;
 
-    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+    fn run<B: ArborBackend>(self, device: B::Device) -> Result<()> {
         let path = checkpoint_in(&self.args.checkpoint)?;
         let meta = checkpoint_meta(&path)?;
         let ModelConfig::Classify {

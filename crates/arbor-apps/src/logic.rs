@@ -3,6 +3,7 @@
 //! hold out 10% of them for validation, and report test accuracy separately for every operator
 //! count in the test files.
 
+use arbor_cells::ArborBackend;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -15,7 +16,6 @@ use arbor_data::ReadOptions;
 use arbor_train::{train, EvalReport};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
-use burn::prelude::*;
 use clap::Parser;
 
 use crate::cli::TrainArgs;
@@ -165,7 +165,7 @@ struct Job {
 impl BackendJob for Job {
     type Output = Result<()>;
 
-    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+    fn run<B: ArborBackend>(self, device: B::Device) -> Result<()> {
         type Ad<B> = Autodiff<B>;
         let Job { args, splits } = self;
         let a = &args.common;

@@ -3,6 +3,7 @@
 //! model on any file (`--eval`); unsupervised parsing from its per-layer syntactic distances
 //! (`--parse`), scored against gold trees. See `docs/lm.md`.
 
+use arbor_cells::ArborBackend;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -17,7 +18,6 @@ use arbor_lm::{Batchified, RnnLm, RnnLmConfig};
 use arbor_tasks::{evaluate_stream, LmTask};
 use arbor_train::{load_model, seed_everything, train, CheckpointFile, OptimizerKind, TrainConfig};
 use burn::backend::Autodiff;
-use burn::prelude::*;
 use clap::Parser;
 
 use crate::cli::EngineArgs;
@@ -184,7 +184,7 @@ struct Job {
     args: PtbLmArgs,
 }
 
-fn load_trained<B: Backend>(
+fn load_trained<B: ArborBackend>(
     dir: &Path,
     device: &B::Device,
 ) -> Result<(RnnLm<B>, Vocab, serde_json::Value, PathBuf)> {
@@ -201,7 +201,7 @@ fn load_trained<B: Backend>(
 }
 
 impl Job {
-    fn train<B: Backend>(self, device: B::Device) -> Result<()> {
+    fn train<B: ArborBackend>(self, device: B::Device) -> Result<()> {
         type Ad<B> = Autodiff<B>;
         let a = &self.args;
         seed_everything::<Ad<B>>(&device, a.engine.seed);
@@ -262,7 +262,7 @@ impl Job {
         Ok(())
     }
 
-    fn eval<B: Backend>(self, device: B::Device, file: &Path) -> Result<()> {
+    fn eval<B: ArborBackend>(self, device: B::Device, file: &Path) -> Result<()> {
         let a = &self.args;
         let dir = a.checkpoint.clone().unwrap_or_else(|| a.engine.out.clone());
         let (model, vocab, _, path) = load_trained::<B>(&dir, &device)?;
@@ -282,7 +282,7 @@ impl Job {
         Ok(())
     }
 
-    fn parse<B: Backend>(self, device: B::Device, file: &Path) -> Result<()> {
+    fn parse<B: ArborBackend>(self, device: B::Device, file: &Path) -> Result<()> {
         let a = &self.args;
         let dir = a.checkpoint.clone().unwrap_or_else(|| a.engine.out.clone());
         let (model, vocab, _, path) = load_trained::<B>(&dir, &device)?;
@@ -402,7 +402,7 @@ impl Job {
 impl BackendJob for Job {
     type Output = Result<()>;
 
-    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+    fn run<B: ArborBackend>(self, device: B::Device) -> Result<()> {
         if let Some(file) = self.args.parse.clone() {
             self.parse::<B>(device, &file)
         } else if let Some(file) = self.args.eval.clone() {

@@ -1,6 +1,7 @@
 //! `cargo run --release --example r2d2 -- <pretrain|eval|parse>`: R2D2 pretraining on
 //! WikiText-2 (bidirectional LM), pseudo-perplexity evaluation, and unsupervised parsing.
 
+use arbor_cells::ArborBackend;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -16,7 +17,6 @@ use arbor_encoders::Decisions;
 use arbor_train::{load_model, seed_everything, train, CheckpointFile, OptimizerKind};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
-use burn::prelude::*;
 use clap::{Args, Parser, Subcommand};
 
 use crate::cli::EngineArgs;
@@ -223,7 +223,7 @@ struct PretrainJob {
 impl BackendJob for PretrainJob {
     type Output = Result<()>;
 
-    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+    fn run<B: ArborBackend>(self, device: B::Device) -> Result<()> {
         type Ad<B> = Autodiff<B>;
         let a = &self.args;
         std::fs::create_dir_all(&a.engine.out)
@@ -332,7 +332,10 @@ impl BackendJob for PretrainJob {
 }
 
 /// Loads a pretraining checkpoint: model, tokenizer.
-fn load<B: Backend>(path: &Path, device: &B::Device) -> Result<(R2d2Lm<B>, WordPieceTokenizer)> {
+fn load<B: ArborBackend>(
+    path: &Path,
+    device: &B::Device,
+) -> Result<(R2d2Lm<B>, WordPieceTokenizer)> {
     let file = CheckpointFile::load(path)?;
     let meta = R2d2Meta::from_checkpoint(&file.meta)
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
@@ -348,7 +351,7 @@ struct EvalJob {
 impl BackendJob for EvalJob {
     type Output = Result<PseudoPerplexity>;
 
-    fn run<B: Backend>(self, device: B::Device) -> Result<PseudoPerplexity> {
+    fn run<B: ArborBackend>(self, device: B::Device) -> Result<PseudoPerplexity> {
         let a = &self.args;
         let (model, tok) = load::<B>(&a.checkpoint, &device)?;
         let sents = arbor_data::readers::wikitext_sentences(&read_text(&a.text)?);
@@ -440,7 +443,7 @@ fn pieces_of_words(tok: &WordPieceTokenizer, words: &[String]) -> Result<(Vec<u3
 impl BackendJob for ParseJob {
     type Output = Result<()>;
 
-    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+    fn run<B: ArborBackend>(self, device: B::Device) -> Result<()> {
         let a = &self.args;
         let (model, tok) = load::<B>(&a.checkpoint, &device)?;
         let (sentences, word_level): (Vec<Vec<String>>, bool) = match (&a.gold, &a.input) {

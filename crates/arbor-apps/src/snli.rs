@@ -1,5 +1,6 @@
 //! `cargo run --release --example snli`: train a (latent-)tree sentence encoder on SNLI.
 
+use arbor_cells::ArborBackend;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
@@ -10,7 +11,6 @@ use arbor_data::{DataError, ReadOptions};
 use arbor_train::{load_model, train};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
-use burn::prelude::*;
 use clap::Parser;
 
 use crate::cli::TrainArgs;
@@ -196,7 +196,7 @@ struct TrainJob {
 impl BackendJob for TrainJob {
     type Output = Result<()>;
 
-    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+    fn run<B: ArborBackend>(self, device: B::Device) -> Result<()> {
         type Ad<B> = Autodiff<B>;
         let TrainJob { args, splits } = self;
         let a = &args.common;
@@ -276,7 +276,7 @@ impl BackendJob for TrainJob {
 }
 
 /// Rebuilds a trained pair classifier from a checkpoint.
-fn load_trained<B: Backend>(
+fn load_trained<B: ArborBackend>(
     path: &std::path::Path,
     device: &B::Device,
 ) -> Result<(
@@ -315,7 +315,7 @@ struct EvalJob {
 impl BackendJob for EvalJob {
     type Output = Result<()>;
 
-    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+    fn run<B: ArborBackend>(self, device: B::Device) -> Result<()> {
         let dir = self
             .args
             .checkpoint

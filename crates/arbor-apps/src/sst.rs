@@ -1,6 +1,7 @@
 //! `cargo run --release --example sst`: the same engine on SST-2, from GLUE-style tsv files or
 //! from the PTB-style SST trees (neutral sentences dropped; gold transitions kept).
 
+use arbor_cells::ArborBackend;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
@@ -10,7 +11,6 @@ use arbor_data::ReadOptions;
 use arbor_train::train;
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
-use burn::prelude::*;
 use clap::Parser;
 
 use crate::cli::TrainArgs;
@@ -111,7 +111,7 @@ struct Job {
 impl BackendJob for Job {
     type Output = Result<()>;
 
-    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+    fn run<B: ArborBackend>(self, device: B::Device) -> Result<()> {
         type Ad<B> = Autodiff<B>;
         let a = &self.args.common;
         let vocab = arbor_data::vocab::word_vocab(

@@ -6,6 +6,7 @@
 //! variable, so the child is the real program (flag parsing, data loading, engine, checkpoints)
 //! and can be killed with SIGKILL at any moment.
 
+use arbor_cells::ArborBackend;
 use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -161,7 +162,7 @@ fn r2d2_weights(path: &Path) -> Vec<f32> {
 /// Every float parameter of `model`, in module order.
 fn float_params<M: Module<Flex>>(model: M) -> Vec<f32> {
     struct Collect(Vec<f32>);
-    impl<B: Backend> ModuleVisitor<B> for Collect {
+    impl<B: ArborBackend> ModuleVisitor<B> for Collect {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
             self.0
                 .extend(param.val().into_data().to_vec::<f32>().unwrap_or_default());

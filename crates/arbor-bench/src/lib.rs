@@ -12,10 +12,10 @@
 
 #![warn(missing_docs)]
 
+use arbor_cells::ArborBackend;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use burn::prelude::Backend;
 
 pub mod harness;
 pub mod report;
@@ -34,7 +34,7 @@ pub fn selected(name: &str, filters: &[String]) -> bool {
 }
 
 /// The names of every workload in the suite.
-pub fn workload_names<B: Backend>(device: &B::Device) -> Vec<String> {
+pub fn workload_names<B: ArborBackend>(device: &B::Device) -> Vec<String> {
     workloads::suite::<B>(device)
         .into_iter()
         .map(|w| w.name)
@@ -43,7 +43,10 @@ pub fn workload_names<B: Backend>(device: &B::Device) -> Vec<String> {
 
 /// What the PyTorch twins need to know of each named workload: `{name, modes, inputs}` (modes
 /// by their labels, inputs from [`Workload::with_twin_inputs`]).
-pub fn twin_workloads<B: Backend>(device: &B::Device, names: &[String]) -> Vec<serde_json::Value> {
+pub fn twin_workloads<B: ArborBackend>(
+    device: &B::Device,
+    names: &[String],
+) -> Vec<serde_json::Value> {
     workloads::suite::<B>(device)
         .into_iter()
         .filter(|w| names.contains(&w.name))
@@ -60,7 +63,7 @@ pub fn twin_workloads<B: Backend>(device: &B::Device, names: &[String]) -> Vec<s
 ///
 /// # Errors
 /// When nothing matches the filters, or a workload fails (device error, non-finite output).
-pub fn run_suite<B: Backend>(
+pub fn run_suite<B: ArborBackend>(
     device: &B::Device,
     device_name: &str,
     settings: &Settings,

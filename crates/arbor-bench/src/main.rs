@@ -1,5 +1,6 @@
 //! `arbor-bench`: the benchmark suite's command line (`cargo xtask bench` builds and runs it).
 
+use arbor_cells::ArborBackend;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
@@ -9,7 +10,6 @@ use arbor_bench::{
     Report, Settings,
 };
 use arbor_train::device::{DeviceError, DeviceSpec};
-use burn::prelude::Backend;
 use clap::{Parser, ValueEnum};
 
 /// What `--versus` compares arbor with.
@@ -132,7 +132,7 @@ fn print_row(r: &Record) {
     );
 }
 
-fn run<B: Backend>(args: &Args, device: B::Device, probe: Probe) -> Result<()> {
+fn run<B: ArborBackend>(args: &Args, device: B::Device, probe: Probe) -> Result<()> {
     if args.list {
         for name in workload_names::<B>(&device) {
             println!("{name}");
@@ -199,7 +199,7 @@ fn run<B: Backend>(args: &Args, device: B::Device, probe: Probe) -> Result<()> {
 
 /// Runs the PyTorch twins of the measured workloads and attaches their timings; on any problem
 /// the report says why the comparison was skipped and the arbor results stand.
-fn compare_with_pytorch<B: Backend>(
+fn compare_with_pytorch<B: ArborBackend>(
     args: &Args,
     device: &B::Device,
     settings: &Settings,
@@ -281,7 +281,7 @@ fn compare_with_pytorch<B: Backend>(
 }
 
 #[allow(dead_code)]
-fn host_probe<B: Backend>(device: B::Device) -> Probe {
+fn host_probe<B: ArborBackend>(device: B::Device) -> Probe {
     let d2 = device.clone();
     Probe {
         sync: Box::new(move || B::sync(&device).map_err(|e| anyhow::anyhow!("{e}"))),

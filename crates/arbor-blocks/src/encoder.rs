@@ -1,5 +1,6 @@
 //! The Transformer encoder stack (with or without FastTrees gates) over padded batches.
 
+use arbor_cells::ArborBackend;
 use burn::nn::{Dropout, DropoutConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::Bool;
@@ -117,7 +118,7 @@ impl TransformerEncoderConfig {
     ///
     /// # Panics
     /// If `n_layers` is 0, or `n_heads` or `chunk_size` does not divide `d_model`.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> TransformerEncoder<B> {
+    pub fn init<B: ArborBackend>(&self, device: &B::Device) -> TransformerEncoder<B> {
         assert!(self.n_layers > 0, "a Transformer encoder needs a layer");
         let layer = self.layer();
         TransformerEncoder {
@@ -138,7 +139,7 @@ impl TransformerEncoderConfig {
 ///
 /// # Shapes
 /// - output: `[lengths.len(), time]`
-pub fn padding_mask<B: Backend>(
+pub fn padding_mask<B: ArborBackend>(
     lengths: &[usize],
     time: usize,
     device: &B::Device,
@@ -150,7 +151,7 @@ pub fn padding_mask<B: Backend>(
     Tensor::from_data(TensorData::new(values, [lengths.len(), time]), device)
 }
 
-impl<B: Backend> TransformerEncoder<B> {
+impl<B: ArborBackend> TransformerEncoder<B> {
     /// Width of the outputs.
     pub fn d_model(&self) -> usize {
         self.d_model

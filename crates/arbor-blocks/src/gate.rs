@@ -1,6 +1,7 @@
 //! The FastTrees gate (Pung & Chan, §3.3; docs/models.md §5), inserted after self-attention.
 
 use arbor_cells::cumax;
+use arbor_cells::ArborBackend;
 use burn::nn::conv::{Conv1d, Conv1dConfig};
 use burn::nn::{Linear, LinearConfig, PaddingConfig1d};
 use burn::prelude::*;
@@ -91,7 +92,7 @@ impl FastTreesGateConfig {
     ///
     /// # Panics
     /// If `chunk_size` is 0 or does not divide `d_model`, or a convolution's `kernel_size` is 0.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> FastTreesGate<B> {
+    pub fn init<B: ArborBackend>(&self, device: &B::Device) -> FastTreesGate<B> {
         let d = self.d_model;
         assert!(
             self.chunk_size > 0 && d.is_multiple_of(self.chunk_size),
@@ -119,7 +120,7 @@ impl FastTreesGateConfig {
     }
 }
 
-impl<B: Backend> FastTreesGate<B> {
+impl<B: ArborBackend> FastTreesGate<B> {
     /// The fused pre-activations `[F_a(X); F_b(X); F_h(X)]`.
     ///
     /// # Shapes

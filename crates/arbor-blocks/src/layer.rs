@@ -1,5 +1,6 @@
 //! One Transformer encoder layer with an optional FastTrees gate after self-attention.
 
+use arbor_cells::ArborBackend;
 use burn::nn::activation::ActivationConfig;
 use burn::nn::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
 use burn::nn::transformer::{PositionWiseFeedForward, PositionWiseFeedForwardConfig};
@@ -92,7 +93,7 @@ impl TransformerLayerConfig {
     ///
     /// # Panics
     /// If `n_heads` does not divide `d_model`, or the gate's chunk size does not.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> TransformerLayer<B> {
+    pub fn init<B: ArborBackend>(&self, device: &B::Device) -> TransformerLayer<B> {
         assert!(
             self.n_heads > 0 && self.d_model.is_multiple_of(self.n_heads),
             "d_model {} must be a multiple of n_heads {}",
@@ -126,7 +127,7 @@ impl TransformerLayerConfig {
     }
 }
 
-impl<B: Backend> TransformerLayer<B> {
+impl<B: ArborBackend> TransformerLayer<B> {
     /// Runs the layer.
     ///
     /// `mask_pad` is `true` at padding positions: no position attends to them. Real positions

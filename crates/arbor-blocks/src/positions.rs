@@ -1,5 +1,6 @@
 //! Position information added to the token vectors of a Transformer encoder.
 
+use arbor_cells::ArborBackend;
 use burn::nn::{Embedding, EmbeddingConfig};
 use burn::prelude::*;
 
@@ -26,7 +27,7 @@ pub struct Positions<B: Backend> {
     pub learned: Option<Embedding<B>>,
 }
 
-impl<B: Backend> Positions<B> {
+impl<B: ArborBackend> Positions<B> {
     /// Builds the position vectors of `kind` for width `d_model`.
     pub fn new(kind: PositionKind, d_model: usize, max_len: usize, device: &B::Device) -> Self {
         Self {
@@ -58,7 +59,7 @@ impl<B: Backend> Positions<B> {
 }
 
 /// The sinusoid table `[time, d]` (Vaswani et al. 2017 §3.5); an odd last column is a sine.
-pub fn sinusoids<B: Backend>(time: usize, d: usize, device: &B::Device) -> Tensor<B, 2> {
+pub fn sinusoids<B: ArborBackend>(time: usize, d: usize, device: &B::Device) -> Tensor<B, 2> {
     let mut values = Vec::with_capacity(time * d);
     for t in 0..time {
         for j in 0..d {

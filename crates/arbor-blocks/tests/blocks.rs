@@ -4,6 +4,7 @@ use arbor_blocks::{
     padding_mask, FastTreesGateConfig, GateInput, GateProjection, PositionKind,
     TransformerEncoderConfig, TransformerLayerConfig,
 };
+use arbor_cells::ArborBackend;
 use burn::backend::{Autodiff, Flex, NdArray};
 use burn::module::Param;
 use burn::nn::activation::ActivationConfig;
@@ -16,11 +17,11 @@ use burn::tensor::Distribution;
 type F = Flex;
 type D64 = NdArray<f64>;
 
-fn values<B: Backend, const N: usize>(t: Tensor<B, N>) -> Vec<f64> {
+fn values<B: ArborBackend, const N: usize>(t: Tensor<B, N>) -> Vec<f64> {
     t.into_data().convert::<f64>().to_vec::<f64>().unwrap()
 }
 
-fn max_abs_diff<B: Backend, const N: usize>(a: Tensor<B, N>, b: Tensor<B, N>) -> f64 {
+fn max_abs_diff<B: ArborBackend, const N: usize>(a: Tensor<B, N>, b: Tensor<B, N>) -> f64 {
     values(a)
         .iter()
         .zip(values(b))
@@ -28,7 +29,7 @@ fn max_abs_diff<B: Backend, const N: usize>(a: Tensor<B, N>, b: Tensor<B, N>) ->
         .fold(0.0, f64::max)
 }
 
-fn randn<B: Backend, const N: usize>(
+fn randn<B: ArborBackend, const N: usize>(
     shape: [usize; N],
     scale: f64,
     device: &B::Device,

@@ -1,5 +1,6 @@
 //! Conv FastTrees (Pung & Chan; docs/models.md §5): master gates from a causal temporal convolution.
 
+use crate::ArborBackend;
 use burn::nn::conv::{Conv1d, Conv1dConfig};
 use burn::nn::{Linear, LinearConfig, PaddingConfig1d};
 use burn::prelude::*;
@@ -58,7 +59,7 @@ impl ConvFastTreesCellConfig {
     ///
     /// # Panics
     /// If `d_hidden` is not a multiple of `chunk_size`, or `kernel_size` is 0.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> ConvFastTreesCell<B> {
+    pub fn init<B: ArborBackend>(&self, device: &B::Device) -> ConvFastTreesCell<B> {
         assert!(self.kernel_size > 0, "kernel_size must be at least 1");
         let h = self.d_hidden;
         let c = n_chunks(h, self.chunk_size);
@@ -80,7 +81,7 @@ impl ConvFastTreesCellConfig {
     }
 }
 
-impl<B: Backend> RecurrentCell<B> for ConvFastTreesCell<B> {
+impl<B: ArborBackend> RecurrentCell<B> for ConvFastTreesCell<B> {
     fn d_input(&self) -> usize {
         self.input.weight.dims()[0]
     }

@@ -1,3 +1,4 @@
+use crate::ArborBackend;
 use burn::prelude::*;
 use burn::tensor::activation::softmax;
 
@@ -9,6 +10,6 @@ use burn::tensor::activation::softmax;
 /// # Shapes
 /// - `x`: `[..., n]`
 /// - output: `[..., n]`
-pub fn cumax<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+pub fn cumax<B: ArborBackend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     softmax(x, D - 1).cumsum(D - 1)
 }

@@ -1,5 +1,6 @@
 //! FastTrees (Pung & Chan; docs/models.md §5): ON-LSTM whose master gates read `x_t` only.
 
+use crate::ArborBackend;
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 
@@ -41,7 +42,7 @@ impl FastTreesCellConfig {
     ///
     /// # Panics
     /// If `d_hidden` is not a multiple of `chunk_size`.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> FastTreesCell<B> {
+    pub fn init<B: ArborBackend>(&self, device: &B::Device) -> FastTreesCell<B> {
         let h = self.d_hidden;
         let c = n_chunks(h, self.chunk_size);
         FastTreesCell {
@@ -57,7 +58,7 @@ impl FastTreesCellConfig {
 /// activations, for the whole sequence at once.
 pub(crate) fn activate_master<B3>(xp: Tensor<B3, 3>, n_chunks: usize) -> Tensor<B3, 3>
 where
-    B3: Backend,
+    B3: ArborBackend,
 {
     let [_, _, width] = xp.dims();
     let c2 = 2 * n_chunks;
@@ -66,7 +67,7 @@ where
 }
 
 /// One step of a cell whose master gates were precomputed: `xp = [f̃, ĩ, W x_t + b]`.
-pub(crate) fn precomputed_master_step<B: Backend>(
+pub(crate) fn precomputed_master_step<B: ArborBackend>(
     hidden: &Linear<B>,
     n_chunks: usize,
     d_hidden: usize,
@@ -83,7 +84,7 @@ pub(crate) fn precomputed_master_step<B: Backend>(
     }
 }
 
-impl<B: Backend> RecurrentCell<B> for FastTreesCell<B> {
+impl<B: ArborBackend> RecurrentCell<B> for FastTreesCell<B> {
     fn d_input(&self) -> usize {
         self.input.weight.dims()[0]
     }

@@ -1,5 +1,6 @@
 //! Faster FastTrees (Pung & Chan; docs/models.md §5): every gate reads `x_t` only.
 
+use crate::ArborBackend;
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::activation::{sigmoid, tanh};
@@ -44,7 +45,7 @@ impl FasterFastTreesCellConfig {
     ///
     /// # Panics
     /// If `d_hidden` is not a multiple of `chunk_size`.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> FasterFastTreesCell<B> {
+    pub fn init<B: ArborBackend>(&self, device: &B::Device) -> FasterFastTreesCell<B> {
         let h = self.d_hidden;
         let c = n_chunks(h, self.chunk_size);
         FasterFastTreesCell {
@@ -55,7 +56,7 @@ impl FasterFastTreesCellConfig {
     }
 }
 
-impl<B: Backend> RecurrentCell<B> for FasterFastTreesCell<B> {
+impl<B: ArborBackend> RecurrentCell<B> for FasterFastTreesCell<B> {
     fn d_input(&self) -> usize {
         self.input.weight.dims()[0]
     }

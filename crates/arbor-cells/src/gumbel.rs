@@ -1,5 +1,6 @@
 //! Straight-through Gumbel-softmax (docs/models.md §1; Jang et al. 2017, Choi et al. 2018 §3.2).
 
+use crate::ArborBackend;
 use burn::prelude::*;
 use burn::tensor::{Distribution, TensorData};
 use rand::rngs::StdRng;
@@ -42,7 +43,7 @@ impl GumbelSampler {
     ///
     /// # Shapes
     /// - output: `shape`
-    pub fn sample<B: Backend, const D: usize>(
+    pub fn sample<B: ArborBackend, const D: usize>(
         &mut self,
         shape: [usize; D],
         device: &B::Device,
@@ -89,7 +90,7 @@ pub struct Selection<B: Backend> {
 /// - `logits`: `[rows, k]`
 /// - `mask`: `[rows, k]`, true where an entry is valid (`None`: all valid)
 /// - output: `[rows, k]`
-pub fn masked_softmax<B: Backend>(
+pub fn masked_softmax<B: ArborBackend>(
     logits: Tensor<B, 2>,
     mask: Option<Tensor<B, 2, Bool>>,
 ) -> Tensor<B, 2> {
@@ -109,7 +110,7 @@ pub fn masked_softmax<B: Backend>(
 }
 
 /// `one_hot(index)` over `k` entries (Burn's `one_hot` needs `k ≥ 2`; one entry is all ones).
-fn one_hot<B: Backend>(index: Tensor<B, 1, Int>, k: usize) -> Tensor<B, 2> {
+fn one_hot<B: ArborBackend>(index: Tensor<B, 1, Int>, k: usize) -> Tensor<B, 2> {
     if k == 1 {
         let rows = index.dims()[0];
         Tensor::ones([rows, 1], &index.device())
@@ -118,7 +119,7 @@ fn one_hot<B: Backend>(index: Tensor<B, 1, Int>, k: usize) -> Tensor<B, 2> {
     }
 }
 
-fn masked_argmax<B: Backend>(
+fn masked_argmax<B: ArborBackend>(
     scores: Tensor<B, 2>,
     mask: Option<Tensor<B, 2, Bool>>,
 ) -> Tensor<B, 1, Int> {
@@ -141,7 +142,7 @@ fn masked_argmax<B: Backend>(
 /// - `mask`: `[rows, k]`, true where an entry may be selected (`None`: all valid)
 /// - `noise`: `[rows, k]`
 /// - output tensors: `hard`, `soft` `[rows, k]`; `index` `[rows]`
-pub fn st_gumbel_softmax<B: Backend>(
+pub fn st_gumbel_softmax<B: ArborBackend>(
     logits: Tensor<B, 2>,
     mask: Option<Tensor<B, 2, Bool>>,
     tau: f64,
@@ -170,7 +171,7 @@ pub fn st_gumbel_softmax<B: Backend>(
 /// - `logits`: `[rows, k]`
 /// - `mask`: `[rows, k]` (`None`: all valid)
 /// - output tensors: `hard`, `soft` `[rows, k]`; `index` `[rows]`
-pub fn argmax_select<B: Backend>(
+pub fn argmax_select<B: ArborBackend>(
     logits: Tensor<B, 2>,
     mask: Option<Tensor<B, 2, Bool>>,
 ) -> Selection<B> {

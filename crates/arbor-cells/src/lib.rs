@@ -42,6 +42,8 @@ mod runner;
 mod state;
 mod tree_lstm;
 
+pub use arbor_kernels as kernels;
+pub use arbor_kernels::{ArborAutodiffBackend, ArborBackend, GateLayout};
 pub use check::ConfigError;
 pub use conv_fast_trees::{ConvFastTreesCell, ConvFastTreesCellConfig};
 pub use cumax::cumax;

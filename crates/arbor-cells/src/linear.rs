@@ -1,5 +1,6 @@
 //! A `Linear` over inputs of any rank whose backward pass stays one matmul.
 
+use crate::ArborBackend;
 use burn::nn::Linear;
 use burn::prelude::*;
 
@@ -15,7 +16,7 @@ use burn::prelude::*;
 /// # Shapes
 /// - `x`: `[..., d_in]`
 /// - output: `[..., d_out]`
-pub fn linear_rows<B: Backend, const D: usize>(
+pub fn linear_rows<B: ArborBackend, const D: usize>(
     linear: &Linear<B>,
     x: Tensor<B, D>,
 ) -> Tensor<B, D> {

@@ -1,5 +1,6 @@
 //! Master gates shared by the ON-LSTM/FastTrees family (docs/models.md §5).
 
+use crate::ArborBackend;
 use burn::prelude::*;
 
 use crate::{cumax, LstmState};
@@ -13,7 +14,7 @@ pub struct MasterGates<B: Backend, const D: usize> {
     pub input: Tensor<B, D>,
 }
 
-impl<B: Backend, const D: usize> MasterGates<B, D> {
+impl<B: ArborBackend, const D: usize> MasterGates<B, D> {
     /// Applies the activations to pre-activations `[f̃ logits; ĩ logits]` (last axis `2C`).
     ///
     /// # Shapes
@@ -43,7 +44,7 @@ impl<B: Backend, const D: usize> MasterGates<B, D> {
     }
 }
 
-impl<B: Backend> MasterGates<B, 2> {
+impl<B: ArborBackend> MasterGates<B, 2> {
     /// Combines the master gates with the ordinary (already σ-activated) gates `f`, `i`:
     /// `ω = f̃ ⊙ ĩ`, `f̂ = f ⊙ ω + (f̃ − ω)`, `î = i ⊙ ω + (ĩ − ω)` (ON-LSTM eq. 11–13), each
     /// master entry broadcast over its chunk of `H / C` neurons. Returns `(f̂, î)`.
@@ -72,26 +73,22 @@ impl<B: Backend> MasterGates<B, 2> {
 /// # Shapes
 /// - `master_forget`: `[..., C]`
 /// - output: `[..., 1]`
-pub fn syntactic_distance<B: Backend, const D: usize>(master_forget: Tensor<B, D>) -> Tensor<B, D> {
+pub fn syntactic_distance<B: ArborBackend, const D: usize>(
+    master_forget: Tensor<B, D>,
+) -> Tensor<B, D> {
     master_forget.mean_dim(D - 1).neg().add_scalar(1.0)
 }
 
 /// The ON-LSTM cell update from master gates and ordinary gate pre-activations `[i, f, g, o]`:
 /// `c_t = f̂ ⊙ c_{t-1} + î ⊙ tanh(g)`, `h_t = σ(o) ⊙ tanh(c_t)`.
-pub(crate) fn ordered_update<B: Backend>(
+pub(crate) fn ordered_update<B: ArborBackend>(
     master: MasterGates<B, 2>,
     gates: Tensor<B, 2>,
     c_prev: Tensor<B, 2>,
 ) -> LstmState<B, 2> {
-    use burn::tensor::activation::{sigmoid, tanh};
-    let mut g = gates.chunk(4, 1);
-    let o = g.pop().expect("4 gates");
-    let u = g.pop().expect("4 gates");
-    let f = g.pop().expect("4 gates");
-    let i = g.pop().expect("4 gates");
-    let (f_hat, i_hat) = master.combine(sigmoid(f), sigmoid(i));
-    let c = f_hat.mul(c_prev).add(i_hat.mul(tanh(u)));
-    let h = sigmoid(o).mul(tanh(c.clone()));
+    // Two fused ops: c (master gates and all) and h = σ(o) ⊙ tanh(c).
+    let c = arbor_kernels::ordered_cell(gates.clone(), master.forget, master.input, c_prev);
+    let h = arbor_kernels::gated_output(gates, c.clone(), &arbor_kernels::GateLayout::lstm());
     LstmState { h, c }
 }
 

@@ -1,5 +1,6 @@
 //! ON-LSTM (Shen et al. 2019, "Ordered Neurons"; docs/models.md §5).
 
+use crate::ArborBackend;
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 
@@ -45,7 +46,7 @@ impl OnLstmCellConfig {
     ///
     /// # Panics
     /// If `d_hidden` is not a multiple of `chunk_size`.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> OnLstmCell<B> {
+    pub fn init<B: ArborBackend>(&self, device: &B::Device) -> OnLstmCell<B> {
         let h = self.d_hidden;
         let c = n_chunks(h, self.chunk_size);
         OnLstmCell {
@@ -59,7 +60,7 @@ impl OnLstmCellConfig {
     }
 }
 
-impl<B: Backend> RecurrentCell<B> for OnLstmCell<B> {
+impl<B: ArborBackend> RecurrentCell<B> for OnLstmCell<B> {
     fn d_input(&self) -> usize {
         self.input.weight.dims()[0]
     }

@@ -1,3 +1,4 @@
+use crate::ArborBackend;
 use burn::prelude::*;
 
 /// The `(h, c)` pair carried by LSTM-style cells and produced by Tree-LSTM composition.
@@ -12,7 +13,7 @@ pub struct LstmState<B: Backend, const D: usize> {
     pub c: Tensor<B, D>,
 }
 
-impl<B: Backend, const D: usize> LstmState<B, D> {
+impl<B: ArborBackend, const D: usize> LstmState<B, D> {
     /// Pairs a hidden state with a memory cell of the same shape.
     pub fn new(h: Tensor<B, D>, c: Tensor<B, D>) -> Self {
         Self { h, c }

@@ -1,9 +1,10 @@
 //! Binary Tree-LSTM composition (Tai et al. 2015; docs/models.md §1).
 
+use crate::ArborBackend;
+use arbor_kernels::{gated_cell, gated_output, GateLayout};
 use burn::module::Param;
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
-use burn::tensor::activation::{sigmoid, tanh};
 
 use crate::LstmState;
 
@@ -45,7 +46,7 @@ pub struct BinaryTreeLstm<B: Backend> {
 
 impl BinaryTreeLstmConfig {
     /// Builds the module on `device`.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> BinaryTreeLstm<B> {
+    pub fn init<B: ArborBackend>(&self, device: &B::Device) -> BinaryTreeLstm<B> {
         let d = self.d_hidden;
         let mut children = LinearConfig::new(2 * d, 5 * d).init(device);
         let mut bias = vec![0f32; 5 * d];
@@ -69,7 +70,7 @@ impl BinaryTreeLstmConfig {
     }
 }
 
-impl<B: Backend> BinaryTreeLstm<B> {
+impl<B: ArborBackend> BinaryTreeLstm<B> {
     /// Composes `left` and `right` into their parent.
     ///
     /// `e` is the external input; it is ignored by a cell built with `d_external = 0`.
@@ -89,14 +90,10 @@ impl<B: Backend> BinaryTreeLstm<B> {
         if let (Some(ext), Some(e)) = (&self.external, e) {
             gates = gates.add(crate::linear_rows(ext, e));
         }
-        let d = self.d_hidden;
-        let g = |k: usize| gates.clone().narrow(N - 1, k * d, d);
-        let (i, f_l, f_r, o, u) = (g(0), g(1), g(2), g(3), g(4));
-        let c = sigmoid(f_l)
-            .mul(left.c)
-            .add(sigmoid(f_r).mul(right.c))
-            .add(sigmoid(i).mul(tanh(u)));
-        let h = sigmoid(o).mul(tanh(c.clone()));
+        // c = σ(f_l) ⊙ c_l + σ(f_r) ⊙ c_r + σ(i) ⊙ tanh(g); h = σ(o) ⊙ tanh(c), as two fused ops.
+        let layout = GateLayout::binary_tree_lstm();
+        let c = gated_cell(gates.clone(), vec![left.c, right.c], &layout);
+        let h = gated_output(gates, c.clone(), &layout);
         LstmState { h, c }
     }
 }

@@ -5,6 +5,7 @@ mod common;
 
 use arbor_cells::names::ValueEnum;
 use arbor_cells::*;
+use arbor_cells::{ArborAutodiffBackend, ArborBackend};
 use burn::backend::{Flex, NdArray};
 use burn::module::Module;
 use burn::prelude::*;
@@ -68,7 +69,7 @@ fn tree_lstm_and_gumbel_agree_across_flex_and_ndarray() {
         cfg.init::<Flex>(&Default::default()),
         cfg.init::<Nd>(&Default::default()),
     );
-    fn inputs<B: Backend>() -> (LstmState<B, 3>, LstmState<B, 3>, Tensor<B, 3>) {
+    fn inputs<B: ArborBackend>() -> (LstmState<B, 3>, LstmState<B, 3>, Tensor<B, 3>) {
         let dev = Default::default();
         (
             LstmState::new(
@@ -127,7 +128,7 @@ fn every_cell_gradient_agrees_across_flex_and_ndarray() {
     type AN = Autodiff<Nd>;
     let (b, t, d, h) = (3, 5, 6, 8);
     let lengths = [5usize, 2, 4];
-    fn grads<B: burn::tensor::backend::AutodiffBackend>(
+    fn grads<B: ArborAutodiffBackend>(
         stack: RecurrentStack<B>,
         lengths: &[usize],
         shape: [usize; 3],
@@ -143,7 +144,7 @@ fn every_cell_gradient_agrees_across_flex_and_ndarray() {
             g: &'a B::Gradients,
             out: Vec<Vec<f64>>,
         }
-        impl<B: burn::tensor::backend::AutodiffBackend> burn::module::ModuleVisitor<B> for Collect<'_, B> {
+        impl<B: ArborAutodiffBackend> burn::module::ModuleVisitor<B> for Collect<'_, B> {
             fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<B, D>>) {
                 if let Some(gr) = p.val().grad(self.g) {
                     self.out.push(to_vec(gr));

@@ -11,6 +11,7 @@
 //! in [`EncoderConfig::kind`] and [`EncoderConfig::init`]), a variant in [`Encoder`], and a line
 //! in the `dispatch!` macro. `docs/architecture.md` walks through it.
 
+use arbor_cells::ArborBackend;
 use arbor_cells::CellKind;
 use burn::prelude::*;
 
@@ -177,7 +178,7 @@ impl EncoderConfig {
     }
 
     /// [`EncoderConfig::init`] after [`EncoderConfig::validate`]: an error instead of a panic.
-    pub fn try_init<B: Backend>(
+    pub fn try_init<B: ArborBackend>(
         &self,
         device: &B::Device,
     ) -> Result<Encoder<B>, arbor_cells::ConfigError> {
@@ -186,7 +187,7 @@ impl EncoderConfig {
     }
 
     /// Builds the configured encoder on `device`.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> Encoder<B> {
+    pub fn init<B: ArborBackend>(&self, device: &B::Device) -> Encoder<B> {
         match self {
             EncoderConfig::Gumbel(c) => Encoder::Gumbel(c.init(device)),
             EncoderConfig::Recurrent(c) => Encoder::Lstm(c.init(device)),
@@ -314,7 +315,7 @@ macro_rules! dispatch {
     };
 }
 
-impl<B: Backend> SentenceEncoder<B> for Encoder<B> {
+impl<B: ArborBackend> SentenceEncoder<B> for Encoder<B> {
     fn d_output(&self) -> usize {
         dispatch!(self, e => e.d_output())
     }

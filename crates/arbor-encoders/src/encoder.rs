@@ -1,5 +1,6 @@
 //! The interface every sentence encoder implements.
 
+use arbor_cells::ArborBackend;
 use arbor_cells::GumbelSampler;
 use arbor_data::tree::{BinaryTree, Transition};
 use burn::prelude::*;
@@ -16,7 +17,7 @@ pub struct EncoderInput<B: Backend> {
     pub transitions: Option<Vec<Vec<Transition>>>,
 }
 
-impl<B: Backend> EncoderInput<B> {
+impl<B: ArborBackend> EncoderInput<B> {
     /// Embeddings and lengths, without transitions.
     pub fn new(embeddings: Tensor<B, 3>, lengths: Vec<usize>) -> Self {
         Self {
@@ -63,7 +64,7 @@ pub struct EncoderOutput<B: Backend> {
     pub aux_loss: Option<Tensor<B, 1>>,
 }
 
-impl<B: Backend> EncoderOutput<B> {
+impl<B: ArborBackend> EncoderOutput<B> {
     /// An output with only the sentence vectors.
     pub fn sentence(sentence: Tensor<B, 2>) -> Self {
         Self {
@@ -79,7 +80,7 @@ impl<B: Backend> EncoderOutput<B> {
 ///
 /// Implementations batch by structure and give every sentence exactly what it would get alone,
 /// whatever the padding of the batch.
-pub trait SentenceEncoder<B: Backend> {
+pub trait SentenceEncoder<B: ArborBackend> {
     /// Width of [`EncoderOutput::sentence`].
     fn d_output(&self) -> usize;
 

@@ -5,6 +5,8 @@
 //! selected per example (straight-through Gumbel-softmax while training, argmax at
 //! evaluation), and the layer shrinks by one node.
 
+use arbor_cells::kernels::select_mix;
+use arbor_cells::ArborBackend;
 use arbor_cells::{
     argmax_select, st_gumbel_softmax, BinaryTreeLstm, BinaryTreeLstmConfig, GumbelSampler,
     LstmCell, LstmCellConfig, LstmState, RecurrentCell, Selection,
@@ -71,7 +73,7 @@ pub enum Leaf<B: Backend> {
     Lstm(LstmCell<B>),
 }
 
-impl<B: Backend> Leaf<B> {
+impl<B: ArborBackend> Leaf<B> {
     /// The leaf state of every position.
     ///
     /// Leaf `i` depends on words `0..=i` only, so real leaves never see padding (which is at
@@ -145,7 +147,7 @@ impl GumbelTreeLstmConfig {
     ///
     /// # Panics
     /// If `d_hidden` or `d_input` is 0, or `tau` is not positive.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> GumbelTreeLstm<B> {
+    pub fn init<B: ArborBackend>(&self, device: &B::Device) -> GumbelTreeLstm<B> {
         assert!(
             self.d_input > 0 && self.d_hidden > 0,
             "widths must be positive"
@@ -197,7 +199,7 @@ pub struct GumbelTreeOutput<B: Backend> {
     pub lengths: Vec<usize>,
 }
 
-impl<B: Backend> GumbelTreeOutput<B> {
+impl<B: ArborBackend> GumbelTreeOutput<B> {
     /// The selected index of every real layer of every example (`lengths[b] − 1` entries for
     /// example `b`), read back to the host in one transfer.
     pub fn layer_indices(&self) -> Vec<Vec<usize>> {
@@ -247,7 +249,7 @@ impl<B: Backend> GumbelTreeOutput<B> {
 }
 
 /// `values[b·width + j] = f(b, j)` as a `[batch, width]` boolean tensor.
-fn host_mask<B: Backend>(
+fn host_mask<B: ArborBackend>(
     batch: usize,
     width: usize,
     f: impl Fn(usize, usize) -> bool,
@@ -260,7 +262,7 @@ fn host_mask<B: Backend>(
     Tensor::from_data(TensorData::new(values, [batch, width]), device)
 }
 
-impl<B: Backend> GumbelTreeLstm<B> {
+impl<B: ArborBackend> GumbelTreeLstm<B> {
     /// Builds every sentence's tree and root.
     ///
     /// # Shapes
@@ -364,19 +366,10 @@ impl<B: Backend> GumbelTreeLstm<B> {
             let parent = self.composition.forward(left.clone(), right.clone(), None);
             let logits = self.scores(parent.h.clone());
             let sel = select(t, logits, valid);
-            let s = sel.hard.unsqueeze_dim::<3>(2);
-            let cum = s.clone().cumsum(1);
-            let keep_left = cum.clone().neg().add_scalar(1.0);
-            let take_right = cum.sub(s.clone());
-            let mix = |p: Tensor<B, 3>, l: Tensor<B, 3>, r: Tensor<B, 3>| {
-                s.clone()
-                    .mul(p)
-                    .add(keep_left.clone().mul(l))
-                    .add(take_right.clone().mul(r))
-            };
+            // Eq. 7, fused: s·h̃ + (1 − cum)·h_left + (cum − s)·h_right with cum = cumsum(s).
             let new = LstmState::new(
-                mix(parent.h, left.h.clone(), right.h),
-                mix(parent.c, left.c.clone(), right.c),
+                select_mix(sel.hard.clone(), parent.h, left.h.clone(), right.h),
+                select_mix(sel.hard, parent.c, left.c.clone(), right.c),
             );
             // A complete example keeps its nodes and drops its last (padding) column.
             let done = done.unsqueeze_dim::<3>(2).expand([batch, m - 1, d]);
@@ -398,7 +391,7 @@ impl<B: Backend> GumbelTreeLstm<B> {
     }
 }
 
-fn sample<B: Backend>(
+fn sample<B: ArborBackend>(
     sampler: &mut GumbelSampler,
     logits: Tensor<B, 2>,
     mask: Tensor<B, 2, Bool>,
@@ -408,7 +401,7 @@ fn sample<B: Backend>(
     st_gumbel_softmax(logits, Some(mask), tau, Some(noise))
 }
 
-impl<B: Backend> SentenceEncoder<B> for GumbelTreeLstm<B> {
+impl<B: ArborBackend> SentenceEncoder<B> for GumbelTreeLstm<B> {
     fn d_output(&self) -> usize {
         self.d_hidden
     }

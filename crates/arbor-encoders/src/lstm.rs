@@ -1,5 +1,6 @@
 //! Left-to-right recurrent encoders: the LSTM baseline and the ON-LSTM/FastTrees family.
 
+use arbor_cells::ArborBackend;
 use arbor_cells::{length_mask, CellKind, RecurrentStack, RecurrentStackConfig, StackOutput};
 use arbor_data::tree::BinaryTree;
 use burn::prelude::*;
@@ -65,7 +66,7 @@ impl Pooling {
     /// - `last`: `[batch, H]`, the output after each example's last real word
     /// - `lengths`: `batch` entries, each in `1..=time`
     /// - output: `[batch, H]`
-    pub fn apply<B: Backend>(
+    pub fn apply<B: ArborBackend>(
         self,
         outputs: Tensor<B, 3>,
         last: Tensor<B, 2>,
@@ -132,7 +133,7 @@ impl LstmEncoderConfig {
     ///
     /// # Panics
     /// If `n_layers` is 0.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> LstmEncoder<B> {
+    pub fn init<B: ArborBackend>(&self, device: &B::Device) -> LstmEncoder<B> {
         LstmEncoder {
             stack: RecurrentStackConfig::new(self.cell, self.d_input, self.d_hidden)
                 .with_n_layers(self.n_layers)
@@ -147,7 +148,7 @@ impl LstmEncoderConfig {
     }
 }
 
-impl<B: Backend> LstmEncoder<B> {
+impl<B: ArborBackend> LstmEncoder<B> {
     /// Runs the stack over the batch.
     ///
     /// # Shapes
@@ -159,7 +160,7 @@ impl<B: Backend> LstmEncoder<B> {
     }
 }
 
-impl<B: Backend> SentenceEncoder<B> for LstmEncoder<B> {
+impl<B: ArborBackend> SentenceEncoder<B> for LstmEncoder<B> {
     fn d_output(&self) -> usize {
         self.stack.d_hidden()
     }
@@ -194,7 +195,7 @@ impl<B: Backend> SentenceEncoder<B> for LstmEncoder<B> {
 }
 
 /// Trees from syntactic distances `[batch, time]`, one per example over its real words.
-pub(crate) fn distance_trees<B: Backend>(
+pub(crate) fn distance_trees<B: ArborBackend>(
     distances: Tensor<B, 2>,
     lengths: &[usize],
 ) -> Option<Vec<BinaryTree>> {

@@ -1,6 +1,7 @@
 //! Transformer sentence encoders, with or without the FastTrees gate (`arbor-blocks`).
 
 use arbor_blocks::{TransformerEncoder, TransformerEncoderConfig};
+use arbor_cells::ArborBackend;
 use burn::prelude::*;
 
 use crate::lstm::distance_trees;
@@ -45,7 +46,7 @@ impl TransformerSentenceEncoderConfig {
     ///
     /// # Panics
     /// As [`TransformerEncoderConfig::init`].
-    pub fn init<B: Backend>(&self, device: &B::Device) -> TransformerSentenceEncoder<B> {
+    pub fn init<B: ArborBackend>(&self, device: &B::Device) -> TransformerSentenceEncoder<B> {
         TransformerSentenceEncoder {
             stack: self.stack.init(device),
             pooling: self.pooling,
@@ -53,7 +54,7 @@ impl TransformerSentenceEncoderConfig {
     }
 }
 
-impl<B: Backend> SentenceEncoder<B> for TransformerSentenceEncoder<B> {
+impl<B: ArborBackend> SentenceEncoder<B> for TransformerSentenceEncoder<B> {
     fn d_output(&self) -> usize {
         self.stack.d_model()
     }

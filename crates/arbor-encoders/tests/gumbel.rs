@@ -3,6 +3,7 @@
 
 mod common;
 
+use arbor_cells::ArborBackend;
 use arbor_cells::{run_sequence, GumbelSampler, LstmState};
 use arbor_data::tree::{BinaryTree, Span};
 use arbor_encoders::*;
@@ -16,7 +17,7 @@ const D: usize = 6;
 const TOL: f64 = 1e-5;
 
 /// A model whose query has unit-scale entries, so that the scores (not just the noise) decide.
-fn model<B: Backend>(leaf: LeafKind, seed: u64) -> GumbelTreeLstm<B> {
+fn model<B: ArborBackend>(leaf: LeafKind, seed: u64) -> GumbelTreeLstm<B> {
     let mut m = GumbelTreeLstmConfig::new(D_IN, D)
         .with_leaf(leaf)
         .init::<B>(&dev::<B>());
@@ -26,7 +27,10 @@ fn model<B: Backend>(leaf: LeafKind, seed: u64) -> GumbelTreeLstm<B> {
 
 /// Leaf states of a single unpadded sentence `[1, len, d_in]`, computed independently of
 /// [`Leaf::forward`]: the affine map directly, or the sequence runner on each prefix.
-fn reference_leaves<B: Backend>(m: &GumbelTreeLstm<B>, x: &Tensor<B, 3>) -> Vec<LstmState<B, 2>> {
+fn reference_leaves<B: ArborBackend>(
+    m: &GumbelTreeLstm<B>,
+    x: &Tensor<B, 3>,
+) -> Vec<LstmState<B, 2>> {
     let len = x.dims()[1];
     (0..len)
         .map(|t| match &m.leaf {
@@ -40,7 +44,7 @@ fn reference_leaves<B: Backend>(m: &GumbelTreeLstm<B>, x: &Tensor<B, 3>) -> Vec<
 
 /// A per-example, per-node reference: compose every adjacent pair one at a time, score on the
 /// host, merge the best (scores plus `noise[t][k]` at layer `t`, when given).
-fn reference<B: Backend>(
+fn reference<B: ArborBackend>(
     m: &GumbelTreeLstm<B>,
     x: &Tensor<B, 3>,
     noise: Option<&[Vec<f64>]>,
@@ -72,7 +76,12 @@ fn reference<B: Backend>(
     (nodes.pop().unwrap(), indices)
 }
 
-fn check_root<B: Backend>(root: &LstmState<B, 2>, b: usize, want: &LstmState<B, 2>, what: &str) {
+fn check_root<B: ArborBackend>(
+    root: &LstmState<B, 2>,
+    b: usize,
+    want: &LstmState<B, 2>,
+    what: &str,
+) {
     assert_close(
         &row(&root.h, b),
         &to_vec(want.h.clone()),

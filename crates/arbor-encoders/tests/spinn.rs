@@ -3,6 +3,7 @@
 
 mod common;
 
+use arbor_cells::ArborBackend;
 use arbor_cells::GumbelSampler;
 use arbor_data::tree::{BinaryTree, Transition, Transition::Reduce as R, Transition::Shift as S};
 use arbor_encoders::spinn::{check_transitions, repair_transitions, trace, transition_accuracy};
@@ -16,7 +17,7 @@ use common::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
-fn spinn<B: Backend>(variant: SpinnVariant, d_in: usize, d: usize) -> Spinn<B> {
+fn spinn<B: ArborBackend>(variant: SpinnVariant, d_in: usize, d: usize) -> Spinn<B> {
     SpinnConfig::new(d_in, d)
         .with_variant(variant)
         .with_d_tracking(3)

@@ -1,3 +1,4 @@
+use arbor_cells::ArborBackend;
 use arbor_data::tree::Transition;
 use burn::prelude::*;
 use burn::tensor::TensorData;
@@ -13,7 +14,7 @@ pub struct SentenceBatch<B: Backend> {
     pub transitions: Option<Vec<Vec<Transition>>>,
 }
 
-impl<B: Backend> SentenceBatch<B> {
+impl<B: ArborBackend> SentenceBatch<B> {
     /// Pads `sentences` to the longest one with `pad` and moves them to `device`.
     ///
     /// # Panics

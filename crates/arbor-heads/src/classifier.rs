@@ -1,3 +1,4 @@
+use arbor_cells::ArborBackend;
 use arbor_data::tree::BinaryTree;
 use arbor_encoders::{Decisions, EncoderInput, SentenceEncoder};
 use burn::prelude::*;
@@ -49,7 +50,7 @@ pub struct ClassifierOutput<B: Backend> {
 
 impl SentenceClassifierConfig {
     /// Builds the classifier around `encoder` on `device`.
-    pub fn init<B: Backend, E: SentenceEncoder<B>>(
+    pub fn init<B: ArborBackend, E: SentenceEncoder<B>>(
         &self,
         encoder: E,
         embedding: TokenEmbedding<B>,
@@ -69,7 +70,7 @@ impl SentenceClassifierConfig {
     }
 }
 
-impl<B: Backend, E: SentenceEncoder<B>> SentenceClassifier<B, E> {
+impl<B: ArborBackend, E: SentenceEncoder<B>> SentenceClassifier<B, E> {
     /// # Shapes
     /// - `batch.ids`: `[batch, time]`
     /// - output `logits`: `[batch, n_classes]`

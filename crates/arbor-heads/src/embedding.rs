@@ -1,3 +1,4 @@
+use arbor_cells::ArborBackend;
 use burn::module::Param;
 use burn::nn::{Embedding, EmbeddingConfig, Initializer};
 use burn::prelude::*;
@@ -29,7 +30,7 @@ pub struct TokenEmbedding<B: Backend> {
 
 impl TokenEmbeddingConfig {
     /// Builds a randomly initialised embedding on `device`.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> TokenEmbedding<B> {
+    pub fn init<B: ArborBackend>(&self, device: &B::Device) -> TokenEmbedding<B> {
         TokenEmbedding {
             embedding: EmbeddingConfig::new(self.n_tokens, self.d_embed)
                 .with_initializer(Initializer::Normal {
@@ -45,7 +46,7 @@ impl TokenEmbeddingConfig {
     ///
     /// # Panics
     /// If `vectors.len() != n_tokens · d_embed`.
-    pub fn init_pretrained<B: Backend>(
+    pub fn init_pretrained<B: ArborBackend>(
         &self,
         vectors: Vec<f32>,
         device: &B::Device,
@@ -65,7 +66,7 @@ impl TokenEmbeddingConfig {
     }
 }
 
-impl<B: Backend> TokenEmbedding<B> {
+impl<B: ArborBackend> TokenEmbedding<B> {
     /// Sets the given rows to zero (ids outside the table are ignored).
     ///
     /// The programs zero `<pad>` and `<unk>` of a random embedding: a vocabulary built from the

@@ -1,3 +1,4 @@
+use arbor_cells::ArborBackend;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::prelude::*;
 
@@ -7,7 +8,10 @@ use burn::prelude::*;
 /// - `logits`: `[batch, classes]`
 /// - `targets`: `[batch]`
 /// - output: `[1]`
-pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+pub fn cross_entropy<B: ArborBackend>(
+    logits: Tensor<B, 2>,
+    targets: Tensor<B, 1, Int>,
+) -> Tensor<B, 1> {
     CrossEntropyLossConfig::new()
         .init(&logits.device())
         .forward(logits, targets)
@@ -18,12 +22,12 @@ pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int
 /// # Shapes
 /// - `logits`: `[batch, classes]`
 /// - output: `[batch]`
-pub fn predictions<B: Backend>(logits: Tensor<B, 2>) -> Tensor<B, 1, Int> {
+pub fn predictions<B: ArborBackend>(logits: Tensor<B, 2>) -> Tensor<B, 1, Int> {
     logits.argmax(1).squeeze_dim(1)
 }
 
 /// How many rows' arg-max equals the target (one device read).
-pub fn count_correct<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int>) -> usize {
+pub fn count_correct<B: ArborBackend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int>) -> usize {
     predictions(logits)
         .equal(targets)
         .int()

@@ -1,3 +1,4 @@
+use arbor_cells::ArborBackend;
 use burn::nn::{BatchNorm, BatchNormConfig, Dropout, DropoutConfig, Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::activation::relu;
@@ -36,7 +37,7 @@ pub struct Mlp<B: Backend> {
 
 impl MlpConfig {
     /// Builds the MLP on `device`.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> Mlp<B> {
+    pub fn init<B: ArborBackend>(&self, device: &B::Device) -> Mlp<B> {
         let mut widths = vec![self.d_input];
         widths.extend(std::iter::repeat_n(self.d_hidden, self.n_hidden));
         widths.push(self.d_output);
@@ -60,7 +61,7 @@ impl MlpConfig {
     }
 }
 
-impl<B: Backend> Mlp<B> {
+impl<B: ArborBackend> Mlp<B> {
     /// # Shapes
     /// - `x`: `[batch, d_input]`
     /// - output: `[batch, d_output]` (logits)

@@ -1,3 +1,4 @@
+use arbor_cells::ArborBackend;
 use arbor_data::tree::BinaryTree;
 use arbor_encoders::{Decisions, EncoderInput, SentenceEncoder};
 use burn::prelude::*;
@@ -68,7 +69,7 @@ pub struct NliOutput<B: Backend> {
 
 impl NliClassifierConfig {
     /// Builds the classifier around `encoder` on `device`.
-    pub fn init<B: Backend, E: SentenceEncoder<B>>(
+    pub fn init<B: ArborBackend, E: SentenceEncoder<B>>(
         &self,
         encoder: E,
         embedding: TokenEmbedding<B>,
@@ -89,7 +90,7 @@ impl NliClassifierConfig {
     }
 }
 
-impl<B: Backend, E: SentenceEncoder<B>> NliClassifier<B, E> {
+impl<B: ArborBackend, E: SentenceEncoder<B>> NliClassifier<B, E> {
     /// Classifies premise/hypothesis pairs. Both sides go through the encoder in one call
     /// (`pairs` holds the premises first, then the hypotheses, `2·batch` sentences).
     ///

@@ -1,5 +1,7 @@
 //! Batchifying a token stream for truncated back-propagation through time.
 
+use arbor_cells::ArborBackend;
+
 /// A token stream cut into `batch` contiguous rows (the PyTorch `word_language_model` /
 /// AWD-LSTM `batchify`): row `b` holds tokens `b·n … (b+1)·n − 1` of the stream, where
 /// `n = ⌊len / batch⌋`; the remainder is dropped. Segment `s` of length `bptt` reads columns
@@ -90,7 +92,7 @@ impl Batchified {
 /// # Shapes
 /// - `ids`: `batch · time` values
 /// - returns `[batch, time]`
-pub fn ids_tensor<B: burn::prelude::Backend>(
+pub fn ids_tensor<B: ArborBackend>(
     ids: &[u32],
     shape: [usize; 2],
     device: &B::Device,

@@ -1,5 +1,6 @@
 //! The recurrent language model (docs/models.md §6) with AWD-LSTM regularisation.
 
+use arbor_cells::ArborBackend;
 use arbor_cells::{
     syntactic_distance, AnyCell, CellKind, LstmState, RecurrentCell, RecurrentStack,
     RecurrentStackConfig,
@@ -90,7 +91,7 @@ pub struct LmState<B: Backend> {
     pub layers: Vec<LayerState<B>>,
 }
 
-impl<B: Backend> LmState<B> {
+impl<B: ArborBackend> LmState<B> {
     /// Cuts the state from the autodiff graph (truncated BPTT).
     pub fn detach(self) -> Self {
         LmState {
@@ -121,7 +122,7 @@ pub struct LmOutput<B: Backend> {
     pub distances: Vec<Tensor<B, 2>>,
 }
 
-impl<B: Backend> LmOutput<B> {
+impl<B: ArborBackend> LmOutput<B> {
     /// AWD-LSTM's activation regularisers:
     /// `α · mean(dropped²) + β · mean((h_t − h_{t−1})²)` over the top layer (TAR over the
     /// undropped outputs; 0 for a one-step segment).
@@ -201,7 +202,7 @@ impl RnnLmConfig {
     }
 
     /// [`RnnLmConfig::init`] after [`RnnLmConfig::validate`]: an error instead of a panic.
-    pub fn try_init<B: Backend>(
+    pub fn try_init<B: ArborBackend>(
         &self,
         device: &B::Device,
     ) -> Result<RnnLm<B>, arbor_cells::ConfigError> {
@@ -225,7 +226,7 @@ impl RnnLmConfig {
     ///
     /// # Panics
     /// If `n_layers` is 0, or `chunk_size` does not divide the widths of a cumax cell.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> RnnLm<B> {
+    pub fn init<B: ArborBackend>(&self, device: &B::Device) -> RnnLm<B> {
         assert!(
             self.n_layers > 0,
             "a language model needs at least one layer"
@@ -272,14 +273,14 @@ impl RnnLmConfig {
 /// Forces the lazy initialisation of every parameter it visits.
 struct Materialize;
 
-impl<B: Backend> ModuleVisitor<B> for Materialize {
+impl<B: ArborBackend> ModuleVisitor<B> for Materialize {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         let _ = param.val();
     }
 }
 
 /// `K − 1` for a Conv FastTrees cell of kernel width `K > 1`.
-fn conv_context<B: Backend>(cell: &AnyCell<B>) -> Option<usize> {
+fn conv_context<B: ArborBackend>(cell: &AnyCell<B>) -> Option<usize> {
     match cell {
         AnyCell::ConvFastTrees(c) => {
             let k = c.conv.weight.dims()[2];
@@ -291,7 +292,7 @@ fn conv_context<B: Backend>(cell: &AnyCell<B>) -> Option<usize> {
 
 /// Runs one layer over a segment from `init`, returning its outputs `[batch, time, H]`, its
 /// state after the segment and its distances `[batch, time]` (cumax cells).
-fn run_layer<B: Backend>(
+fn run_layer<B: ArborBackend>(
     cell: &AnyCell<B>,
     x: Tensor<B, 3>,
     init: Option<LayerState<B>>,
@@ -335,7 +336,7 @@ fn run_layer<B: Backend>(
     )
 }
 
-impl<B: Backend> RnnLm<B> {
+impl<B: ArborBackend> RnnLm<B> {
     /// Vocabulary size.
     pub fn n_tokens(&self) -> usize {
         self.embedding.dims()[0]
@@ -413,7 +414,10 @@ impl<B: Backend> RnnLm<B> {
 }
 
 /// Negative log-likelihood of every target `[batch, time]` under `logits` `[batch, time, vocab]`.
-pub fn token_nll<B: Backend>(logits: Tensor<B, 3>, targets: Tensor<B, 2, Int>) -> Tensor<B, 2> {
+pub fn token_nll<B: ArborBackend>(
+    logits: Tensor<B, 3>,
+    targets: Tensor<B, 2, Int>,
+) -> Tensor<B, 2> {
     let [b, t, _] = logits.dims();
     log_softmax(logits, 2)
         .gather(2, targets.unsqueeze_dim(2))

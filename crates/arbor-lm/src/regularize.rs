@@ -1,13 +1,14 @@
 //! The AWD-LSTM regularisers (Merity et al. 2018, §4), active only with autodiff.
 
 use arbor_cells::AnyCell;
+use arbor_cells::ArborBackend;
 use burn::module::{Param, ParamId};
 use burn::nn::Linear;
 use burn::prelude::*;
 use burn::tensor::Distribution;
 
 /// A `{0, 1/(1−p)}` mask of `shape`, each entry kept with probability `1 − p`.
-fn keep_mask<B: Backend, const D: usize>(
+fn keep_mask<B: ArborBackend, const D: usize>(
     shape: [usize; D],
     p: f64,
     device: &B::Device,
@@ -22,7 +23,7 @@ fn keep_mask<B: Backend, const D: usize>(
 /// # Shapes
 /// - `x`: `[batch, time, d]`
 /// - output: `[batch, time, d]`
-pub fn locked_dropout<B: Backend>(x: Tensor<B, 3>, p: f64) -> Tensor<B, 3> {
+pub fn locked_dropout<B: ArborBackend>(x: Tensor<B, 3>, p: f64) -> Tensor<B, 3> {
     let device = x.device();
     if p <= 0.0 || !B::ad_enabled(&device) {
         return x;
@@ -38,7 +39,7 @@ pub fn locked_dropout<B: Backend>(x: Tensor<B, 3>, p: f64) -> Tensor<B, 3> {
 /// # Shapes
 /// - `weight`: `[vocab, d]`
 /// - output: `[vocab, d]`
-pub fn embedding_dropout<B: Backend>(weight: Tensor<B, 2>, p: f64) -> Tensor<B, 2> {
+pub fn embedding_dropout<B: ArborBackend>(weight: Tensor<B, 2>, p: f64) -> Tensor<B, 2> {
     let device = weight.device();
     if p <= 0.0 || !B::ad_enabled(&device) {
         return weight;
@@ -49,7 +50,7 @@ pub fn embedding_dropout<B: Backend>(weight: Tensor<B, 2>, p: f64) -> Tensor<B, 
 
 /// `linear` with DropConnect on its weight: a fresh mask, scaled by `1/(1−p)`. The returned
 /// layer's weight is a function of the original parameter, so gradients reach it.
-fn drop_connect<B: Backend>(linear: &Linear<B>, p: f64) -> Linear<B> {
+fn drop_connect<B: ArborBackend>(linear: &Linear<B>, p: f64) -> Linear<B> {
     let w = linear.weight.val();
     let mask = keep_mask::<B, 2>(w.dims(), p, &w.device());
     let mut out = linear.clone();
@@ -64,7 +65,7 @@ fn drop_connect<B: Backend>(linear: &Linear<B>, p: f64) -> Linear<B> {
 ///
 /// Faster FastTrees has no hidden-to-hidden matrix (every gate reads `x_t` only), so it is
 /// returned unchanged.
-pub fn weight_drop<B: Backend>(cell: &AnyCell<B>, p: f64) -> AnyCell<B> {
+pub fn weight_drop<B: ArborBackend>(cell: &AnyCell<B>, p: f64) -> AnyCell<B> {
     let active = match cell {
         AnyCell::Lstm(c) => B::ad_enabled(&c.hidden.weight.device()),
         AnyCell::OnLstm(c) => B::ad_enabled(&c.hidden.weight.device()),

@@ -2,6 +2,7 @@
 //! AWD-LSTM regularisers.
 
 use arbor_cells::names::ValueEnum;
+use arbor_cells::ArborBackend;
 use std::sync::Mutex;
 
 use arbor_cells::CellKind;
@@ -34,7 +35,7 @@ fn no_reg(c: RnnLmConfig) -> RnnLmConfig {
         .with_weight_drop(0.0)
 }
 
-fn ids<B: Backend>(rows: &[&[u32]]) -> Tensor<B, 2, Int> {
+fn ids<B: ArborBackend>(rows: &[&[u32]]) -> Tensor<B, 2, Int> {
     let t = rows[0].len();
     let v: Vec<i64> = rows
         .iter()
@@ -43,7 +44,7 @@ fn ids<B: Backend>(rows: &[&[u32]]) -> Tensor<B, 2, Int> {
     Tensor::from_data(TensorData::new(v, [rows.len(), t]), &Default::default())
 }
 
-fn vals<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
+fn vals<B: ArborBackend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
     t.into_data().convert::<f64>().to_vec().unwrap()
 }
 

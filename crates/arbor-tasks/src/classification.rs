@@ -1,12 +1,12 @@
 //! Supervised classification as one engine task, for sentence pairs and single sentences alike.
 
+use arbor_cells::{ArborAutodiffBackend, ArborBackend};
 use arbor_data::tree::{BinaryTree, Transition};
 use arbor_encoders::{Decisions, Encoder};
 use arbor_heads::{NliClassifier, SentenceBatch, SentenceClassifier};
 use arbor_train::{EvalReport, StepOutput, Task};
 use burn::module::AutodiffModule;
 use burn::prelude::*;
-use burn::tensor::backend::AutodiffBackend;
 
 use crate::data::{ClassifyData, Examples, NliData};
 use crate::model::ModelMeta;
@@ -24,7 +24,7 @@ pub struct Classified<B: Backend> {
 }
 
 /// A model a [`ClassificationTask`] can train: a batch of sentences in, logits out.
-pub trait Classifier<B: Backend> {
+pub trait Classifier<B: ArborBackend> {
     /// Runs the model on `batch` with the encoder's `decisions`.
     ///
     /// # Shapes
@@ -33,7 +33,7 @@ pub trait Classifier<B: Backend> {
     fn classify(&self, batch: SentenceBatch<B>, decisions: Decisions<'_>) -> Classified<B>;
 }
 
-impl<B: Backend> Classifier<B> for SentenceClassifier<B, Encoder<B>> {
+impl<B: ArborBackend> Classifier<B> for SentenceClassifier<B, Encoder<B>> {
     fn classify(&self, batch: SentenceBatch<B>, decisions: Decisions<'_>) -> Classified<B> {
         let out = self.forward(batch, decisions);
         Classified {
@@ -44,7 +44,7 @@ impl<B: Backend> Classifier<B> for SentenceClassifier<B, Encoder<B>> {
     }
 }
 
-impl<B: Backend> Classifier<B> for NliClassifier<B, Encoder<B>> {
+impl<B: ArborBackend> Classifier<B> for NliClassifier<B, Encoder<B>> {
     fn classify(&self, batch: SentenceBatch<B>, decisions: Decisions<'_>) -> Classified<B> {
         let out = self.forward(batch, decisions);
         Classified {
@@ -82,7 +82,7 @@ pub type NliTask<B> = ClassificationTask<B, NliData>;
 /// Single-sentence classification (SST-2, ListOps) as an engine task.
 pub type ClassifyTask<B> = ClassificationTask<B, ClassifyData>;
 
-impl<B: Backend, D: Examples> ClassificationTask<B, D> {
+impl<B: ArborBackend, D: Examples> ClassificationTask<B, D> {
     /// Whether evaluation also scores the encoder's own parses against the gold transitions
     /// (`transition_accuracy`): for full SPINN, which parses on its own at evaluation.
     pub fn scores_parses(&self) -> bool {
@@ -111,7 +111,7 @@ impl<B: Backend, D: Examples> ClassificationTask<B, D> {
 
 impl<B, D> Task<B> for ClassificationTask<B, D>
 where
-    B: AutodiffBackend,
+    B: ArborAutodiffBackend,
     D: Examples,
     D::Model<B>: AutodiffModule<B>,
     <D::Model<B> as AutodiffModule<B>>::InnerModule: Classifier<B::InnerBackend>,
@@ -192,7 +192,7 @@ fn fingerprint<D: Examples>(data: &D) -> String {
 /// `group_<g>_count`) when the data has groups; and with `score_parses`, when the data has gold
 /// transitions and the model returns trees, `transition_accuracy`: the step-aligned agreement
 /// of the model's own parses with the gold transitions.
-pub fn evaluate<B: Backend, M: Classifier<B>, D: Examples>(
+pub fn evaluate<B: ArborBackend, M: Classifier<B>, D: Examples>(
     model: &M,
     data: &D,
     batch_size: usize,

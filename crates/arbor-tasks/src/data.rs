@@ -1,6 +1,7 @@
 //! The examples of the classification tasks: single sentences ([`ClassifyData`]) and sentence
 //! pairs ([`NliData`]), as token ids with labels, optional gold transitions and optional groups.
 
+use arbor_cells::ArborBackend;
 use arbor_data::tree::Transition;
 use arbor_heads::SentenceBatch;
 use burn::prelude::*;
@@ -10,7 +11,7 @@ use burn::tensor::TensorData;
 /// model reads them.
 pub trait Examples {
     /// The classifier that reads these examples.
-    type Model<B: Backend>: crate::Classifier<B>;
+    type Model<B: ArborBackend>: crate::Classifier<B>;
 
     /// Number of examples.
     fn len(&self) -> usize;
@@ -30,7 +31,7 @@ pub trait Examples {
     fn groups(&self) -> Option<&[usize]>;
 
     /// The examples at `idx` as one batch, with their labels.
-    fn batch<B: Backend>(
+    fn batch<B: ArborBackend>(
         &self,
         idx: &[usize],
         device: &B::Device,
@@ -41,7 +42,7 @@ pub trait Examples {
     fn gold_transitions(&self, idx: &[usize]) -> Option<Vec<Vec<Transition>>>;
 }
 
-fn labels_tensor<B: Backend>(
+fn labels_tensor<B: ArborBackend>(
     labels: &[usize],
     idx: &[usize],
     device: &B::Device,
@@ -81,7 +82,7 @@ impl ClassifyData {
     }
 
     /// The sentences at `idx` as one batch, with their labels.
-    pub fn batch<B: Backend>(
+    pub fn batch<B: ArborBackend>(
         &self,
         idx: &[usize],
         device: &B::Device,
@@ -134,7 +135,7 @@ impl NliData {
     }
 
     /// The pairs at `idx` as one batch (premises first, then hypotheses), with their labels.
-    pub fn batch<B: Backend>(
+    pub fn batch<B: ArborBackend>(
         &self,
         idx: &[usize],
         device: &B::Device,
@@ -153,7 +154,7 @@ impl NliData {
 }
 
 impl Examples for ClassifyData {
-    type Model<B: Backend> = arbor_heads::SentenceClassifier<B, arbor_encoders::Encoder<B>>;
+    type Model<B: ArborBackend> = arbor_heads::SentenceClassifier<B, arbor_encoders::Encoder<B>>;
 
     fn len(&self) -> usize {
         self.labels.len()
@@ -171,7 +172,7 @@ impl Examples for ClassifyData {
         self.groups.as_deref()
     }
 
-    fn batch<B: Backend>(
+    fn batch<B: ArborBackend>(
         &self,
         idx: &[usize],
         device: &B::Device,
@@ -186,7 +187,7 @@ impl Examples for ClassifyData {
 }
 
 impl Examples for NliData {
-    type Model<B: Backend> = arbor_heads::NliClassifier<B, arbor_encoders::Encoder<B>>;
+    type Model<B: ArborBackend> = arbor_heads::NliClassifier<B, arbor_encoders::Encoder<B>>;
 
     fn len(&self) -> usize {
         self.labels.len()
@@ -204,7 +205,7 @@ impl Examples for NliData {
         self.groups.as_deref()
     }
 
-    fn batch<B: Backend>(
+    fn batch<B: ArborBackend>(
         &self,
         idx: &[usize],
         device: &B::Device,

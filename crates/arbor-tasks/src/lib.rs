@@ -66,6 +66,7 @@ pub fn eval_batches(lengths: &[usize], batch_size: usize) -> Vec<Vec<usize>> {
 mod tests {
     use std::cell::RefCell;
 
+    use arbor_cells::ArborBackend;
     use arbor_data::tree::Transition;
     use arbor_encoders::Decisions;
     use arbor_heads::SentenceBatch;
@@ -88,7 +89,7 @@ mod tests {
     /// "Predicts" `PRED[i]` for the sentence of example `i`.
     struct Oracle;
 
-    impl<B: Backend> Classifier<B> for Oracle {
+    impl<B: ArborBackend> Classifier<B> for Oracle {
         fn classify(&self, batch: SentenceBatch<B>, _: Decisions<'_>) -> Classified<B> {
             let n = batch.lengths.len();
             let device = batch.ids.device();
@@ -114,7 +115,7 @@ mod tests {
     }
 
     impl Examples for Fixed {
-        type Model<B: Backend> = Oracle;
+        type Model<B: ArborBackend> = Oracle;
         fn len(&self) -> usize {
             LABELS.len()
         }
@@ -127,7 +128,7 @@ mod tests {
         fn groups(&self) -> Option<&[usize]> {
             self.groups.as_deref()
         }
-        fn batch<B: Backend>(
+        fn batch<B: ArborBackend>(
             &self,
             idx: &[usize],
             device: &B::Device,

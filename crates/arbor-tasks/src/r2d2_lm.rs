@@ -1,5 +1,6 @@
 //! R2D2 language-model pretraining as an engine task.
 
+use arbor_cells::ArborAutodiffBackend;
 use arbor_cells::GumbelSampler;
 use arbor_encoders::r2d2::{R2d2Lm, R2d2LmConfig};
 use arbor_encoders::Decisions;
@@ -52,7 +53,7 @@ pub struct R2d2LmTask<B: AutodiffBackend> {
     pub device: B::Device,
 }
 
-impl<B: AutodiffBackend> Task<B> for R2d2LmTask<B> {
+impl<B: ArborAutodiffBackend> Task<B> for R2d2LmTask<B> {
     type Model = R2d2Lm<B>;
 
     fn train_lengths(&self) -> Vec<usize> {

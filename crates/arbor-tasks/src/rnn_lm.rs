@@ -1,5 +1,6 @@
 //! Word-level language modelling with truncated BPTT as an engine task.
 
+use arbor_cells::{ArborAutodiffBackend, ArborBackend};
 use std::cell::RefCell;
 use std::time::Instant;
 
@@ -9,14 +10,14 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 
 /// Correct top-1 next-word predictions of one segment.
-fn correct_predictions<B: Backend>(logits: Tensor<B, 3>, targets: Tensor<B, 2, Int>) -> usize {
+fn correct_predictions<B: ArborBackend>(logits: Tensor<B, 3>, targets: Tensor<B, 2, Int>) -> usize {
     let [b, t, _] = logits.dims();
     let pred = logits.argmax(2).reshape([b, t]);
     pred.equal(targets).int().sum().into_scalar().elem::<i64>() as usize
 }
 
 /// Perplexity evaluation of `model` over a whole batchified stream, carrying the state.
-pub fn evaluate_stream<B: Backend>(
+pub fn evaluate_stream<B: ArborBackend>(
     model: &RnnLm<B>,
     data: &Batchified,
     device: &B::Device,
@@ -66,7 +67,7 @@ pub struct LmTask<B: AutodiffBackend> {
     running: RefCell<(f64, usize)>,
 }
 
-impl<B: AutodiffBackend> LmTask<B> {
+impl<B: ArborAutodiffBackend> LmTask<B> {
     /// A task over the given streams.
     pub fn new(
         train: Batchified,
@@ -89,7 +90,7 @@ impl<B: AutodiffBackend> LmTask<B> {
     }
 }
 
-impl<B: AutodiffBackend> Task<B> for LmTask<B> {
+impl<B: ArborAutodiffBackend> Task<B> for LmTask<B> {
     type Model = RnnLm<B>;
 
     fn train_lengths(&self) -> Vec<usize> {

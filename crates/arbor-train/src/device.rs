@@ -9,11 +9,12 @@
 //! ```
 //! use burn::prelude::*;
 //! use arbor_train::device::{run_on, BackendJob};
+//! use arbor_kernels::ArborBackend;
 //!
 //! struct SumOnes;
 //! impl BackendJob for SumOnes {
 //!     type Output = f32;
-//!     fn run<B: Backend>(self, device: B::Device) -> f32 {
+//!     fn run<B: ArborBackend>(self, device: B::Device) -> f32 {
 //!         Tensor::<B, 1>::ones([4], &device).sum().into_scalar().elem()
 //!     }
 //! }
@@ -23,7 +24,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use burn::prelude::Backend;
+use arbor_kernels::ArborBackend;
 
 /// A backend and device named on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,7 +120,7 @@ pub trait BackendJob {
     /// What the job returns.
     type Output;
     /// Runs the job with backend `B` on `device`.
-    fn run<B: Backend>(self, device: B::Device) -> Self::Output;
+    fn run<B: ArborBackend>(self, device: B::Device) -> Self::Output;
 }
 
 /// Parses `device` and runs `job` on that backend.
@@ -181,7 +182,7 @@ mod tests {
     struct Name;
     impl BackendJob for Name {
         type Output = String;
-        fn run<B: Backend>(self, device: B::Device) -> String {
+        fn run<B: ArborBackend>(self, device: B::Device) -> String {
             B::name(&device)
         }
     }

@@ -1,10 +1,10 @@
 //! The recurrent cells (issue: FastTrees is 20–40% faster than ON-LSTM).
 
 use arbor_cells::names::ValueEnum;
+use arbor_cells::ArborBackend;
 use arbor_cells::{CellKind, RecurrentStack, RecurrentStackConfig};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
-use burn::prelude::*;
 use serde_json::json;
 
 use super::{backward_through, read, uniform};
@@ -19,7 +19,7 @@ pub const CONFIGS: [(&str, usize, usize, usize, usize, usize); 2] = [
 ];
 
 /// One single-layer stack per cell and configuration; items are tokens.
-pub fn workloads<B: Backend>(device: &B::Device) -> Vec<Workload> {
+pub fn workloads<B: ArborBackend>(device: &B::Device) -> Vec<Workload> {
     let mut out = Vec::new();
     for (tag, d_in, d_h, chunk, batch, len) in CONFIGS {
         for &kind in CellKind::value_variants() {

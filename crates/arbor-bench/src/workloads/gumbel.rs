@@ -1,12 +1,12 @@
 //! Gumbel Tree-LSTM: two model sizes and a length-scaling sweep.
 
+use arbor_cells::ArborBackend;
 use arbor_cells::GumbelSampler;
 use arbor_encoders::{
     Decisions, EncoderInput, GumbelTreeLstm, GumbelTreeLstmConfig, LeafKind, SentenceEncoder,
 };
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
-use burn::prelude::*;
 use serde_json::json;
 
 use super::{backward_through, read, uniform, uniform_lengths};
@@ -20,7 +20,7 @@ pub const SWEEP_BATCH: usize = 16;
 /// Lengths of the sweep.
 pub const SWEEP_LENGTHS: [usize; 5] = [8, 16, 32, 64, 128];
 
-fn workload<B: Backend>(
+fn workload<B: ArborBackend>(
     device: &B::Device,
     name: String,
     d: usize,
@@ -70,7 +70,7 @@ fn workload<B: Backend>(
 
 /// The paper's two sizes (batch 128, lengths uniform in 5..=25, seed 0), and a sweep over
 /// sentence length at d 100 with affine leaves.
-pub fn workloads<B: Backend>(device: &B::Device) -> Vec<Workload> {
+pub fn workloads<B: ArborBackend>(device: &B::Device) -> Vec<Workload> {
     let lengths = uniform_lengths(BATCH, 5, 25, 0);
     let mut out = vec![
         workload::<B>(

@@ -4,6 +4,7 @@
 //! from them. To add a family: a module with `workloads::<B>(device)` and `ratios()`, and a line
 //! in [`suite`] and [`ratio_specs`].
 
+use arbor_cells::ArborBackend;
 use burn::backend::Autodiff;
 use burn::prelude::*;
 use rand::rngs::StdRng;
@@ -20,7 +21,7 @@ pub mod transformer;
 
 /// Every workload of the suite, in order, for backend `B` (timed in forward mode on `B` and in
 /// forward+backward mode on `Autodiff<B>`).
-pub fn suite<B: Backend>(device: &B::Device) -> Vec<Workload> {
+pub fn suite<B: ArborBackend>(device: &B::Device) -> Vec<Workload> {
     let mut all = Vec::new();
     all.extend(cells::workloads::<B>(device));
     all.extend(gumbel::workloads::<B>(device));
@@ -43,7 +44,7 @@ pub fn ratio_specs() -> Vec<RatioSpec> {
 
 /// A tensor with entries uniform in `[-1, 1)`, drawn on the host from a seeded generator, so
 /// every backend gets the same input.
-pub fn uniform<B: Backend, const D: usize>(
+pub fn uniform<B: ArborBackend, const D: usize>(
     shape: [usize; D],
     seed: u64,
     device: &B::Device,
@@ -63,7 +64,7 @@ pub fn uniform_lengths(batch: usize, lo: usize, hi: usize, seed: u64) -> Vec<usi
 /// A training-mode run: `f` on `x` as a leaf of the autodiff graph, `backward()` of the sum of
 /// what it returns, and the sum of `x`'s gradient read back (so the whole backward pass is
 /// waited for).
-pub fn backward_through<B: Backend, const D: usize>(
+pub fn backward_through<B: ArborBackend, const D: usize>(
     x: &Tensor<B, 3>,
     f: impl FnOnce(Tensor<Autodiff<B>, 3>) -> Tensor<Autodiff<B>, D>,
 ) -> f64 {
@@ -73,7 +74,7 @@ pub fn backward_through<B: Backend, const D: usize>(
 }
 
 /// Reads a scalar back to the host (which also waits for the work that produced it).
-pub fn read<B: Backend>(t: Tensor<B, 1>) -> f64 {
+pub fn read<B: ArborBackend>(t: Tensor<B, 1>) -> f64 {
     t.sum().into_scalar().elem::<f64>()
 }
 

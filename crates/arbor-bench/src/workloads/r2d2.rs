@@ -1,12 +1,12 @@
 //! R2D2: pruned (window m = 4) against exhaustive CKY over sentence length; the pruned model's
 //! time must grow linearly in n.
 
+use arbor_cells::{ArborAutodiffBackend, ArborBackend};
 use arbor_encoders::r2d2::{ChartStats, R2d2Lm, R2d2LmConfig};
 use arbor_encoders::Decisions;
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::prelude::*;
-use burn::tensor::backend::AutodiffBackend;
 use serde_json::json;
 
 use crate::harness::{Mode, Workload};
@@ -22,7 +22,7 @@ pub const LENGTHS: [usize; 4] = [16, 32, 64, 128];
 /// forward+backward already takes minutes, too long for the suite's 10-minute budget).
 pub const FULL_LENGTHS: [usize; 2] = [8, 16];
 
-fn workload<B: Backend>(device: &B::Device, n: usize, pruning: bool) -> Workload {
+fn workload<B: ArborBackend>(device: &B::Device, n: usize, pruning: bool) -> Workload {
     let device = device.clone();
     let config = R2d2LmConfig::bench(VOCAB, pruning);
     let params = json!({
@@ -56,7 +56,7 @@ fn workload<B: Backend>(device: &B::Device, n: usize, pruning: bool) -> Workload
 }
 
 /// Pruned at 16/32/64/128, exhaustive at 8/16.
-pub fn workloads<B: Backend>(device: &B::Device) -> Vec<Workload> {
+pub fn workloads<B: ArborBackend>(device: &B::Device) -> Vec<Workload> {
     let mut out: Vec<Workload> = LENGTHS
         .iter()
         .map(|&n| workload::<B>(device, n, true))
@@ -112,7 +112,7 @@ pub fn random_tokens(batch: usize, n: usize, vocab_size: usize, seed: u64) -> Ve
 
 /// Benchmark entry point: the LM loss of `tokens` in evaluation mode (forward only). Returns
 /// the loss value and the chart counters.
-pub fn lm_forward<B: Backend>(model: &R2d2Lm<B>, tokens: &[Vec<u32>]) -> (f64, ChartStats) {
+pub fn lm_forward<B: ArborBackend>(model: &R2d2Lm<B>, tokens: &[Vec<u32>]) -> (f64, ChartStats) {
     let refs: Vec<&[u32]> = tokens.iter().map(|s| s.as_slice()).collect();
     let out = model.lm_loss(&refs, Decisions::Argmax);
     (out.loss.into_scalar().elem::<f64>(), out.stats)
@@ -121,7 +121,7 @@ pub fn lm_forward<B: Backend>(model: &R2d2Lm<B>, tokens: &[Vec<u32>]) -> (f64, C
 /// Benchmark entry point: the LM loss of `tokens` in training mode (Gumbel noise from a
 /// sampler seeded with `seed`) and its backward pass. Returns the loss value and the chart
 /// counters; the gradients are computed and dropped.
-pub fn lm_forward_backward<B: AutodiffBackend>(
+pub fn lm_forward_backward<B: ArborAutodiffBackend>(
     model: &R2d2Lm<B>,
     tokens: &[Vec<u32>],
     seed: u64,

@@ -1,6 +1,7 @@
 //! SPINN's thin stack against a per-sentence recursive Tree-LSTM and a same-width LSTM (the
 //! paper: ≈25× faster than recursion at batch 512, ≈4× slower than an LSTM).
 
+use arbor_cells::ArborBackend;
 use arbor_cells::{CellKind, GumbelSampler, RecurrentStack, RecurrentStackConfig};
 use arbor_data::tree::{BinaryTree, Transition};
 use arbor_encoders::{Decisions, EncoderInput, Spinn, SpinnConfig, SpinnVariant};
@@ -70,7 +71,7 @@ fn params(kind: &str) -> serde_json::Value {
 }
 
 /// The sentence vectors of SPINN-PI-NT (`recursive`: of the per-node reference) on `x`.
-fn encode<E: Backend>(
+fn encode<E: ArborBackend>(
     model: &Spinn<E>,
     x: Tensor<E, 3>,
     data: &Data,
@@ -93,7 +94,7 @@ fn encode<E: Backend>(
     }
 }
 
-fn spinn<B: Backend>(device: &B::Device, recursive: bool) -> Workload {
+fn spinn<B: ArborBackend>(device: &B::Device, recursive: bool) -> Workload {
     let device = device.clone();
     let name = if recursive { "recursive" } else { "thin-stack" };
     let kind = if recursive {
@@ -130,7 +131,7 @@ fn spinn<B: Backend>(device: &B::Device, recursive: bool) -> Workload {
     .with_twin_inputs(twin_inputs())
 }
 
-fn lstm<B: Backend>(device: &B::Device) -> Workload {
+fn lstm<B: ArborBackend>(device: &B::Device) -> Workload {
     let device = device.clone();
     Workload::new(
         "spinn",
@@ -160,7 +161,7 @@ fn lstm<B: Backend>(device: &B::Device) -> Workload {
 }
 
 /// Thin stack, recursive reference and LSTM at D 300, batch 512, lengths ≤ 30.
-pub fn workloads<B: Backend>(device: &B::Device) -> Vec<Workload> {
+pub fn workloads<B: ArborBackend>(device: &B::Device) -> Vec<Workload> {
     vec![
         spinn::<B>(device, false),
         spinn::<B>(device, true),

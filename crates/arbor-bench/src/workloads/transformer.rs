@@ -1,9 +1,9 @@
 //! Transformer encoders with and without the FastTrees gate.
 
 use arbor_blocks::{TransformerEncoder, TransformerEncoderConfig};
+use arbor_cells::ArborBackend;
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
-use burn::prelude::*;
 use serde_json::json;
 
 use super::{backward_through, read, uniform};
@@ -13,7 +13,7 @@ use crate::report::RatioSpec;
 /// `(d_model, heads, d_ff, layers, batch, length)`.
 pub const CONFIG: (usize, usize, usize, usize, usize, usize) = (256, 4, 1024, 2, 64, 32);
 
-fn workload<B: Backend>(device: &B::Device, fasttrees: bool) -> Workload {
+fn workload<B: ArborBackend>(device: &B::Device, fasttrees: bool) -> Workload {
     let device = device.clone();
     let (d, heads, d_ff, layers, batch, len) = CONFIG;
     let name = if fasttrees { "fasttrees" } else { "plain" };
@@ -51,7 +51,7 @@ fn workload<B: Backend>(device: &B::Device, fasttrees: bool) -> Workload {
 }
 
 /// A 2-layer encoder with and without gates.
-pub fn workloads<B: Backend>(device: &B::Device) -> Vec<Workload> {
+pub fn workloads<B: ArborBackend>(device: &B::Device) -> Vec<Workload> {
     vec![workload::<B>(device, false), workload::<B>(device, true)]
 }
 

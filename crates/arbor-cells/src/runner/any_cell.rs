@@ -1,5 +1,6 @@
 //! Any of the recurrent cells as one module type, dispatching to the cell inside.
 
+use crate::ArborBackend;
 use burn::prelude::*;
 
 use super::{CellStep, RecurrentCell};
@@ -35,7 +36,7 @@ macro_rules! dispatch {
     };
 }
 
-impl<B: Backend> RecurrentCell<B> for AnyCell<B> {
+impl<B: ArborBackend> RecurrentCell<B> for AnyCell<B> {
     fn d_input(&self) -> usize {
         dispatch!(self, c => c.d_input())
     }

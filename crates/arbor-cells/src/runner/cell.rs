@@ -1,5 +1,6 @@
 //! The interface every recurrent cell implements.
 
+use crate::ArborBackend;
 use burn::prelude::*;
 
 use crate::LstmState;
@@ -18,7 +19,7 @@ pub struct CellStep<B: Backend> {
 ///
 /// A cell splits its work into what depends on the input alone, computed for the whole
 /// sequence in one batched op, and the per-step recurrence.
-pub trait RecurrentCell<B: Backend> {
+pub trait RecurrentCell<B: ArborBackend> {
     /// Input width.
     fn d_input(&self) -> usize;
     /// Hidden width `H`.

@@ -1,5 +1,6 @@
 //! Running one cell over a batch of padded sequences.
 
+use crate::ArborBackend;
 use burn::prelude::*;
 use burn::tensor::TensorData;
 
@@ -22,7 +23,7 @@ pub struct SequenceOutput<B: Backend> {
 ///
 /// # Panics
 /// If any length exceeds `time`.
-pub fn length_mask<B: Backend>(
+pub fn length_mask<B: ArborBackend>(
     lengths: &[usize],
     time: usize,
     device: &B::Device,
@@ -51,7 +52,7 @@ pub fn length_mask<B: Backend>(
 ///
 /// # Panics
 /// If `lengths` has the wrong number of entries or an entry exceeds `time`.
-pub fn run_sequence<B: Backend, C: RecurrentCell<B> + ?Sized>(
+pub fn run_sequence<B: ArborBackend, C: RecurrentCell<B> + ?Sized>(
     cell: &C,
     x: Tensor<B, 3>,
     lengths: Option<&[usize]>,

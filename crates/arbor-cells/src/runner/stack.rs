@@ -1,5 +1,6 @@
 //! A multi-layer stack of one kind of recurrent cell.
 
+use crate::ArborBackend;
 use burn::nn::{Dropout, DropoutConfig};
 use burn::prelude::*;
 
@@ -53,7 +54,7 @@ impl RecurrentStackConfig {
     ///
     /// # Panics
     /// If `n_layers` is 0, or the cell's own config rejects the widths.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> RecurrentStack<B> {
+    pub fn init<B: ArborBackend>(&self, device: &B::Device) -> RecurrentStack<B> {
         assert!(self.n_layers > 0, "a stack needs at least one layer");
         let layers = (0..self.n_layers)
             .map(|l| {
@@ -105,7 +106,7 @@ pub struct StackOutput<B: Backend> {
     pub distances: Vec<Tensor<B, 2>>,
 }
 
-impl<B: Backend> RecurrentStack<B> {
+impl<B: ArborBackend> RecurrentStack<B> {
     /// Runs every layer over the batch.
     ///
     /// # Shapes

@@ -1,6 +1,7 @@
 //! Helpers shared by the cell tests.
 #![allow(dead_code)]
 
+use arbor_cells::ArborBackend;
 use burn::backend::{Autodiff, NdArray};
 use burn::prelude::*;
 use burn::tensor::TensorData;
@@ -30,7 +31,7 @@ pub fn values(n: usize, scale: f64, seed: u64) -> Vec<f64> {
 }
 
 /// A tensor of seeded values.
-pub fn tensor<B: Backend, const D: usize>(
+pub fn tensor<B: ArborBackend, const D: usize>(
     shape: [usize; D],
     scale: f64,
     seed: u64,
@@ -41,7 +42,7 @@ pub fn tensor<B: Backend, const D: usize>(
 }
 
 /// All values of a float tensor as f64.
-pub fn to_vec<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
+pub fn to_vec<B: ArborBackend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
     t.into_data()
         .convert::<f64>()
         .to_vec::<f64>()

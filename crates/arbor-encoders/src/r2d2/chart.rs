@@ -7,6 +7,7 @@
 //! Every step composes *all* pending cells of *all* sentences of the batch, with every split,
 //! in one call to the composition function.
 
+use arbor_cells::ArborBackend;
 use std::collections::HashMap;
 
 use arbor_cells::{argmax_select, st_gumbel_softmax};
@@ -247,7 +248,7 @@ struct Store<B: Backend> {
     rows: usize,
 }
 
-impl<B: Backend> Store<B> {
+impl<B: ArborBackend> Store<B> {
     fn new() -> Self {
         Store {
             chunks: Vec::new(),
@@ -340,7 +341,10 @@ impl<B: Backend> Store<B> {
 }
 
 /// Row indices as an index tensor.
-pub(super) fn index_tensor<B: Backend>(rows: &[usize], device: &B::Device) -> Tensor<B, 1, Int> {
+pub(super) fn index_tensor<B: ArborBackend>(
+    rows: &[usize],
+    device: &B::Device,
+) -> Tensor<B, 1, Int> {
     let v: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
     Tensor::from_data(TensorData::new(v, [rows.len()]), device)
 }
@@ -357,7 +361,7 @@ pub struct Chart<B: Backend> {
     pub stats: ChartStats,
 }
 
-impl<B: Backend> Chart<B> {
+impl<B: ArborBackend> Chart<B> {
     /// Builds the charts of a batch of sentences.
     ///
     /// Training mode ([`Decisions::Sample`]) selects each cell's split with straight-through

@@ -1,6 +1,7 @@
 //! R2D2's composition function `f(left, right)` (docs/models.md §4): a small Transformer over
 //! `[E[CLS], E[SUM], left, right]`.
 
+use arbor_cells::ArborBackend;
 use burn::module::{Initializer, Param};
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
@@ -24,7 +25,7 @@ pub struct Composed<B: Backend> {
 /// Anything that composes a batch of adjacent chart cells: the R2D2 [`Composition`], or a stub
 /// with hand-chosen scores in tests. The chart calls it once per step with every pair of that
 /// step.
-pub trait Compose<B: Backend> {
+pub trait Compose<B: ArborBackend> {
     /// Width `D` of the representations.
     fn d_model(&self) -> usize;
 
@@ -90,7 +91,7 @@ impl CompositionConfig {
     ///
     /// # Panics
     /// If a width is 0 or `n_heads` does not divide `d_model`.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> Composition<B> {
+    pub fn init<B: ArborBackend>(&self, device: &B::Device) -> Composition<B> {
         assert!(
             self.d_model > 0 && self.n_layers > 0,
             "sizes must be positive"
@@ -119,7 +120,7 @@ impl CompositionConfig {
 }
 
 /// `(x − mean)/sqrt(var + 1e-5)` over the last axis: LayerNorm without affine parameters.
-pub fn layer_norm_noaffine<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+pub fn layer_norm_noaffine<B: ArborBackend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     let dim = D - 1;
     let mean = x.clone().mean_dim(dim);
     let centered = x.sub(mean);
@@ -129,7 +130,7 @@ pub fn layer_norm_noaffine<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tenso
 
 /// The additive attention mask of a sequence of `l` positions whose first `tasks` positions are
 /// task tokens: task tokens see themselves and every child; children see only the children.
-fn mask_bias<B: Backend>(l: usize, tasks: usize, device: &B::Device) -> Tensor<B, 2> {
+fn mask_bias<B: ArborBackend>(l: usize, tasks: usize, device: &B::Device) -> Tensor<B, 2> {
     let mut values = vec![0.0f32; l * l];
     for i in 0..l {
         for j in 0..l {
@@ -146,7 +147,7 @@ fn mask_bias<B: Backend>(l: usize, tasks: usize, device: &B::Device) -> Tensor<B
     Tensor::from_data(TensorData::new(values, [l, l]), device)
 }
 
-impl<B: Backend> Composition<B> {
+impl<B: ArborBackend> Composition<B> {
     /// Runs the layers over sequences whose first `tasks` positions are task tokens.
     ///
     /// # Shapes
@@ -196,7 +197,7 @@ impl<B: Backend> Composition<B> {
     }
 }
 
-impl<B: Backend> Compose<B> for Composition<B> {
+impl<B: ArborBackend> Compose<B> for Composition<B> {
     fn d_model(&self) -> usize {
         self.d_model
     }

@@ -1,5 +1,6 @@
 //! The R2D2 sentence encoder: leaves → pruned differentiable CKY chart → root vector and tree.
 
+use arbor_cells::ArborBackend;
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 
@@ -58,7 +59,7 @@ impl R2d2Config {
     ///
     /// # Panics
     /// If a size is 0, `n_heads` does not divide `d_model`, or `tau` is not positive.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> R2d2<B> {
+    pub fn init<B: ArborBackend>(&self, device: &B::Device) -> R2d2<B> {
         assert!(self.window >= 1, "the pruning window must be at least 1");
         assert!(self.tau > 0.0, "the temperature must be positive");
         R2d2 {
@@ -72,7 +73,7 @@ impl R2d2Config {
     }
 }
 
-impl<B: Backend> R2d2<B> {
+impl<B: ArborBackend> R2d2<B> {
     /// The chart settings of this encoder.
     pub fn chart_config(&self) -> ChartConfig {
         ChartConfig {
@@ -115,7 +116,7 @@ impl<B: Backend> R2d2<B> {
     }
 }
 
-impl<B: Backend> SentenceEncoder<B> for R2d2<B> {
+impl<B: ArborBackend> SentenceEncoder<B> for R2d2<B> {
     fn d_output(&self) -> usize {
         self.composition.d_model
     }

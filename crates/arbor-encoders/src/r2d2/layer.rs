@@ -2,6 +2,7 @@
 //! fixed attention mask (R2D2's composition block, docs/models.md §4).
 
 use arbor_cells::linear_rows;
+use arbor_cells::ArborBackend;
 use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::activation::{gelu, softmax};
@@ -46,7 +47,7 @@ impl RoleTransformerLayerConfig {
     ///
     /// # Panics
     /// If `n_heads` is 0 or does not divide `d_model`.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> RoleTransformerLayer<B> {
+    pub fn init<B: ArborBackend>(&self, device: &B::Device) -> RoleTransformerLayer<B> {
         assert!(
             self.n_heads > 0 && self.d_model.is_multiple_of(self.n_heads),
             "n_heads ({}) must divide d_model ({})",
@@ -66,7 +67,7 @@ impl RoleTransformerLayerConfig {
     }
 }
 
-impl<B: Backend> RoleTransformerLayer<B> {
+impl<B: ArborBackend> RoleTransformerLayer<B> {
     /// Applies the layer.
     ///
     /// # Shapes

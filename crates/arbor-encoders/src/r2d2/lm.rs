@@ -1,5 +1,6 @@
 //! R2D2's bidirectional language model (eq. 8) and pseudo-perplexity (Salazar et al. 2020).
 
+use arbor_cells::ArborBackend;
 use burn::module::{Initializer, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::prelude::*;
@@ -34,7 +35,7 @@ impl R2d2LmConfig {
     }
 
     /// [`R2d2LmConfig::init`] after [`R2d2LmConfig::validate`]: an error instead of a panic.
-    pub fn try_init<B: Backend>(
+    pub fn try_init<B: ArborBackend>(
         &self,
         device: &B::Device,
     ) -> Result<R2d2Lm<B>, arbor_cells::ConfigError> {
@@ -57,7 +58,7 @@ impl R2d2LmConfig {
     ///
     /// # Panics
     /// As [`R2d2Config::init`]; also if `vocab_size` is 0.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> R2d2Lm<B> {
+    pub fn init<B: ArborBackend>(&self, device: &B::Device) -> R2d2Lm<B> {
         assert!(self.vocab_size > 0, "the vocabulary must not be empty");
         let d = self.d_model();
         let normal = Initializer::Normal {
@@ -111,7 +112,7 @@ pub struct LmLoss<B: Backend> {
     pub stats: ChartStats,
 }
 
-fn pad_ids<B: Backend>(sentences: &[&[u32]], device: &B::Device) -> Tensor<B, 2, Int> {
+fn pad_ids<B: ArborBackend>(sentences: &[&[u32]], device: &B::Device) -> Tensor<B, 2, Int> {
     let time = sentences.iter().map(|s| s.len()).max().unwrap_or(1);
     let mut ids = vec![0i64; sentences.len() * time];
     for (b, s) in sentences.iter().enumerate() {
@@ -122,7 +123,7 @@ fn pad_ids<B: Backend>(sentences: &[&[u32]], device: &B::Device) -> Tensor<B, 2,
     Tensor::from_data(TensorData::new(ids, [sentences.len(), time]), device)
 }
 
-impl<B: Backend> R2d2Lm<B> {
+impl<B: ArborBackend> R2d2Lm<B> {
     /// Vocabulary size `V`.
     pub fn vocab_size(&self) -> usize {
         self.embedding.weight.dims()[0]

@@ -17,6 +17,7 @@ pub use thin_stack::{
     TraceStep,
 };
 
+use arbor_cells::ArborBackend;
 use arbor_cells::{
     BinaryTreeLstm, BinaryTreeLstmConfig, LstmCell, LstmCellConfig, LstmState, RecurrentCell,
 };
@@ -192,7 +193,7 @@ impl SpinnConfig {
     ///
     /// # Panics
     /// If `d_input` or `d_hidden` is 0.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> Spinn<B> {
+    pub fn init<B: ArborBackend>(&self, device: &B::Device) -> Spinn<B> {
         assert!(
             self.d_input > 0 && self.d_hidden > 0,
             "widths must be positive"
@@ -233,7 +234,7 @@ pub struct SpinnOutput<B: Backend> {
     pub transition_loss: Option<Tensor<B, 1>>,
 }
 
-impl<B: Backend> SpinnOutput<B> {
+impl<B: ArborBackend> SpinnOutput<B> {
     /// The trees of [`SpinnOutput::transitions`].
     pub fn trees(&self) -> Vec<BinaryTree> {
         self.transitions
@@ -270,7 +271,7 @@ enum Plan {
     Own,
 }
 
-impl<B: Backend> Spinn<B> {
+impl<B: ArborBackend> Spinn<B> {
     /// The variant this encoder is.
     pub fn variant(&self) -> SpinnVariant {
         match (&self.tracker, &self.classifier) {
@@ -531,7 +532,7 @@ impl<B: Backend> Spinn<B> {
     }
 }
 
-impl<B: Backend> SentenceEncoder<B> for Spinn<B> {
+impl<B: ArborBackend> SentenceEncoder<B> for Spinn<B> {
     fn d_output(&self) -> usize {
         self.d_hidden
     }

@@ -2,13 +2,14 @@
 //! SPINN-PI-NT must equal, and the "recursive" baseline of the speed comparison. Not for real
 //! code paths: it makes one composition call per tree node.
 
+use arbor_cells::ArborBackend;
 use arbor_cells::LstmState;
 use arbor_data::tree::BinaryTree;
 use burn::prelude::*;
 
 use super::{Spinn, SpinnError};
 
-impl<B: Backend> Spinn<B> {
+impl<B: ArborBackend> Spinn<B> {
     /// Encodes each sentence alone by recursion over its tree, with this encoder's projection
     /// and composition (no tracking: the composition's external input is absent, i.e. zero).
     ///

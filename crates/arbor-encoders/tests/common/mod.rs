@@ -1,6 +1,7 @@
 //! Helpers shared by the encoder tests.
 #![allow(dead_code)]
 
+use arbor_cells::ArborBackend;
 use burn::backend::{Autodiff, Flex};
 use burn::prelude::*;
 use burn::tensor::TensorData;
@@ -13,7 +14,7 @@ pub type Fx = Flex;
 pub type Ad = Autodiff<Flex>;
 
 /// The default device of any backend.
-pub fn dev<B: Backend>() -> B::Device {
+pub fn dev<B: ArborBackend>() -> B::Device {
     Default::default()
 }
 
@@ -26,7 +27,7 @@ pub fn values(n: usize, scale: f64, seed: u64) -> Vec<f32> {
 }
 
 /// A tensor of seeded values.
-pub fn tensor<B: Backend, const D: usize>(
+pub fn tensor<B: ArborBackend, const D: usize>(
     shape: [usize; D],
     scale: f64,
     seed: u64,
@@ -37,7 +38,7 @@ pub fn tensor<B: Backend, const D: usize>(
 
 /// A padded batch `[lengths.len(), time, d]` of seeded embeddings whose padded positions hold
 /// large garbage (so any leak of padding into a real result shows).
-pub fn padded_batch<B: Backend>(
+pub fn padded_batch<B: ArborBackend>(
     lengths: &[usize],
     time: usize,
     d: usize,
@@ -58,17 +59,17 @@ pub fn padded_batch<B: Backend>(
 }
 
 /// Example `b` of a padded batch, alone and unpadded: `[1, len, d]`.
-pub fn alone<B: Backend>(x: &Tensor<B, 3>, b: usize, len: usize) -> Tensor<B, 3> {
+pub fn alone<B: ArborBackend>(x: &Tensor<B, 3>, b: usize, len: usize) -> Tensor<B, 3> {
     x.clone().narrow(0, b, 1).narrow(1, 0, len)
 }
 
 /// All values of a float tensor as f64.
-pub fn to_vec<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
+pub fn to_vec<B: ArborBackend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
     t.into_data().iter::<f64>().collect()
 }
 
 /// Row `b` of a `[batch, d]` tensor.
-pub fn row<B: Backend>(t: &Tensor<B, 2>, b: usize) -> Vec<f64> {
+pub fn row<B: ArborBackend>(t: &Tensor<B, 2>, b: usize) -> Vec<f64> {
     to_vec(t.clone().narrow(0, b, 1))
 }
 

@@ -1,0 +1,170 @@
+//! `Autodiff<B>`: each fused op is one graph node whose backward pass is `B`'s fused backward
+//! kernel (Burn's custom-backward API).
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::autodiff::Autodiff;
+use burn::tensor::ops::FloatTensor;
+
+use crate::{reference, ArborBackend, GateLayout};
+
+/// The backward step of `gated_cell` with `N − 1` children.
+#[derive(Debug)]
+struct GatedCell<const N: usize>;
+
+impl<B: ArborBackend, const N: usize> Backward<B, N> for GatedCell<N> {
+    type State = (FloatTensor<B>, Vec<FloatTensor<B>>, GateLayout);
+
+    fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let (gates, children, layout) = ops.state;
+        let grad = grads.consume::<B>(&ops.node);
+        let (d_gates, d_children) = B::gated_cell_backward(gates, children, grad, &layout);
+        let all = std::iter::once(d_gates).chain(d_children);
+        for (parent, d) in ops.parents.into_iter().zip(all) {
+            if let Some(node) = parent {
+                grads.register::<B>(node.id, d);
+            }
+        }
+    }
+}
+
+/// The backward step of `gated_output`.
+#[derive(Debug)]
+struct GatedOutput;
+
+impl<B: ArborBackend> Backward<B, 2> for GatedOutput {
+    type State = (FloatTensor<B>, FloatTensor<B>, GateLayout);
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let (gates, c, layout) = ops.state;
+        let grad = grads.consume::<B>(&ops.node);
+        let (d_gates, d_c) = B::gated_output_backward(gates, c, grad, &layout);
+        for (parent, d) in ops.parents.into_iter().zip([d_gates, d_c]) {
+            if let Some(node) = parent {
+                grads.register::<B>(node.id, d);
+            }
+        }
+    }
+}
+
+/// The backward step of a fused op with four tensor inputs.
+#[derive(Debug)]
+enum Four {
+    /// `select_mix(s, p, l, r)`.
+    SelectMix,
+    /// `ordered_cell(gates, master_forget, master_input, c_prev)`.
+    OrderedCell,
+}
+
+impl<B: ArborBackend> Backward<B, 4> for Four {
+    type State = [FloatTensor<B>; 4];
+
+    fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [a, b, c, d] = ops.state;
+        let grad = grads.consume::<B>(&ops.node);
+        let all = match self {
+            Four::SelectMix => B::select_mix_backward(a, b, c, d, grad),
+            Four::OrderedCell => B::ordered_cell_backward(a, b, c, d, grad),
+        };
+        for (parent, d) in ops.parents.into_iter().zip(all) {
+            if let Some(node) = parent {
+                grads.register::<B>(node.id, d);
+            }
+        }
+    }
+}
+
+fn gated_cell_node<B: ArborBackend, C: CheckpointStrategy, const N: usize>(
+    gates: FloatTensor<Autodiff<B, C>>,
+    children: Vec<FloatTensor<Autodiff<B, C>>>,
+    layout: &GateLayout,
+) -> FloatTensor<Autodiff<B, C>> {
+    let nodes = std::array::from_fn(|k| match k {
+        0 => gates.node.clone(),
+        k => children[k - 1].node.clone(),
+    });
+    let inner: Vec<FloatTensor<B>> = children.iter().map(|c| c.primitive.clone()).collect();
+    let out = B::gated_cell(gates.primitive.clone(), inner.clone(), layout);
+    match GatedCell::<N>
+        .prepare::<C>(nodes)
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish((gates.primitive, inner, layout.clone()), out),
+        OpsKind::UnTracked(prep) => prep.finish(out),
+    }
+}
+
+impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
+    fn gated_cell(
+        gates: FloatTensor<Self>,
+        children: Vec<FloatTensor<Self>>,
+        layout: &GateLayout,
+    ) -> FloatTensor<Self> {
+        match children.len() {
+            1 => gated_cell_node::<B, C, 2>(gates, children, layout),
+            2 => gated_cell_node::<B, C, 3>(gates, children, layout),
+            3 => gated_cell_node::<B, C, 4>(gates, children, layout),
+            _ => reference::gated_cell::<Self>(gates, children, layout),
+        }
+    }
+
+    fn gated_output(
+        gates: FloatTensor<Self>,
+        c: FloatTensor<Self>,
+        layout: &GateLayout,
+    ) -> FloatTensor<Self> {
+        let out = B::gated_output(gates.primitive.clone(), c.primitive.clone(), layout);
+        match GatedOutput
+            .prepare::<C>([gates.node.clone(), c.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                prep.finish((gates.primitive, c.primitive, layout.clone()), out)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+
+    fn ordered_cell(
+        gates: FloatTensor<Self>,
+        master_forget: FloatTensor<Self>,
+        master_input: FloatTensor<Self>,
+        c_prev: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        four::<B, C>(
+            Four::OrderedCell,
+            [gates, master_forget, master_input, c_prev],
+        )
+    }
+
+    fn select_mix(
+        s: FloatTensor<Self>,
+        parent: FloatTensor<Self>,
+        left: FloatTensor<Self>,
+        right: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        four::<B, C>(Four::SelectMix, [s, parent, left, right])
+    }
+}
+
+/// Runs a four-input fused op on `B` and records it as one node.
+fn four<B: ArborBackend, C: CheckpointStrategy>(
+    op: Four,
+    inputs: [FloatTensor<Autodiff<B, C>>; 4],
+) -> FloatTensor<Autodiff<B, C>> {
+    let inner = inputs.clone().map(|t| t.primitive);
+    let [a, b, c, d] = inner.clone();
+    let out = match op {
+        Four::SelectMix => B::select_mix(a, b, c, d),
+        Four::OrderedCell => B::ordered_cell(a, b, c, d),
+    };
+    let nodes = inputs.map(|t| t.node);
+    match op.prepare::<C>(nodes).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => prep.finish(inner, out),
+        OpsKind::UnTracked(prep) => prep.finish(out),
+    }
+}

@@ -1,0 +1,377 @@
+//! The CPU kernels: loops over contiguous `f32` rows, shared by the Flex and NdArray backends.
+//!
+//! Sigmoid and tanh are computed eight lanes at a time with `wide`'s vectorised `exp` (the
+//! backends' elementwise ops call scalar libm `expf`/`tanhf`). Both are written around
+//! `t = exp(−|x|)` (or `exp(−2|x|)`), which never overflows, and NaN inputs give NaN.
+
+// The loops index several equal-length rows at once; indices keep them readable and LLVM
+// vectorises them.
+#![allow(clippy::needless_range_loop)]
+
+use wide::{f32x8, CmpGe, CmpLt};
+
+use crate::GateLayout;
+
+const LANES: usize = 8;
+
+#[inline(always)]
+fn sigmoid8(x: f32x8) -> f32x8 {
+    let t = (-x.abs()).exp();
+    let p = f32x8::ONE / (f32x8::ONE + t);
+    // σ(x) = 1/(1+e^{-x}) for x ≥ 0, and e^{x}/(1+e^{x}) = t·p for x < 0.
+    let r = x.cmp_ge(f32x8::ZERO).blend(p, t * p);
+    x.is_nan().blend(x, r)
+}
+
+#[inline(always)]
+fn tanh8(x: f32x8) -> f32x8 {
+    let t = (-(x.abs() + x.abs())).exp();
+    let r = (f32x8::ONE - t) / (f32x8::ONE + t);
+    let r = x.cmp_lt(f32x8::ZERO).blend(-r, r);
+    x.is_nan().blend(x, r)
+}
+
+/// Applies an eight-lane function to `src`, writing `dst` (equal lengths).
+#[inline(always)]
+fn map8(dst: &mut [f32], src: &[f32], f: impl Fn(f32x8) -> f32x8) {
+    debug_assert_eq!(dst.len(), src.len());
+    let mut d = dst.chunks_exact_mut(LANES);
+    let mut s = src.chunks_exact(LANES);
+    for (d, s) in (&mut d).zip(&mut s) {
+        let v: [f32; LANES] = s.try_into().expect("eight lanes");
+        d.copy_from_slice(&f(f32x8::from(v)).to_array());
+    }
+    let (d, s) = (d.into_remainder(), s.remainder());
+    if !s.is_empty() {
+        let mut v = [0f32; LANES];
+        v[..s.len()].copy_from_slice(s);
+        let out = f(f32x8::from(v)).to_array();
+        d.copy_from_slice(&out[..s.len()]);
+    }
+}
+
+/// `dst = σ(src)`.
+pub fn sigmoid(dst: &mut [f32], src: &[f32]) {
+    map8(dst, src, sigmoid8);
+}
+
+/// `dst = tanh(src)`.
+pub fn tanh(dst: &mut [f32], src: &[f32]) {
+    map8(dst, src, tanh8);
+}
+
+/// Scratch rows reused across the rows of one call.
+struct Scratch {
+    a: Vec<f32>,
+    b: Vec<f32>,
+    f: Vec<f32>,
+}
+
+impl Scratch {
+    fn new(h: usize) -> Self {
+        Scratch {
+            a: vec![0.0; h],
+            b: vec![0.0; h],
+            f: vec![0.0; h],
+        }
+    }
+}
+
+/// `out = σ(i) ⊙ tanh(g) + Σ_k σ(f_k) ⊙ c_k` over `rows` rows; `gates` is `[rows, blocks·h]`,
+/// each child and `out` `[rows, h]`.
+pub fn gated_cell(
+    gates: &[f32],
+    children: &[&[f32]],
+    layout: &GateLayout,
+    h: usize,
+    out: &mut [f32],
+) {
+    let w = layout.blocks * h;
+    let mut s = Scratch::new(h);
+    for (r, o) in out.chunks_exact_mut(h).enumerate() {
+        let g = &gates[r * w..(r + 1) * w];
+        let blk = |b: usize| &g[b * h..(b + 1) * h];
+        sigmoid(&mut s.a, blk(layout.input));
+        tanh(&mut s.b, blk(layout.candidate));
+        for j in 0..h {
+            o[j] = s.a[j] * s.b[j];
+        }
+        for (child, &f) in children.iter().zip(&layout.forgets) {
+            sigmoid(&mut s.f, blk(f));
+            let c = &child[r * h..(r + 1) * h];
+            for j in 0..h {
+                o[j] += s.f[j] * c[j];
+            }
+        }
+    }
+}
+
+/// The gradients of [`gated_cell`]: `d_gates` `[rows, blocks·h]` (zeroed here outside the
+/// blocks read) and one `[rows, h]` buffer per child.
+pub fn gated_cell_backward(
+    gates: &[f32],
+    children: &[&[f32]],
+    grad: &[f32],
+    layout: &GateLayout,
+    h: usize,
+    d_gates: &mut [f32],
+    d_children: &mut [Vec<f32>],
+) {
+    let w = layout.blocks * h;
+    let mut s = Scratch::new(h);
+    d_gates.fill(0.0);
+    for (r, gc) in grad.chunks_exact(h).enumerate() {
+        let g = &gates[r * w..(r + 1) * w];
+        let blk = |b: usize| &g[b * h..(b + 1) * h];
+        let dg = &mut d_gates[r * w..(r + 1) * w];
+        sigmoid(&mut s.a, blk(layout.input));
+        tanh(&mut s.b, blk(layout.candidate));
+        {
+            let di = &mut dg[layout.input * h..(layout.input + 1) * h];
+            for j in 0..h {
+                di[j] = gc[j] * s.b[j] * s.a[j] * (1.0 - s.a[j]);
+            }
+        }
+        {
+            let du = &mut dg[layout.candidate * h..(layout.candidate + 1) * h];
+            for j in 0..h {
+                du[j] = gc[j] * s.a[j] * (1.0 - s.b[j] * s.b[j]);
+            }
+        }
+        for ((child, &f), dc) in children
+            .iter()
+            .zip(&layout.forgets)
+            .zip(d_children.iter_mut())
+        {
+            sigmoid(&mut s.f, blk(f));
+            let c = &child[r * h..(r + 1) * h];
+            let dc = &mut dc[r * h..(r + 1) * h];
+            let df = &mut dg[f * h..(f + 1) * h];
+            for j in 0..h {
+                df[j] += gc[j] * c[j] * s.f[j] * (1.0 - s.f[j]);
+                dc[j] = gc[j] * s.f[j];
+            }
+        }
+    }
+}
+
+/// `out = σ(o) ⊙ tanh(c)`.
+pub fn gated_output(gates: &[f32], c: &[f32], layout: &GateLayout, h: usize, out: &mut [f32]) {
+    let w = layout.blocks * h;
+    let mut s = Scratch::new(h);
+    for (r, o) in out.chunks_exact_mut(h).enumerate() {
+        let g = &gates[r * w + layout.output * h..r * w + (layout.output + 1) * h];
+        sigmoid(&mut s.a, g);
+        tanh(&mut s.b, &c[r * h..(r + 1) * h]);
+        for j in 0..h {
+            o[j] = s.a[j] * s.b[j];
+        }
+    }
+}
+
+/// The gradients of [`gated_output`]: `d_gates` (zero outside the output block) and `d_c`.
+pub fn gated_output_backward(
+    gates: &[f32],
+    c: &[f32],
+    grad: &[f32],
+    layout: &GateLayout,
+    h: usize,
+    d_gates: &mut [f32],
+    d_c: &mut [f32],
+) {
+    let w = layout.blocks * h;
+    let mut s = Scratch::new(h);
+    d_gates.fill(0.0);
+    for (r, gh) in grad.chunks_exact(h).enumerate() {
+        let g = &gates[r * w + layout.output * h..r * w + (layout.output + 1) * h];
+        sigmoid(&mut s.a, g);
+        tanh(&mut s.b, &c[r * h..(r + 1) * h]);
+        let d_o = &mut d_gates[r * w + layout.output * h..r * w + (layout.output + 1) * h];
+        let dc = &mut d_c[r * h..(r + 1) * h];
+        for j in 0..h {
+            d_o[j] = gh[j] * s.b[j] * s.a[j] * (1.0 - s.a[j]);
+            dc[j] = gh[j] * s.a[j] * (1.0 - s.b[j] * s.b[j]);
+        }
+    }
+}
+
+/// `out = s ⊙ p + (1 − cum) ⊙ l + (cum − s) ⊙ r` for `[batch, k]` selections and
+/// `[batch, k, d]` states.
+pub fn select_mix(s: &[f32], p: &[f32], l: &[f32], r: &[f32], k: usize, d: usize, out: &mut [f32]) {
+    for (b, sel) in s.chunks_exact(k).enumerate() {
+        let mut cum = 0f32;
+        for (j, &sj) in sel.iter().enumerate() {
+            cum += sj;
+            let (a, bl, c) = (sj, 1.0 - cum, cum - sj);
+            let at = (b * k + j) * d;
+            let (p, l, r) = (&p[at..at + d], &l[at..at + d], &r[at..at + d]);
+            let o = &mut out[at..at + d];
+            for e in 0..d {
+                o[e] = a * p[e] + bl * l[e] + c * r[e];
+            }
+        }
+    }
+}
+
+/// The gradients of [`select_mix`], written into `d_s` `[batch, k]` and `d_p`, `d_l`, `d_r`
+/// `[batch, k, d]`.
+#[allow(clippy::too_many_arguments)]
+pub fn select_mix_backward(
+    s: &[f32],
+    p: &[f32],
+    l: &[f32],
+    r: &[f32],
+    grad: &[f32],
+    k: usize,
+    d: usize,
+    d_s: &mut [f32],
+    d_p: &mut [f32],
+    d_l: &mut [f32],
+    d_r: &mut [f32],
+) {
+    let mut shift = vec![0f32; k];
+    for (b, sel) in s.chunks_exact(k).enumerate() {
+        let mut cum = 0f32;
+        let ds = &mut d_s[b * k..(b + 1) * k];
+        for (j, &sj) in sel.iter().enumerate() {
+            cum += sj;
+            let at = (b * k + j) * d;
+            let (pp, ll, rr) = (&p[at..at + d], &l[at..at + d], &r[at..at + d]);
+            let g = &grad[at..at + d];
+            let (mut own, mut sh) = (0f32, 0f32);
+            for e in 0..d {
+                own += g[e] * (pp[e] - rr[e]);
+                sh += g[e] * (rr[e] - ll[e]);
+                d_p[at + e] = g[e] * sj;
+                d_l[at + e] = g[e] * (1.0 - cum);
+                d_r[at + e] = g[e] * (cum - sj);
+            }
+            ds[j] = own;
+            shift[j] = sh;
+        }
+        // ∂/∂s_j also gets Σ_{k ≥ j} shift_k: s_j enters every later `cum`.
+        let mut tail = 0f32;
+        for j in (0..k).rev() {
+            tail += shift[j];
+            ds[j] += tail;
+        }
+    }
+}
+
+/// The ON-LSTM update `out = f̂ ⊙ c_prev + î ⊙ tanh(g)` over `[n, 4h]` gates (`i, f, g, o`),
+/// `[n, c]` master gates and `[n, h]` states.
+pub fn ordered_cell(
+    gates: &[f32],
+    mf: &[f32],
+    mi: &[f32],
+    cp: &[f32],
+    c: usize,
+    h: usize,
+    out: &mut [f32],
+) {
+    let s_len = h / c;
+    let mut s = Scratch::new(h);
+    for (r, o) in out.chunks_exact_mut(h).enumerate() {
+        let g = &gates[r * 4 * h..(r + 1) * 4 * h];
+        sigmoid(&mut s.a, &g[..h]);
+        sigmoid(&mut s.f, &g[h..2 * h]);
+        tanh(&mut s.b, &g[2 * h..3 * h]);
+        let cp = &cp[r * h..(r + 1) * h];
+        for j in 0..h {
+            let (ft, it) = (mf[r * c + j / s_len], mi[r * c + j / s_len]);
+            let w = ft * it;
+            let f_hat = s.f[j] * w + ft - w;
+            let i_hat = s.a[j] * w + it - w;
+            o[j] = f_hat * cp[j] + i_hat * s.b[j];
+        }
+    }
+}
+
+/// The gradients of [`ordered_cell`]: `d_gates` `[n, 4h]` (zero in the output block),
+/// `d_mf`, `d_mi` `[n, c]`, `d_cp` `[n, h]`.
+#[allow(clippy::too_many_arguments)]
+pub fn ordered_cell_backward(
+    gates: &[f32],
+    mf: &[f32],
+    mi: &[f32],
+    cp: &[f32],
+    grad: &[f32],
+    c: usize,
+    h: usize,
+    d_gates: &mut [f32],
+    d_mf: &mut [f32],
+    d_mi: &mut [f32],
+    d_cp: &mut [f32],
+) {
+    let s_len = h / c;
+    let mut s = Scratch::new(h);
+    d_gates.fill(0.0);
+    d_mf.fill(0.0);
+    d_mi.fill(0.0);
+    for (r, gc) in grad.chunks_exact(h).enumerate() {
+        let g = &gates[r * 4 * h..(r + 1) * 4 * h];
+        sigmoid(&mut s.a, &g[..h]);
+        sigmoid(&mut s.f, &g[h..2 * h]);
+        tanh(&mut s.b, &g[2 * h..3 * h]);
+        let cpr = &cp[r * h..(r + 1) * h];
+        let dg = &mut d_gates[r * 4 * h..(r + 1) * 4 * h];
+        for j in 0..h {
+            let k = r * c + j / s_len;
+            let (ft, it) = (mf[k], mi[k]);
+            let w = ft * it;
+            let (sf, si, tu) = (s.f[j], s.a[j], s.b[j]);
+            let f_hat = sf * w + ft - w;
+            let i_hat = si * w + it - w;
+            let d_fhat = gc[j] * cpr[j];
+            let d_ihat = gc[j] * tu;
+            dg[j] = d_ihat * w * si * (1.0 - si);
+            dg[h + j] = d_fhat * w * sf * (1.0 - sf);
+            dg[2 * h + j] = gc[j] * i_hat * (1.0 - tu * tu);
+            let d_w = d_fhat * (sf - 1.0) + d_ihat * (si - 1.0);
+            d_mf[k] += d_fhat + d_w * it;
+            d_mi[k] += d_ihat + d_w * ft;
+            d_cp[r * h + j] = gc[j] * f_hat;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sigmoid_and_tanh_match_libm() {
+        let xs: Vec<f32> = (-400..=400)
+            .map(|i| i as f32 * 0.25)
+            .chain([1e-8, -1e-8, 0.0])
+            .collect();
+        let mut s = vec![0.0; xs.len()];
+        let mut t = vec![0.0; xs.len()];
+        sigmoid(&mut s, &xs);
+        tanh(&mut t, &xs);
+        for ((&x, &s), &t) in xs.iter().zip(&s).zip(&t) {
+            let s_ref = 1.0 / (1.0 + (-x as f64).exp());
+            assert!(
+                (s as f64 - s_ref).abs() < 2e-7,
+                "σ({x}) = {s}, want {s_ref}"
+            );
+            let t_ref = (x as f64).tanh();
+            assert!(
+                (t as f64 - t_ref).abs() < 3e-7,
+                "tanh({x}) = {t}, want {t_ref}"
+            );
+        }
+    }
+
+    #[test]
+    fn nan_and_infinities() {
+        let xs = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY];
+        let mut s = [0.0; 3];
+        let mut t = [0.0; 3];
+        sigmoid(&mut s, &xs);
+        tanh(&mut t, &xs);
+        assert!(s[0].is_nan() && t[0].is_nan());
+        assert_eq!((s[1], s[2]), (1.0, 0.0));
+        assert_eq!((t[1], t[2]), (1.0, -1.0));
+    }
+}

@@ -1,0 +1,31 @@
+//! The Flex backend's fused ops.
+
+use burn::backend::flex::{Flex, FlexTensor};
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, Shape, TensorData};
+
+use crate::host::{self, HostBuf, HostTensor};
+use crate::{reference, GateLayout};
+
+impl HostTensor for FlexTensor {
+    fn host(&self) -> Option<HostBuf<'_>> {
+        if self.dtype() != DType::F32 {
+            return None;
+        }
+        Some(match self.as_slice::<f32>() {
+            Some(s) => HostBuf::Borrowed(s),
+            None => HostBuf::Owned(
+                self.to_contiguous()
+                    .as_slice::<f32>()
+                    .expect("a contiguous copy")
+                    .to_vec(),
+            ),
+        })
+    }
+
+    fn from_f32(data: Vec<f32>, shape: Shape) -> Self {
+        FlexTensor::from_data(TensorData::new(data, shape))
+    }
+}
+
+host::host_backend!(impl crate::ArborBackend for Flex);

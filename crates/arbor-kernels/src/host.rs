@@ -1,0 +1,277 @@
+//! The fused ops on CPU backends: `f32` tensors run the [`cpu`](crate::cpu) kernels on their
+//! memory (borrowed when it is contiguous, copied once when it is a strided view); other float
+//! types return `None` so the caller falls back to the plain-op defaults.
+
+use std::ops::Deref;
+
+use burn::tensor::{Shape, TensorMetadata};
+
+use crate::{cpu, GateLayout};
+
+/// `f32` data in row-major order.
+pub(crate) enum HostBuf<'a> {
+    /// The tensor's own memory.
+    Borrowed(&'a [f32]),
+    /// A contiguous copy.
+    Owned(Vec<f32>),
+}
+
+impl Deref for HostBuf<'_> {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        match self {
+            HostBuf::Borrowed(s) => s,
+            HostBuf::Owned(v) => v,
+        }
+    }
+}
+
+/// A CPU backend's float tensor primitive.
+pub(crate) trait HostTensor: TensorMetadata + Sized {
+    /// The data as row-major `f32`, or `None` when the tensor holds another dtype.
+    fn host(&self) -> Option<HostBuf<'_>>;
+    /// A new contiguous `f32` tensor.
+    fn from_f32(data: Vec<f32>, shape: Shape) -> Self;
+}
+
+fn width<T: TensorMetadata>(gates: &T, layout: &GateLayout) -> usize {
+    gates.shape().as_slice().last().copied().unwrap_or(0) / layout.blocks
+}
+
+fn all<'a, T: HostTensor>(ts: &'a [T]) -> Option<Vec<HostBuf<'a>>> {
+    ts.iter().map(HostTensor::host).collect()
+}
+
+pub(crate) fn gated_cell<T: HostTensor>(
+    gates: &T,
+    children: &[T],
+    layout: &GateLayout,
+) -> Option<T> {
+    let (g, cs) = (gates.host()?, all(children)?);
+    let shape = children[0].shape();
+    let refs: Vec<&[f32]> = cs.iter().map(|c| &**c).collect();
+    let mut out = vec![0f32; shape.num_elements()];
+    cpu::gated_cell(&g, &refs, layout, width(gates, layout), &mut out);
+    Some(T::from_f32(out, shape))
+}
+
+pub(crate) fn gated_cell_backward<T: HostTensor>(
+    gates: &T,
+    children: &[T],
+    grad: &T,
+    layout: &GateLayout,
+) -> Option<(T, Vec<T>)> {
+    let (g, cs, gr) = (gates.host()?, all(children)?, grad.host()?);
+    let (gate_shape, child_shape) = (gates.shape(), grad.shape());
+    let refs: Vec<&[f32]> = cs.iter().map(|c| &**c).collect();
+    let mut d_gates = vec![0f32; gate_shape.num_elements()];
+    let mut d_children = vec![vec![0f32; child_shape.num_elements()]; cs.len()];
+    let h = width(gates, layout);
+    cpu::gated_cell_backward(&g, &refs, &gr, layout, h, &mut d_gates, &mut d_children);
+    let d_children = d_children
+        .into_iter()
+        .map(|d| T::from_f32(d, child_shape.clone()))
+        .collect();
+    Some((T::from_f32(d_gates, gate_shape), d_children))
+}
+
+pub(crate) fn gated_output<T: HostTensor>(gates: &T, c: &T, layout: &GateLayout) -> Option<T> {
+    let (g, cc) = (gates.host()?, c.host()?);
+    let shape = c.shape();
+    let mut out = vec![0f32; shape.num_elements()];
+    cpu::gated_output(&g, &cc, layout, width(gates, layout), &mut out);
+    Some(T::from_f32(out, shape))
+}
+
+pub(crate) fn gated_output_backward<T: HostTensor>(
+    gates: &T,
+    c: &T,
+    grad: &T,
+    layout: &GateLayout,
+) -> Option<(T, T)> {
+    let (g, cc, gr) = (gates.host()?, c.host()?, grad.host()?);
+    let (gate_shape, c_shape) = (gates.shape(), c.shape());
+    let mut d_gates = vec![0f32; gate_shape.num_elements()];
+    let mut d_c = vec![0f32; c_shape.num_elements()];
+    let h = width(gates, layout);
+    cpu::gated_output_backward(&g, &cc, &gr, layout, h, &mut d_gates, &mut d_c);
+    Some((T::from_f32(d_gates, gate_shape), T::from_f32(d_c, c_shape)))
+}
+
+pub(crate) fn select_mix<T: HostTensor>(s: &T, p: &T, l: &T, r: &T) -> Option<T> {
+    let (ss, pp, ll, rr) = (s.host()?, p.host()?, l.host()?, r.host()?);
+    let shape = p.shape();
+    let (k, d) = (shape[1], shape[2]);
+    let mut out = vec![0f32; shape.num_elements()];
+    cpu::select_mix(&ss, &pp, &ll, &rr, k, d, &mut out);
+    Some(T::from_f32(out, shape))
+}
+
+pub(crate) fn select_mix_backward<T: HostTensor>(
+    s: &T,
+    p: &T,
+    l: &T,
+    r: &T,
+    grad: &T,
+) -> Option<[T; 4]> {
+    let (ss, pp, ll, rr, g) = (s.host()?, p.host()?, l.host()?, r.host()?, grad.host()?);
+    let (s_shape, shape) = (s.shape(), p.shape());
+    let (k, d) = (shape[1], shape[2]);
+    let n = shape.num_elements();
+    let mut d_s = vec![0f32; s_shape.num_elements()];
+    let (mut d_p, mut d_l, mut d_r) = (vec![0f32; n], vec![0f32; n], vec![0f32; n]);
+    cpu::select_mix_backward(
+        &ss, &pp, &ll, &rr, &g, k, d, &mut d_s, &mut d_p, &mut d_l, &mut d_r,
+    );
+    Some([
+        T::from_f32(d_s, s_shape),
+        T::from_f32(d_p, shape.clone()),
+        T::from_f32(d_l, shape.clone()),
+        T::from_f32(d_r, shape),
+    ])
+}
+
+pub(crate) fn ordered_cell<T: HostTensor>(gates: &T, mf: &T, mi: &T, cp: &T) -> Option<T> {
+    let (g, f, i, c) = (gates.host()?, mf.host()?, mi.host()?, cp.host()?);
+    let (shape, chunks) = (cp.shape(), mf.shape()[1]);
+    let mut out = vec![0f32; shape.num_elements()];
+    cpu::ordered_cell(&g, &f, &i, &c, chunks, shape[1], &mut out);
+    Some(T::from_f32(out, shape))
+}
+
+pub(crate) fn ordered_cell_backward<T: HostTensor>(
+    gates: &T,
+    mf: &T,
+    mi: &T,
+    cp: &T,
+    grad: &T,
+) -> Option<[T; 4]> {
+    let (g, f, i, c, gr) = (
+        gates.host()?,
+        mf.host()?,
+        mi.host()?,
+        cp.host()?,
+        grad.host()?,
+    );
+    let (g_shape, m_shape, shape) = (gates.shape(), mf.shape(), cp.shape());
+    let mut d_g = vec![0f32; g_shape.num_elements()];
+    let (mut d_f, mut d_i) = (
+        vec![0f32; m_shape.num_elements()],
+        vec![0f32; m_shape.num_elements()],
+    );
+    let mut d_c = vec![0f32; shape.num_elements()];
+    cpu::ordered_cell_backward(
+        &g, &f, &i, &c, &gr, m_shape[1], shape[1], &mut d_g, &mut d_f, &mut d_i, &mut d_c,
+    );
+    Some([
+        T::from_f32(d_g, g_shape),
+        T::from_f32(d_f, m_shape.clone()),
+        T::from_f32(d_i, m_shape),
+        T::from_f32(d_c, shape),
+    ])
+}
+
+/// The body of an `impl ArborBackend for …` header (the macro's input) for a CPU backend whose
+/// float primitive implements [`HostTensor`]: the fused kernels for `f32`, the plain-op defaults otherwise.
+macro_rules! host_backend {
+    ($($header:tt)*) => {
+        $($header)* {
+            fn gated_cell(
+                gates: FloatTensor<Self>,
+                children: Vec<FloatTensor<Self>>,
+                layout: &GateLayout,
+            ) -> FloatTensor<Self> {
+                match host::gated_cell(&gates, &children, layout) {
+                    Some(out) => out,
+                    None => reference::gated_cell::<Self>(gates, children, layout),
+                }
+            }
+
+            fn gated_cell_backward(
+                gates: FloatTensor<Self>,
+                children: Vec<FloatTensor<Self>>,
+                grad: FloatTensor<Self>,
+                layout: &GateLayout,
+            ) -> (FloatTensor<Self>, Vec<FloatTensor<Self>>) {
+                match host::gated_cell_backward(&gates, &children, &grad, layout) {
+                    Some(out) => out,
+                    None => reference::gated_cell_backward::<Self>(gates, children, grad, layout),
+                }
+            }
+
+            fn gated_output(
+                gates: FloatTensor<Self>,
+                c: FloatTensor<Self>,
+                layout: &GateLayout,
+            ) -> FloatTensor<Self> {
+                match host::gated_output(&gates, &c, layout) {
+                    Some(out) => out,
+                    None => reference::gated_output::<Self>(gates, c, layout),
+                }
+            }
+
+            fn gated_output_backward(
+                gates: FloatTensor<Self>,
+                c: FloatTensor<Self>,
+                grad: FloatTensor<Self>,
+                layout: &GateLayout,
+            ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+                match host::gated_output_backward(&gates, &c, &grad, layout) {
+                    Some(out) => out,
+                    None => reference::gated_output_backward::<Self>(gates, c, grad, layout),
+                }
+            }
+
+            fn ordered_cell(
+                gates: FloatTensor<Self>,
+                mf: FloatTensor<Self>,
+                mi: FloatTensor<Self>,
+                cp: FloatTensor<Self>,
+            ) -> FloatTensor<Self> {
+                match host::ordered_cell(&gates, &mf, &mi, &cp) {
+                    Some(out) => out,
+                    None => reference::ordered_cell::<Self>(gates, mf, mi, cp),
+                }
+            }
+
+            fn ordered_cell_backward(
+                gates: FloatTensor<Self>,
+                mf: FloatTensor<Self>,
+                mi: FloatTensor<Self>,
+                cp: FloatTensor<Self>,
+                grad: FloatTensor<Self>,
+            ) -> [FloatTensor<Self>; 4] {
+                match host::ordered_cell_backward(&gates, &mf, &mi, &cp, &grad) {
+                    Some(out) => out,
+                    None => reference::ordered_cell_backward::<Self>(gates, mf, mi, cp, grad),
+                }
+            }
+
+            fn select_mix(
+                s: FloatTensor<Self>,
+                parent: FloatTensor<Self>,
+                left: FloatTensor<Self>,
+                right: FloatTensor<Self>,
+            ) -> FloatTensor<Self> {
+                match host::select_mix(&s, &parent, &left, &right) {
+                    Some(out) => out,
+                    None => reference::select_mix::<Self>(s, parent, left, right),
+                }
+            }
+
+            fn select_mix_backward(
+                s: FloatTensor<Self>,
+                parent: FloatTensor<Self>,
+                left: FloatTensor<Self>,
+                right: FloatTensor<Self>,
+                grad: FloatTensor<Self>,
+            ) -> [FloatTensor<Self>; 4] {
+                match host::select_mix_backward(&s, &parent, &left, &right, &grad) {
+                    Some(out) => out,
+                    None => reference::select_mix_backward::<Self>(s, parent, left, right, grad),
+                }
+            }
+        }
+    };
+}
+pub(crate) use host_backend;

@@ -1,0 +1,347 @@
+//! # arbor-kernels
+//!
+//! Fused ops for arbor's cells, each one node of the autodiff graph instead of a dozen.
+//!
+//! The gated cell update at the heart of the LSTM, the Tree-LSTM and (through them) the Gumbel
+//! Tree-LSTM and SPINN is, written in plain tensor ops, about a dozen small elementwise ops over
+//! strided views of the fused gate tensor: chunk, three sigmoids, two tanhs, three products and
+//! two sums, each allocating its output and each recorded by autodiff with its own backward step.
+//! On CPU that per-op overhead, not arithmetic, is where the time goes (docs/bench.md).
+//!
+//! [`ArborBackend`] is a backend-extension trait in Burn's style:
+//! - its **default methods are plain Burn tensor ops** ([`reference`]), so any backend gets them
+//!   with an empty `impl ArborBackend for MyBackend {}`, and
+//! - arbor overrides them for **Flex and NdArray** with hand-written loops over contiguous memory,
+//!   vectorised with `wide` (`exp`, hence sigmoid and tanh, eight lanes at a time), and for
+//!   **`Autodiff<B>`** with hand-written backward passes (Burn's custom-backward API), so a fused
+//!   op is one graph node whose backward is itself one fused kernel of `B`.
+//!
+//! Models call the tensor-level functions [`gated_cell`] and [`gated_output`]; they stay generic
+//! over `B: ArborBackend`, and a training loop uses `B: ArborAutodiffBackend`.
+//!
+//! # The fused ops
+//! Gates are the last dimension of a tensor of any rank, `blocks` blocks of width `H` laid out as
+//! described by a [`GateLayout`]. With `σ` the logistic sigmoid:
+//! ```text
+//! gated_cell:   c = σ(i) ⊙ tanh(g) + Σ_k σ(f_k) ⊙ c_k      (one forget gate per child)
+//! gated_output: h = σ(o) ⊙ tanh(c)
+//! ```
+//! An LSTM is `gated_cell` with one child (`c_{t-1}`), a binary Tree-LSTM with two.
+//!
+//! [`ordered_cell`] is the ON-LSTM update (Shen et al. 2019, eqs. 9–14) shared by the FastTrees
+//! family: with master gates `f̃`, `ĩ` (one value per chunk of `H / C` units, broadcast over the
+//! chunk) and `ω = f̃ ⊙ ĩ`,
+//! ```text
+//! f̂ = σ(f) ⊙ ω + (f̃ − ω);  î = σ(i) ⊙ ω + (ĩ − ω);  c = f̂ ⊙ c_{t−1} + î ⊙ tanh(g)
+//! ```
+//! with gates in LSTM order `i, f, g, o`; `h = σ(o) ⊙ tanh(c)` is [`gated_output`].
+//!
+//! [`select_mix`] is the Gumbel Tree-LSTM's layer update (Choi et al. 2018, eq. 7): with a
+//! (straight-through one-hot) selection `s` over the `K` adjacent pairs and `cum = cumsum(s)`,
+//! ```text
+//! next_k = s_k · p_k + (1 − cum_k) · l_k + (cum_k − s_k) · r_k
+//! ```
+//! nodes left of the selected pair are copied, the pair is replaced by its parent `p`, nodes to
+//! its right shift left by one.
+
+#![warn(missing_docs)]
+
+mod autodiff;
+mod cpu;
+mod flex;
+mod host;
+mod ndarray;
+pub mod reference;
+
+#[cfg(feature = "cuda")]
+mod cuda;
+
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::TensorPrimitive;
+
+/// Where each gate sits in a fused gate tensor: block indices, each block `H` wide.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GateLayout {
+    /// Number of `H`-wide blocks in the gate tensor's last dimension.
+    pub blocks: usize,
+    /// Block of the input gate `i`.
+    pub input: usize,
+    /// Block of the candidate `g` (squashed by `tanh`).
+    pub candidate: usize,
+    /// Block of the output gate `o`.
+    pub output: usize,
+    /// Block of each child's forget gate `f_k`, in the order the children are passed.
+    pub forgets: Vec<usize>,
+}
+
+impl GateLayout {
+    /// PyTorch's `LSTMCell` order `i, f, g, o`, one child `c_{t-1}`.
+    pub fn lstm() -> Self {
+        GateLayout {
+            blocks: 4,
+            input: 0,
+            candidate: 2,
+            output: 3,
+            forgets: vec![1],
+        }
+    }
+
+    /// arbor's binary Tree-LSTM order `i, f_l, f_r, o, g`, children left then right.
+    pub fn binary_tree_lstm() -> Self {
+        GateLayout {
+            blocks: 5,
+            input: 0,
+            candidate: 4,
+            output: 3,
+            forgets: vec![1, 2],
+        }
+    }
+
+    /// Checks that every block index is inside `blocks`.
+    pub fn is_valid(&self) -> bool {
+        let inside = |b: usize| b < self.blocks;
+        inside(self.input)
+            && inside(self.candidate)
+            && inside(self.output)
+            && self.forgets.iter().all(|&b| inside(b))
+    }
+}
+
+/// A Burn backend with arbor's fused ops.
+///
+/// Every method has a default written in plain Burn tensor ops ([`reference`]); implement the
+/// trait with an empty body to use a backend arbor does not know. The tensors are primitives of
+/// any rank whose last dimension holds the features; gates are `[..., blocks·H]`, states
+/// `[..., H]`, with equal leading dimensions.
+pub trait ArborBackend: Backend {
+    /// `c = σ(i) ⊙ tanh(g) + Σ_k σ(f_k) ⊙ c_k`; see [`gated_cell`].
+    fn gated_cell(
+        gates: FloatTensor<Self>,
+        children: Vec<FloatTensor<Self>>,
+        layout: &GateLayout,
+    ) -> FloatTensor<Self> {
+        reference::gated_cell::<Self>(gates, children, layout)
+    }
+
+    /// The gradients of [`ArborBackend::gated_cell`] with respect to the gates (zero in the
+    /// blocks it does not read) and to each child, given the gradient `grad` of its output.
+    fn gated_cell_backward(
+        gates: FloatTensor<Self>,
+        children: Vec<FloatTensor<Self>>,
+        grad: FloatTensor<Self>,
+        layout: &GateLayout,
+    ) -> (FloatTensor<Self>, Vec<FloatTensor<Self>>) {
+        reference::gated_cell_backward::<Self>(gates, children, grad, layout)
+    }
+
+    /// `h = σ(o) ⊙ tanh(c)`; see [`gated_output`].
+    fn gated_output(
+        gates: FloatTensor<Self>,
+        c: FloatTensor<Self>,
+        layout: &GateLayout,
+    ) -> FloatTensor<Self> {
+        reference::gated_output::<Self>(gates, c, layout)
+    }
+
+    /// The gradients of [`ArborBackend::gated_output`] with respect to the gates (zero outside
+    /// the output block) and to `c`.
+    fn gated_output_backward(
+        gates: FloatTensor<Self>,
+        c: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        layout: &GateLayout,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        reference::gated_output_backward::<Self>(gates, c, grad, layout)
+    }
+
+    /// The ON-LSTM cell update with master gates; see [`ordered_cell`].
+    fn ordered_cell(
+        gates: FloatTensor<Self>,
+        master_forget: FloatTensor<Self>,
+        master_input: FloatTensor<Self>,
+        c_prev: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        reference::ordered_cell::<Self>(gates, master_forget, master_input, c_prev)
+    }
+
+    /// The gradients of [`ArborBackend::ordered_cell`] with respect to the gates (zero in the
+    /// output block), both master gates and `c_prev`.
+    fn ordered_cell_backward(
+        gates: FloatTensor<Self>,
+        master_forget: FloatTensor<Self>,
+        master_input: FloatTensor<Self>,
+        c_prev: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 4] {
+        reference::ordered_cell_backward::<Self>(gates, master_forget, master_input, c_prev, grad)
+    }
+
+    /// The Gumbel Tree-LSTM's next layer `s ⊙ p + (1 − cum) ⊙ l + (cum − s) ⊙ r`, with
+    /// `cum = cumsum(s)` along the nodes; see [`select_mix`].
+    fn select_mix(
+        s: FloatTensor<Self>,
+        parent: FloatTensor<Self>,
+        left: FloatTensor<Self>,
+        right: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        reference::select_mix::<Self>(s, parent, left, right)
+    }
+
+    /// The gradients of [`ArborBackend::select_mix`] with respect to `s`, `parent`, `left` and
+    /// `right`.
+    fn select_mix_backward(
+        s: FloatTensor<Self>,
+        parent: FloatTensor<Self>,
+        left: FloatTensor<Self>,
+        right: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 4] {
+        reference::select_mix_backward::<Self>(s, parent, left, right, grad)
+    }
+}
+
+/// An autodiff backend whose inner backend has arbor's fused ops too (what training code and
+/// `model.valid()` need).
+pub trait ArborAutodiffBackend: ArborBackend + AutodiffBackend<InnerBackend: ArborBackend> {}
+
+impl<B> ArborAutodiffBackend for B where
+    B: ArborBackend + AutodiffBackend<InnerBackend: ArborBackend>
+{
+}
+
+fn check_shapes<B: Backend, const D: usize>(
+    gates: &Tensor<B, D>,
+    states: &[&Tensor<B, D>],
+    layout: &GateLayout,
+) -> usize {
+    assert!(layout.is_valid(), "gate layout out of range: {layout:?}");
+    let g = gates.dims();
+    assert_eq!(
+        g[D - 1] % layout.blocks,
+        0,
+        "gates' last dimension {} is not {} blocks",
+        g[D - 1],
+        layout.blocks
+    );
+    let h = g[D - 1] / layout.blocks;
+    for s in states {
+        let s = s.dims();
+        assert!(
+            s[..D - 1] == g[..D - 1] && s[D - 1] == h,
+            "state shape {s:?} does not match gates {g:?} with {} blocks",
+            layout.blocks
+        );
+    }
+    h
+}
+
+/// The fused cell update `c = σ(i) ⊙ tanh(g) + Σ_k σ(f_k) ⊙ c_k`, one op (and one autodiff node).
+///
+/// # Shapes
+/// - `gates`: `[..., blocks·H]`, pre-activations laid out as `layout` says
+/// - `children`: `layout.forgets.len()` tensors `[..., H]`
+/// - output `c`: `[..., H]`
+///
+/// # Panics
+/// When the shapes or the layout disagree (a programming error, not a data error).
+pub fn gated_cell<B: ArborBackend, const D: usize>(
+    gates: Tensor<B, D>,
+    children: Vec<Tensor<B, D>>,
+    layout: &GateLayout,
+) -> Tensor<B, D> {
+    assert_eq!(
+        children.len(),
+        layout.forgets.len(),
+        "one child per forget gate"
+    );
+    let refs: Vec<&Tensor<B, D>> = children.iter().collect();
+    check_shapes(&gates, &refs, layout);
+    let children = children
+        .into_iter()
+        .map(|c| c.into_primitive().tensor())
+        .collect();
+    Tensor::from_primitive(TensorPrimitive::Float(B::gated_cell(
+        gates.into_primitive().tensor(),
+        children,
+        layout,
+    )))
+}
+
+/// The fused output `h = σ(o) ⊙ tanh(c)`, one op (and one autodiff node).
+///
+/// # Shapes
+/// - `gates`: `[..., blocks·H]`
+/// - `c`: `[..., H]`
+/// - output `h`: `[..., H]`
+pub fn gated_output<B: ArborBackend, const D: usize>(
+    gates: Tensor<B, D>,
+    c: Tensor<B, D>,
+    layout: &GateLayout,
+) -> Tensor<B, D> {
+    check_shapes(&gates, &[&c], layout);
+    Tensor::from_primitive(TensorPrimitive::Float(B::gated_output(
+        gates.into_primitive().tensor(),
+        c.into_primitive().tensor(),
+        layout,
+    )))
+}
+
+/// The Gumbel Tree-LSTM's layer update `s ⊙ p + (1 − cum) ⊙ l + (cum − s) ⊙ r`, with
+/// `cum = cumsum(s)` over the `K` nodes, one op (and one autodiff node).
+///
+/// # Shapes
+/// - `s`: `[batch, K]`, the selection (one-hot forward, soft gradient when straight-through)
+/// - `parent`, `left`, `right`: `[batch, K, D]`
+/// - output: `[batch, K, D]`
+pub fn select_mix<B: ArborBackend>(
+    s: Tensor<B, 2>,
+    parent: Tensor<B, 3>,
+    left: Tensor<B, 3>,
+    right: Tensor<B, 3>,
+) -> Tensor<B, 3> {
+    let [b, k, _] = parent.dims();
+    assert_eq!(s.dims(), [b, k], "selection shape");
+    assert!(
+        left.dims() == parent.dims() && right.dims() == parent.dims(),
+        "parent, left and right must have one shape"
+    );
+    let p = |t: Tensor<B, 3>| t.into_primitive().tensor();
+    Tensor::from_primitive(TensorPrimitive::Float(B::select_mix(
+        s.into_primitive().tensor(),
+        p(parent),
+        p(left),
+        p(right),
+    )))
+}
+
+/// The ON-LSTM cell update `c = f̂ ⊙ c_prev + î ⊙ tanh(g)` with master gates, one op (and one
+/// autodiff node).
+///
+/// # Shapes
+/// - `gates`: `[n, 4H]`, pre-activations `i, f, g, o`
+/// - `master_forget`, `master_input`: `[n, C]`, activations (after cumax), `C` dividing `H`
+/// - `c_prev`: `[n, H]`
+/// - output `c`: `[n, H]`
+pub fn ordered_cell<B: ArborBackend>(
+    gates: Tensor<B, 2>,
+    master_forget: Tensor<B, 2>,
+    master_input: Tensor<B, 2>,
+    c_prev: Tensor<B, 2>,
+) -> Tensor<B, 2> {
+    let [n, h] = c_prev.dims();
+    let [_, c] = master_forget.dims();
+    assert_eq!(gates.dims(), [n, 4 * h], "gates must be [n, 4H]");
+    assert!(
+        c > 0 && h % c == 0 && master_input.dims() == [n, c] && master_forget.dims()[0] == n,
+        "master gates must be [n, C] with C dividing H = {h}"
+    );
+    let p = |t: Tensor<B, 2>| t.into_primitive().tensor();
+    Tensor::from_primitive(TensorPrimitive::Float(B::ordered_cell(
+        p(gates),
+        p(master_forget),
+        p(master_input),
+        p(c_prev),
+    )))
+}

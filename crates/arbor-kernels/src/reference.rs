@@ -1,0 +1,300 @@
+//! The fused ops written in plain Burn tensor ops: the trait's defaults, and the reference the
+//! fused kernels are tested against.
+
+use burn::prelude::*;
+use burn::tensor::activation::{sigmoid, tanh};
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{Shape, TensorMetadata, TensorPrimitive};
+
+use crate::GateLayout;
+
+/// A primitive of any rank as a `[rows, last]` tensor.
+pub(crate) fn rows<B: Backend>(t: FloatTensor<B>) -> Tensor<B, 2> {
+    let shape = t.shape();
+    let last = shape.as_slice().last().copied().unwrap_or(1);
+    let n = shape.num_elements();
+    let rows = n.checked_div(last).unwrap_or(0);
+    Tensor::from_primitive(TensorPrimitive::Float(B::float_reshape(
+        t,
+        Shape::new([rows, last]),
+    )))
+}
+
+/// A `[rows, last]` tensor back in `shape`.
+pub(crate) fn unrows<B: Backend>(t: Tensor<B, 2>, shape: Shape) -> FloatTensor<B> {
+    B::float_reshape(t.into_primitive().tensor(), shape)
+}
+
+fn block<B: Backend>(gates: &Tensor<B, 2>, b: usize, h: usize) -> Tensor<B, 2> {
+    gates.clone().narrow(1, b * h, h)
+}
+
+/// `c = σ(i) ⊙ tanh(g) + Σ_k σ(f_k) ⊙ c_k` in plain ops.
+pub fn gated_cell<B: Backend>(
+    gates: FloatTensor<B>,
+    children: Vec<FloatTensor<B>>,
+    layout: &GateLayout,
+) -> FloatTensor<B> {
+    let gates = rows::<B>(gates);
+    let h = gates.dims()[1] / layout.blocks;
+    let shape = children[0].shape();
+    let mut c =
+        sigmoid(block(&gates, layout.input, h)).mul(tanh(block(&gates, layout.candidate, h)));
+    for (child, &f) in children.into_iter().zip(&layout.forgets) {
+        c = c.add(sigmoid(block(&gates, f, h)).mul(rows::<B>(child)));
+    }
+    unrows(c, shape)
+}
+
+/// Places `parts` (block index, `[rows, H]` tensor) into a zero `[rows, blocks·H]` tensor.
+fn assemble<B: Backend>(
+    parts: Vec<(usize, Tensor<B, 2>)>,
+    rows: usize,
+    h: usize,
+    blocks: usize,
+    like: &Tensor<B, 2>,
+) -> Tensor<B, 2> {
+    let (device, dtype) = (like.device(), like.dtype());
+    let mut slots: Vec<Option<Tensor<B, 2>>> = (0..blocks).map(|_| None).collect();
+    for (b, t) in parts {
+        slots[b] = Some(match slots[b].take() {
+            Some(prev) => prev.add(t),
+            None => t,
+        });
+    }
+    let blocks: Vec<Tensor<B, 2>> = slots
+        .into_iter()
+        .map(|s| s.unwrap_or_else(|| Tensor::zeros([rows, h], (&device, dtype))))
+        .collect();
+    Tensor::cat(blocks, 1)
+}
+
+/// The gradients of [`gated_cell`] in plain ops.
+pub fn gated_cell_backward<B: Backend>(
+    gates: FloatTensor<B>,
+    children: Vec<FloatTensor<B>>,
+    grad: FloatTensor<B>,
+    layout: &GateLayout,
+) -> (FloatTensor<B>, Vec<FloatTensor<B>>) {
+    let gate_shape = gates.shape();
+    let child_shape = grad.shape();
+    let gates = rows::<B>(gates);
+    let grad = rows::<B>(grad);
+    let [n, w] = gates.dims();
+    let h = w / layout.blocks;
+    let si = sigmoid(block(&gates, layout.input, h));
+    let tg = tanh(block(&gates, layout.candidate, h));
+    // dσ(x)/dx = σ(1 − σ); dtanh(x)/dx = 1 − tanh².
+    let d_i = grad
+        .clone()
+        .mul(tg.clone())
+        .mul(si.clone().mul(si.clone().neg().add_scalar(1.0)));
+    let d_g = grad
+        .clone()
+        .mul(si)
+        .mul(tg.clone().mul(tg).neg().add_scalar(1.0));
+    let mut parts = vec![(layout.input, d_i), (layout.candidate, d_g)];
+    let mut d_children = Vec::with_capacity(children.len());
+    for (child, &f) in children.into_iter().zip(&layout.forgets) {
+        let sf = sigmoid(block(&gates, f, h));
+        let d_f = grad
+            .clone()
+            .mul(rows::<B>(child))
+            .mul(sf.clone().mul(sf.clone().neg().add_scalar(1.0)));
+        parts.push((f, d_f));
+        d_children.push(unrows(grad.clone().mul(sf), child_shape.clone()));
+    }
+    let d_gates = assemble(parts, n, h, layout.blocks, &gates);
+    (unrows(d_gates, gate_shape), d_children)
+}
+
+/// `h = σ(o) ⊙ tanh(c)` in plain ops.
+pub fn gated_output<B: Backend>(
+    gates: FloatTensor<B>,
+    c: FloatTensor<B>,
+    layout: &GateLayout,
+) -> FloatTensor<B> {
+    let shape = c.shape();
+    let gates = rows::<B>(gates);
+    let h = gates.dims()[1] / layout.blocks;
+    let out = sigmoid(block(&gates, layout.output, h)).mul(tanh(rows::<B>(c)));
+    unrows(out, shape)
+}
+
+/// The gradients of [`gated_output`] in plain ops.
+pub fn gated_output_backward<B: Backend>(
+    gates: FloatTensor<B>,
+    c: FloatTensor<B>,
+    grad: FloatTensor<B>,
+    layout: &GateLayout,
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let gate_shape = gates.shape();
+    let c_shape = c.shape();
+    let gates = rows::<B>(gates);
+    let grad = rows::<B>(grad);
+    let [n, w] = gates.dims();
+    let h = w / layout.blocks;
+    let so = sigmoid(block(&gates, layout.output, h));
+    let tc = tanh(rows::<B>(c));
+    let d_o = grad
+        .clone()
+        .mul(tc.clone())
+        .mul(so.clone().mul(so.clone().neg().add_scalar(1.0)));
+    let d_c = grad.mul(so).mul(tc.clone().mul(tc).neg().add_scalar(1.0));
+    let d_gates = assemble(vec![(layout.output, d_o)], n, h, layout.blocks, &gates);
+    (unrows(d_gates, gate_shape), unrows(d_c, c_shape))
+}
+
+fn mix_weights<B: Backend>(s: FloatTensor<B>) -> [Tensor<B, 3>; 3] {
+    let s = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(s)).unsqueeze_dim::<3>(2);
+    let cum = s.clone().cumsum(1);
+    let keep_left = cum.clone().neg().add_scalar(1.0);
+    let take_right = cum.sub(s.clone());
+    [s, keep_left, take_right]
+}
+
+fn t3<B: Backend>(t: FloatTensor<B>) -> Tensor<B, 3> {
+    Tensor::from_primitive(TensorPrimitive::Float(t))
+}
+
+/// `s ⊙ p + (1 − cum) ⊙ l + (cum − s) ⊙ r` in plain ops.
+pub fn select_mix<B: Backend>(
+    s: FloatTensor<B>,
+    parent: FloatTensor<B>,
+    left: FloatTensor<B>,
+    right: FloatTensor<B>,
+) -> FloatTensor<B> {
+    let [s, keep_left, take_right] = mix_weights::<B>(s);
+    s.mul(t3(parent))
+        .add(keep_left.mul(t3(left)))
+        .add(take_right.mul(t3(right)))
+        .into_primitive()
+        .tensor()
+}
+
+/// The gradients of [`select_mix`] in plain ops: `∂/∂s_j = Σ_D g_j (p_j − r_j) +
+/// Σ_{k ≥ j} Σ_D g_k (r_k − l_k)`.
+pub fn select_mix_backward<B: Backend>(
+    s: FloatTensor<B>,
+    parent: FloatTensor<B>,
+    left: FloatTensor<B>,
+    right: FloatTensor<B>,
+    grad: FloatTensor<B>,
+) -> [FloatTensor<B>; 4] {
+    let [sw, keep_left, take_right] = mix_weights::<B>(s);
+    let (p, l, r, g) = (
+        t3::<B>(parent),
+        t3::<B>(left),
+        t3::<B>(right),
+        t3::<B>(grad),
+    );
+    let [b, k, _] = p.dims();
+    let own = g.clone().mul(p.sub(r.clone())).sum_dim(2).reshape([b, k]);
+    let shift = g.clone().mul(r.sub(l)).sum_dim(2).reshape([b, k]);
+    // Σ_{k ≥ j}: a reversed cumulative sum.
+    let tail = shift.flip([1]).cumsum(1).flip([1]);
+    let d_s = own.add(tail);
+    let prim = |t: Tensor<B, 3>| t.into_primitive().tensor();
+    [
+        d_s.into_primitive().tensor(),
+        prim(g.clone().mul(sw)),
+        prim(g.clone().mul(keep_left)),
+        prim(g.mul(take_right)),
+    ]
+}
+
+fn t2<B: Backend>(t: FloatTensor<B>) -> Tensor<B, 2> {
+    Tensor::from_primitive(TensorPrimitive::Float(t))
+}
+
+/// A `[n, C]` master gate broadcast to `[n, H]` (each chunk value repeated `H / C` times).
+fn spread<B: Backend>(m: Tensor<B, 2>, h: usize) -> Tensor<B, 2> {
+    let [n, c] = m.dims();
+    m.unsqueeze_dim::<3>(2)
+        .expand([n, c, h / c])
+        .reshape([n, h])
+}
+
+/// `c = f̂ ⊙ c_prev + î ⊙ tanh(g)` with master gates, in plain ops.
+pub fn ordered_cell<B: Backend>(
+    gates: FloatTensor<B>,
+    master_forget: FloatTensor<B>,
+    master_input: FloatTensor<B>,
+    c_prev: FloatTensor<B>,
+) -> FloatTensor<B> {
+    let (g, cp) = (t2::<B>(gates), t2::<B>(c_prev));
+    let h = cp.dims()[1];
+    let (mf, mi) = (
+        spread(t2::<B>(master_forget), h),
+        spread(t2::<B>(master_input), h),
+    );
+    let omega = mf.clone().mul(mi.clone());
+    let f_hat = sigmoid(block(&g, 1, h))
+        .mul(omega.clone())
+        .add(mf.sub(omega.clone()));
+    let i_hat = sigmoid(block(&g, 0, h))
+        .mul(omega.clone())
+        .add(mi.sub(omega));
+    f_hat
+        .mul(cp)
+        .add(i_hat.mul(tanh(block(&g, 2, h))))
+        .into_primitive()
+        .tensor()
+}
+
+/// The gradients of [`ordered_cell`] in plain ops.
+pub fn ordered_cell_backward<B: Backend>(
+    gates: FloatTensor<B>,
+    master_forget: FloatTensor<B>,
+    master_input: FloatTensor<B>,
+    c_prev: FloatTensor<B>,
+    grad: FloatTensor<B>,
+) -> [FloatTensor<B>; 4] {
+    let (g, cp, gc) = (t2::<B>(gates), t2::<B>(c_prev), t2::<B>(grad));
+    let [n, h] = cp.dims();
+    let mf0 = t2::<B>(master_forget);
+    let c = mf0.dims()[1];
+    let (mf, mi) = (spread(mf0, h), spread(t2::<B>(master_input), h));
+    let omega = mf.clone().mul(mi.clone());
+    let (sf, si, tu) = (
+        sigmoid(block(&g, 1, h)),
+        sigmoid(block(&g, 0, h)),
+        tanh(block(&g, 2, h)),
+    );
+    let f_hat = sf
+        .clone()
+        .mul(omega.clone())
+        .add(mf.clone().sub(omega.clone()));
+    let i_hat = si
+        .clone()
+        .mul(omega.clone())
+        .add(mi.clone().sub(omega.clone()));
+    let d_fhat = gc.clone().mul(cp);
+    let d_ihat = gc.clone().mul(tu.clone());
+    let d_f = d_fhat
+        .clone()
+        .mul(omega.clone())
+        .mul(sf.clone().mul(sf.clone().neg().add_scalar(1.0)));
+    let d_i = d_ihat
+        .clone()
+        .mul(omega)
+        .mul(si.clone().mul(si.clone().neg().add_scalar(1.0)));
+    let d_u = gc
+        .clone()
+        .mul(i_hat)
+        .mul(tu.clone().mul(tu).neg().add_scalar(1.0));
+    let d_omega = d_fhat
+        .clone()
+        .mul(sf.sub_scalar(1.0))
+        .add(d_ihat.clone().mul(si.sub_scalar(1.0)));
+    let chunk_sum = |t: Tensor<B, 2>| t.reshape([n, c, h / c]).sum_dim(2).reshape([n, c]);
+    let d_mf = chunk_sum(d_fhat.add(d_omega.clone().mul(mi)));
+    let d_mi = chunk_sum(d_ihat.add(d_omega.mul(mf)));
+    let d_gates = assemble(vec![(0, d_i), (1, d_f), (2, d_u)], n, h, 4, &g);
+    [
+        d_gates.into_primitive().tensor(),
+        d_mf.into_primitive().tensor(),
+        d_mi.into_primitive().tensor(),
+        gc.mul(f_hat).into_primitive().tensor(),
+    ]
+}

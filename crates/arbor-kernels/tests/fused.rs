@@ -1,0 +1,511 @@
+//! Every fused op equals its plain-op reference in values and gradients, on Flex and NdArray,
+//! with contiguous and strided inputs; the autodiff nodes pass a finite-difference check in f64.
+
+use arbor_kernels::{gated_cell, gated_output, reference, ArborBackend, GateLayout};
+use burn::backend::{Autodiff, Flex, NdArray};
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{TensorData, TensorPrimitive};
+
+/// Deterministic values in `[-scale, scale]` (a small LCG; no RNG crate needed for fixtures).
+fn values(n: usize, scale: f64, seed: u64) -> Vec<f64> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+fn tensor<B: Backend, const D: usize>(shape: [usize; D], scale: f64, seed: u64) -> Tensor<B, D> {
+    let n = shape.iter().product();
+    from_f64(values(n, scale, seed), shape)
+}
+
+/// A tensor of the backend's own float type (the device's default dtype is f32 otherwise).
+fn from_f64<B: Backend, const D: usize>(v: Vec<f64>, shape: [usize; D]) -> Tensor<B, D> {
+    let dtype = <B::FloatElem as burn::tensor::Element>::dtype();
+    Tensor::from_data(TensorData::new(v, shape), (&Default::default(), dtype))
+}
+
+fn to_vec<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
+    t.into_data().convert::<f64>().to_vec::<f64>().unwrap()
+}
+
+fn assert_close(a: &[f64], b: &[f64], tol: f64, what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths differ");
+    for (k, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!(
+            (x - y).abs() <= tol * (1.0 + x.abs().max(y.abs())),
+            "{what}: entry {k}: {x} vs {y}"
+        );
+    }
+}
+
+/// The reference cell and output as tensors (plain ops, so autodiff records every one).
+fn reference_both<B: Backend, const D: usize>(
+    gates: Tensor<B, D>,
+    children: Vec<Tensor<B, D>>,
+    layout: &GateLayout,
+) -> (Tensor<B, D>, Tensor<B, D>) {
+    let prims = children
+        .into_iter()
+        .map(|c| c.into_primitive().tensor())
+        .collect();
+    let c = reference::gated_cell::<B>(gates.clone().into_primitive().tensor(), prims, layout);
+    let c = Tensor::<B, D>::from_primitive(TensorPrimitive::Float(c));
+    let h = reference::gated_output::<B>(
+        gates.into_primitive().tensor(),
+        c.clone().into_primitive().tensor(),
+        layout,
+    );
+    (Tensor::from_primitive(TensorPrimitive::Float(h)), c)
+}
+
+fn fused_both<B: ArborBackend, const D: usize>(
+    gates: Tensor<B, D>,
+    children: Vec<Tensor<B, D>>,
+    layout: &GateLayout,
+) -> (Tensor<B, D>, Tensor<B, D>) {
+    let c = gated_cell(gates.clone(), children, layout);
+    (gated_output(gates, c.clone(), layout), c)
+}
+
+/// Gates `[b, n, blocks·h]` and children that are strided views `[b, n, h]` of one
+/// `[b, n + 1, h]` state (as the Gumbel Tree-LSTM's `c[:, :-1]` and `c[:, 1:]`), plus the base.
+fn inputs<B: Backend>(
+    layout: &GateLayout,
+    b: usize,
+    n: usize,
+    h: usize,
+    scale: f64,
+) -> (Tensor<B, 3>, Tensor<B, 3>) {
+    let gates = tensor::<B, 3>([b, n, layout.blocks * h], scale, 1);
+    let base = tensor::<B, 3>([b, n + 1, h], 1.5, 2);
+    (gates, base)
+}
+
+fn children<B: Backend>(layout: &GateLayout, base: &Tensor<B, 3>) -> Vec<Tensor<B, 3>> {
+    let n = base.dims()[1] - 1;
+    (0..layout.forgets.len())
+        .map(|k| base.clone().narrow(1, k.min(1), n))
+        .collect()
+}
+
+fn layouts() -> Vec<GateLayout> {
+    let three = GateLayout {
+        blocks: 6,
+        input: 5,
+        candidate: 0,
+        output: 2,
+        forgets: vec![1, 3, 4],
+    };
+    vec![GateLayout::lstm(), GateLayout::binary_tree_lstm(), three]
+}
+
+fn forward_matches<B: ArborBackend>() {
+    for layout in layouts() {
+        // h = 11 is not a multiple of the eight SIMD lanes; scale 6 reaches the tails of σ/tanh.
+        for (b, n, h) in [(3, 4, 11), (2, 1, 16), (1, 5, 3)] {
+            let (gates, base) = inputs::<B>(&layout, b, n, h, 6.0);
+            let kids = children(&layout, &base);
+            let (h_ref, c_ref) = reference_both(gates.clone(), kids.clone(), &layout);
+            let (h_fused, c_fused) = fused_both(gates.clone(), kids.clone(), &layout);
+            let what = format!("{layout:?} [{b}, {n}, {h}]");
+            assert_close(&to_vec(c_fused), &to_vec(c_ref), 1e-6, &format!("c {what}"));
+            assert_close(&to_vec(h_fused), &to_vec(h_ref), 1e-6, &format!("h {what}"));
+            // Rank 2, contiguous children.
+            let g2 = gates.reshape([b * n, layout.blocks * h]);
+            let k2: Vec<Tensor<B, 2>> = kids.into_iter().map(|c| c.reshape([b * n, h])).collect();
+            let (h_ref, c_ref) = reference_both(g2.clone(), k2.clone(), &layout);
+            let (h_fused, c_fused) = fused_both(g2, k2, &layout);
+            assert_close(
+                &to_vec(c_fused),
+                &to_vec(c_ref),
+                1e-6,
+                &format!("c2 {what}"),
+            );
+            assert_close(
+                &to_vec(h_fused),
+                &to_vec(h_ref),
+                1e-6,
+                &format!("h2 {what}"),
+            );
+        }
+    }
+}
+
+#[test]
+fn forward_matches_reference_flex() {
+    forward_matches::<Flex>();
+}
+
+#[test]
+fn forward_matches_reference_ndarray() {
+    forward_matches::<NdArray>();
+}
+
+/// Gradients of a random projection of `h` and `c` with respect to the gates and the base
+/// state the children are views of.
+fn grads<B: AutodiffBackend + ArborBackend>(
+    layout: &GateLayout,
+    fused: bool,
+    b: usize,
+    n: usize,
+    h: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    let (gates, base) = inputs::<B>(layout, b, n, h, 4.0);
+    let (gates, base) = (gates.require_grad(), base.require_grad());
+    let kids = children(layout, &base);
+    let (hh, cc) = if fused {
+        fused_both(gates.clone(), kids, layout)
+    } else {
+        reference_both(gates.clone(), kids, layout)
+    };
+    let wh = tensor::<B, 3>([b, n, h], 1.0, 7);
+    let wc = tensor::<B, 3>([b, n, h], 1.0, 8);
+    let loss = hh.mul(wh).sum().add(cc.mul(wc).sum());
+    let g = loss.backward();
+    (
+        to_vec(gates.grad(&g).expect("gates grad")),
+        to_vec(base.grad(&g).expect("base grad")),
+    )
+}
+
+fn gradients_match<B: AutodiffBackend + ArborBackend>() {
+    for layout in layouts() {
+        for (b, n, h) in [(2, 3, 9), (1, 2, 16)] {
+            let (g_ref, s_ref) = grads::<B>(&layout, false, b, n, h);
+            let (g_fused, s_fused) = grads::<B>(&layout, true, b, n, h);
+            let what = format!("{layout:?} [{b}, {n}, {h}]");
+            assert_close(&g_fused, &g_ref, 1e-5, &format!("d gates {what}"));
+            assert_close(&s_fused, &s_ref, 1e-5, &format!("d children {what}"));
+        }
+    }
+}
+
+#[test]
+fn gradients_match_reference_flex() {
+    gradients_match::<Autodiff<Flex>>();
+}
+
+#[test]
+fn gradients_match_reference_ndarray() {
+    gradients_match::<Autodiff<NdArray>>();
+}
+
+/// The autodiff nodes against central finite differences, in f64 (NdArray<f64> runs the
+/// plain-op backward kernels behind the fused nodes).
+#[test]
+fn finite_differences_f64() {
+    type Ad = Autodiff<NdArray<f64>>;
+    type Inner = NdArray<f64>;
+    for layout in layouts() {
+        let (b, n, h) = (1, 2, 3);
+        let (_, fd_gates, fd_base) = {
+            let (gates, base) = inputs::<Inner>(&layout, b, n, h, 4.0);
+            let wh = tensor::<Inner, 3>([b, n, h], 1.0, 7);
+            let wc = tensor::<Inner, 3>([b, n, h], 1.0, 8);
+            let f = |gates: Tensor<Inner, 3>, base: Tensor<Inner, 3>| -> f64 {
+                let (hh, cc) = fused_both(gates, children(&layout, &base), &layout);
+                hh.mul(wh.clone())
+                    .sum()
+                    .add(cc.mul(wc.clone()).sum())
+                    .into_scalar()
+            };
+            // Burn computes sigmoid and tanh of f64 tensors in f32 (`to_full_precision`), so a
+            // tiny step would measure rounding noise; 1e-2 keeps both error terms near 1e-5.
+            let eps = 1e-2;
+            let diff = |t: &Tensor<Inner, 3>, other: &Tensor<Inner, 3>, first: bool| {
+                let v = to_vec(t.clone());
+                (0..v.len())
+                    .map(|k| {
+                        let bump = |d: f64| {
+                            let mut w = v.clone();
+                            w[k] += d;
+                            let p = from_f64::<Inner, 3>(w, t.dims());
+                            if first {
+                                f(p, other.clone())
+                            } else {
+                                f(other.clone(), p)
+                            }
+                        };
+                        (bump(eps) - bump(-eps)) / (2.0 * eps)
+                    })
+                    .collect::<Vec<f64>>()
+            };
+            (0, diff(&gates, &base, true), diff(&base, &gates, false))
+        };
+        let (g_ad, s_ad) = grads::<Ad>(&layout, true, b, n, h);
+        assert_close(&g_ad, &fd_gates, 2e-4, &format!("fd gates {layout:?}"));
+        assert_close(&s_ad, &fd_base, 2e-4, &format!("fd children {layout:?}"));
+    }
+}
+
+#[test]
+fn extremes_and_nan() {
+    let layout = GateLayout::lstm();
+    let gates = Tensor::<Flex, 2>::from_floats(
+        [[100.0, -100.0, 100.0, -100.0], [f32::NAN, 0.0, 0.0, 0.0]],
+        &Default::default(),
+    );
+    let c_prev = Tensor::<Flex, 2>::from_floats([[3.0], [1.0]], &Default::default());
+    let c = gated_cell(gates.clone(), vec![c_prev], &layout);
+    let h = gated_output(gates, c.clone(), &layout);
+    let (c, h) = (to_vec(c), to_vec(h));
+    // Row 0: i, g saturate at 1, f at 0: c = 1; o at 0: h = 0.
+    assert!(
+        (c[0] - 1.0).abs() < 1e-6 && h[0].abs() < 1e-6,
+        "{c:?} {h:?}"
+    );
+    assert!(
+        c[1].is_nan() && h[1].is_nan(),
+        "NaN must propagate: {c:?} {h:?}"
+    );
+}
+
+#[test]
+#[should_panic(expected = "one child per forget gate")]
+fn wrong_child_count_is_a_clear_panic() {
+    let gates = Tensor::<Flex, 2>::zeros([1, 4], &Default::default());
+    let _ = gated_cell(gates, vec![], &GateLayout::lstm());
+}
+
+/// `select_mix` inputs: a soft selection (any values, so every gradient term is exercised) and
+/// parent/left/right states, where left and right are the Gumbel encoder's strided views.
+fn mix_inputs<B: Backend>(b: usize, k: usize, d: usize) -> [Tensor<B, 3>; 3] {
+    [
+        tensor::<B, 3>([b, k, 1], 1.0, 11),
+        tensor::<B, 3>([b, k, d], 1.0, 12),
+        tensor::<B, 3>([b, k + 1, d], 1.0, 13),
+    ]
+}
+
+fn mix<B: ArborBackend>(
+    s: Tensor<B, 3>,
+    p: Tensor<B, 3>,
+    base: Tensor<B, 3>,
+    fused: bool,
+) -> Tensor<B, 3> {
+    let [b, k, _] = s.dims();
+    let s = s.reshape([b, k]);
+    let (l, r) = (base.clone().narrow(1, 0, k), base.narrow(1, 1, k));
+    if fused {
+        arbor_kernels::select_mix(s, p, l, r)
+    } else {
+        let prim = |t: Tensor<B, 3>| t.into_primitive().tensor();
+        Tensor::from_primitive(TensorPrimitive::Float(reference::select_mix::<B>(
+            s.into_primitive().tensor(),
+            prim(p),
+            prim(l),
+            prim(r),
+        )))
+    }
+}
+
+fn mix_forward_matches<B: ArborBackend>() {
+    for (b, k, d) in [(3, 5, 11), (1, 1, 8), (2, 7, 3)] {
+        let [s, p, base] = mix_inputs::<B>(b, k, d);
+        let fused = mix(s.clone(), p.clone(), base.clone(), true);
+        let want = mix(s, p, base, false);
+        assert_close(
+            &to_vec(fused),
+            &to_vec(want),
+            1e-6,
+            &format!("mix [{b}, {k}, {d}]"),
+        );
+    }
+}
+
+#[test]
+fn select_mix_forward_matches_reference() {
+    mix_forward_matches::<Flex>();
+    mix_forward_matches::<NdArray>();
+}
+
+fn mix_grads<B: AutodiffBackend + ArborBackend>(
+    fused: bool,
+    b: usize,
+    k: usize,
+    d: usize,
+) -> Vec<Vec<f64>> {
+    let [s, p, base] = mix_inputs::<B>(b, k, d);
+    let (s, p, base) = (s.require_grad(), p.require_grad(), base.require_grad());
+    let out = mix(s.clone(), p.clone(), base.clone(), fused);
+    let w = tensor::<B, 3>([b, k, d], 1.0, 14);
+    let g = out.mul(w).sum().backward();
+    vec![
+        to_vec(s.grad(&g).unwrap()),
+        to_vec(p.grad(&g).unwrap()),
+        to_vec(base.grad(&g).unwrap()),
+    ]
+}
+
+#[test]
+fn select_mix_gradients_match_reference() {
+    for (b, k, d) in [(2, 4, 9), (1, 6, 16)] {
+        for (fused, want) in [
+            (
+                mix_grads::<Autodiff<Flex>>(true, b, k, d),
+                mix_grads::<Autodiff<Flex>>(false, b, k, d),
+            ),
+            (
+                mix_grads::<Autodiff<NdArray>>(true, b, k, d),
+                mix_grads::<Autodiff<NdArray>>(false, b, k, d),
+            ),
+        ] {
+            for (i, name) in ["d s", "d parent", "d left/right"].iter().enumerate() {
+                assert_close(
+                    &fused[i],
+                    &want[i],
+                    1e-5,
+                    &format!("{name} [{b}, {k}, {d}]"),
+                );
+            }
+        }
+    }
+}
+
+/// The mix is linear in each input, so central differences are exact up to rounding.
+#[test]
+fn select_mix_finite_differences_f64() {
+    type Inner = NdArray<f64>;
+    let (b, k, d) = (2, 4, 3);
+    let ad = mix_grads::<Autodiff<Inner>>(true, b, k, d);
+    let [s, p, base] = mix_inputs::<Inner>(b, k, d);
+    let w = tensor::<Inner, 3>([b, k, d], 1.0, 14);
+    let f = |xs: [Tensor<Inner, 3>; 3]| -> f64 {
+        let [s, p, base] = xs;
+        mix(s, p, base, true).mul(w.clone()).sum().into_scalar()
+    };
+    let inputs = [s, p, base];
+    for (i, t) in inputs.iter().enumerate() {
+        let v = to_vec(t.clone());
+        let fd: Vec<f64> = (0..v.len())
+            .map(|j| {
+                let bump = |e: f64| {
+                    let mut w = v.clone();
+                    w[j] += e;
+                    let mut xs = inputs.clone();
+                    xs[i] = from_f64::<Inner, 3>(w, t.dims());
+                    f(xs)
+                };
+                (bump(1e-3) - bump(-1e-3)) / 2e-3
+            })
+            .collect();
+        assert_close(&ad[i], &fd, 1e-6, &format!("fd input {i}"));
+    }
+}
+
+/// `ordered_cell` inputs: gates `[n, 4h]`, master gates in (0, 1) `[n, c]`, `c_prev` `[n, h]`.
+fn ordered_inputs<B: Backend>(n: usize, c: usize, h: usize) -> [Tensor<B, 2>; 4] {
+    let unit = |seed| tensor::<B, 2>([n, c], 0.45, seed).add_scalar(0.5);
+    [
+        tensor::<B, 2>([n, 4 * h], 4.0, 21),
+        unit(22),
+        unit(23),
+        tensor::<B, 2>([n, h], 1.5, 24),
+    ]
+}
+
+fn ordered<B: ArborBackend>(xs: [Tensor<B, 2>; 4], fused: bool) -> Tensor<B, 2> {
+    let [g, mf, mi, cp] = xs;
+    if fused {
+        arbor_kernels::ordered_cell(g, mf, mi, cp)
+    } else {
+        let p = |t: Tensor<B, 2>| t.into_primitive().tensor();
+        Tensor::from_primitive(TensorPrimitive::Float(reference::ordered_cell::<B>(
+            p(g),
+            p(mf),
+            p(mi),
+            p(cp),
+        )))
+    }
+}
+
+#[test]
+fn ordered_cell_forward_matches_reference() {
+    fn check<B: ArborBackend>() {
+        for (n, c, h) in [(3, 4, 12), (2, 1, 9), (5, 10, 40)] {
+            let xs = ordered_inputs::<B>(n, c, h);
+            let fused = to_vec(ordered(xs.clone(), true));
+            let want = to_vec(ordered(xs, false));
+            assert_close(&fused, &want, 1e-6, &format!("ordered [{n}, {c}, {h}]"));
+        }
+    }
+    check::<Flex>();
+    check::<NdArray>();
+}
+
+fn ordered_grads<B: AutodiffBackend + ArborBackend>(
+    fused: bool,
+    n: usize,
+    c: usize,
+    h: usize,
+) -> Vec<Vec<f64>> {
+    let xs = ordered_inputs::<B>(n, c, h).map(|t| t.require_grad());
+    let w = tensor::<B, 2>([n, h], 1.0, 25);
+    let g = ordered(xs.clone(), fused).mul(w).sum().backward();
+    xs.iter().map(|t| to_vec(t.grad(&g).unwrap())).collect()
+}
+
+#[test]
+fn ordered_cell_gradients_match_reference() {
+    for (n, c, h) in [(3, 4, 12), (2, 3, 9)] {
+        for (fused, want) in [
+            (
+                ordered_grads::<Autodiff<Flex>>(true, n, c, h),
+                ordered_grads::<Autodiff<Flex>>(false, n, c, h),
+            ),
+            (
+                ordered_grads::<Autodiff<NdArray>>(true, n, c, h),
+                ordered_grads::<Autodiff<NdArray>>(false, n, c, h),
+            ),
+        ] {
+            for (i, name) in ["d gates", "d master forget", "d master input", "d c_prev"]
+                .iter()
+                .enumerate()
+            {
+                assert_close(
+                    &fused[i],
+                    &want[i],
+                    1e-5,
+                    &format!("{name} [{n}, {c}, {h}]"),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn ordered_cell_finite_differences_f64() {
+    type Inner = NdArray<f64>;
+    let (n, c, h) = (2, 2, 4);
+    let ad = ordered_grads::<Autodiff<Inner>>(true, n, c, h);
+    let inputs = ordered_inputs::<Inner>(n, c, h);
+    let w = tensor::<Inner, 2>([n, h], 1.0, 25);
+    let f =
+        |xs: [Tensor<Inner, 2>; 4]| -> f64 { ordered(xs, true).mul(w.clone()).sum().into_scalar() };
+    for (i, t) in inputs.iter().enumerate() {
+        let v = to_vec(t.clone());
+        let fd: Vec<f64> = (0..v.len())
+            .map(|j| {
+                let bump = |e: f64| {
+                    let mut x = v.clone();
+                    x[j] += e;
+                    let mut xs = inputs.clone();
+                    xs[i] = from_f64::<Inner, 2>(x, t.dims());
+                    f(xs)
+                };
+                // Sigmoid/tanh of f64 tensors run in f32 in Burn: a 1e-2 step (see above).
+                (bump(1e-2) - bump(-1e-2)) / 2e-2
+            })
+            .collect();
+        assert_close(&ad[i], &fd, 2e-4, &format!("fd ordered input {i}"));
+    }
+}
