@@ -1,6 +1,12 @@
 //! `arbor-bench`: the benchmark suite's command line (`cargo xtask bench` builds and runs it).
 
 use arbor_cells::ArborBackend;
+
+/// With the `mimalloc` feature the benchmark allocates through mimalloc instead of the tuned glibc
+/// `malloc` (docs/bench.md, "Allocator": measured, not the default).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
@@ -296,6 +302,8 @@ fn main() -> Result<()> {
     match spec {
         #[cfg(feature = "flex")]
         DeviceSpec::Flex => {
+            // The CPU allocator settings the programs use too (`device::run_on`).
+            arbor_train::alloc::tune_for_cpu_tensors();
             type B = burn::backend::Flex;
             run::<B>(
                 &args,
@@ -305,6 +313,7 @@ fn main() -> Result<()> {
         }
         #[cfg(feature = "ndarray")]
         DeviceSpec::NdArray => {
+            arbor_train::alloc::tune_for_cpu_tensors();
             type B = burn::backend::NdArray<f32>;
             run::<B>(
                 &args,

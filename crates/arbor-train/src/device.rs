@@ -134,6 +134,9 @@ pub fn run_on<J: BackendJob>(device: &str, job: J) -> Result<J::Output, DeviceEr
 
 /// Runs `job` on an already parsed [`DeviceSpec`].
 ///
+/// On the CPU backends it first applies [`crate::alloc::tune_for_cpu_tensors`] (glibc keeps large
+/// freed blocks instead of unmapping them; `ARBOR_MALLOC=system` opts out).
+///
 /// # Errors
 /// [`DeviceError::NotCompiled`] when the backend's cargo feature is off.
 pub fn run_on_spec<J: BackendJob>(spec: DeviceSpec, job: J) -> Result<J::Output, DeviceError> {
@@ -143,9 +146,15 @@ pub fn run_on_spec<J: BackendJob>(spec: DeviceSpec, job: J) -> Result<J::Output,
     };
     match spec {
         #[cfg(feature = "flex")]
-        DeviceSpec::Flex => Ok(job.run::<burn::backend::Flex>(Default::default())),
+        DeviceSpec::Flex => {
+            crate::alloc::tune_for_cpu_tensors();
+            Ok(job.run::<burn::backend::Flex>(Default::default()))
+        }
         #[cfg(feature = "ndarray")]
-        DeviceSpec::NdArray => Ok(job.run::<burn::backend::NdArray<f32>>(Default::default())),
+        DeviceSpec::NdArray => {
+            crate::alloc::tune_for_cpu_tensors();
+            Ok(job.run::<burn::backend::NdArray<f32>>(Default::default()))
+        }
         #[cfg(feature = "cuda")]
         DeviceSpec::Cuda(index) => {
             Ok(job.run::<burn::backend::Cuda<f32>>(burn::backend::cuda::CudaDevice { index }))

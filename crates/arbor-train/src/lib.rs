@@ -23,6 +23,7 @@
 
 #![warn(missing_docs)]
 
+pub mod alloc;
 mod checkpoint;
 mod clip;
 pub mod device;
