@@ -1,11 +1,11 @@
 //! The FastTrees gate (Pung & Chan, §3.3; docs/models.md §5), inserted after self-attention.
 
 use arbor_cells::cumax;
+use arbor_cells::kernels::sigmoid;
 use arbor_cells::ArborBackend;
 use burn::nn::conv::{Conv1d, Conv1dConfig};
 use burn::nn::{Linear, LinearConfig, PaddingConfig1d};
 use burn::prelude::*;
-use burn::tensor::activation::sigmoid;
 
 /// How the gate functions `F_a`, `F_b`, `F_h` read their input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -3,10 +3,11 @@
 use crate::ArborBackend;
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
-use burn::tensor::activation::{sigmoid, tanh};
+// The fused activations: one SIMD pass over the strided gate views instead of Burn's scalar ops.
+use arbor_kernels::{sigmoid, tanh};
 
 use crate::master::n_chunks;
-use crate::runner::{CellStep, RecurrentCell};
+use crate::runner::{CellStep, RecurrentCell, ScanOutput};
 use crate::{LstmState, MasterGates};
 
 /// Configuration of a [`FasterFastTreesCell`].
@@ -99,5 +100,32 @@ impl<B: ArborBackend> RecurrentCell<B> for FasterFastTreesCell<B> {
             state: LstmState { h, c },
             master_forget: Some(forget),
         }
+    }
+
+    /// The whole recurrence in one fused scan (`arbor_kernels::linear_scan`): padded steps get
+    /// `f̂ = 1`, `î ⊙ tanh(ĉ) = 0`, so the state holds through them.
+    fn scan(
+        &self,
+        xp: Tensor<B, 3>,
+        c0: Tensor<B, 2>,
+        pad: Option<Tensor<B, 3, Bool>>,
+    ) -> Option<ScanOutput<B>> {
+        let [b, t, _] = xp.dims();
+        let h = self.d_hidden;
+        let mut a = xp.clone().narrow(2, 0, h);
+        let mut u = xp.clone().narrow(2, h, h);
+        let o = xp.clone().narrow(2, 2 * h, h);
+        let forget = xp.narrow(2, 3 * h, self.n_chunks);
+        if let Some(pad) = pad {
+            let pad = pad.expand([b, t, h]);
+            a = a.mask_fill(pad.clone(), 1.0);
+            u = u.mask_fill(pad, 0.0);
+        }
+        let c = arbor_kernels::linear_scan(a, u, c0);
+        Some(ScanOutput {
+            h: o.mul(tanh(c.clone())),
+            c,
+            master_forget: Some(forget),
+        })
     }
 }

@@ -54,10 +54,10 @@ pub use linear::linear_rows;
 pub use lstm::{LstmCell, LstmCellConfig};
 pub use master::{syntactic_distance, MasterGates};
 pub use on_lstm::{OnLstmCell, OnLstmCellConfig};
-pub use runner::CellStep;
 pub use runner::{
     length_mask, run_sequence, AnyCell, CellKind, RecurrentCell, RecurrentStack,
     RecurrentStackConfig, SequenceOutput, StackOutput,
 };
+pub use runner::{CellStep, ScanOutput};
 pub use state::LstmState;
 pub use tree_lstm::{BinaryTreeLstm, BinaryTreeLstmConfig};

@@ -8,7 +8,7 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::autodiff::Autodiff;
 use burn::tensor::ops::FloatTensor;
 
-use crate::{reference, ArborBackend, GateLayout};
+use crate::{reference, Activation, ArborBackend, GateLayout};
 
 /// The backward step of `gated_cell` with `N − 1` children.
 #[derive(Debug)]
@@ -148,6 +148,72 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
         right: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
         four::<B, C>(Four::SelectMix, [s, parent, left, right])
+    }
+
+    fn activation(x: FloatTensor<Self>, act: Activation) -> FloatTensor<Self> {
+        let out = B::activation(x.primitive, act);
+        match Activate(act)
+            .prepare::<C>([x.node])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish(out.clone(), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+
+    fn linear_scan(
+        a: FloatTensor<Self>,
+        u: FloatTensor<Self>,
+        c0: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let inputs = [a, u, c0];
+        let inner = inputs.clone().map(|t| t.primitive);
+        let [ia, iu, ic] = inner.clone();
+        let out = B::linear_scan(ia, iu, ic);
+        match LinearScan
+            .prepare::<C>(inputs.map(|t| t.node))
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish(inner, out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+}
+
+/// The backward step of `sigmoid`/`tanh`, from the output.
+#[derive(Debug)]
+struct Activate(Activation);
+
+impl<B: ArborBackend> Backward<B, 1> for Activate {
+    type State = FloatTensor<B>;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<B>(&ops.node);
+        let d = B::activation_backward(ops.state, grad, self.0);
+        if let [Some(node)] = ops.parents {
+            grads.register::<B>(node.id, d);
+        }
+    }
+}
+
+/// The backward step of `linear_scan(a, u, c0)`.
+#[derive(Debug)]
+struct LinearScan;
+
+impl<B: ArborBackend> Backward<B, 3> for LinearScan {
+    type State = [FloatTensor<B>; 3];
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [a, u, c0] = ops.state;
+        let grad = grads.consume::<B>(&ops.node);
+        let all = B::linear_scan_backward(a, u, c0, grad);
+        for (parent, d) in ops.parents.into_iter().zip(all) {
+            if let Some(node) = parent {
+                grads.register::<B>(node.id, d);
+            }
+        }
     }
 }
 

@@ -335,6 +335,66 @@ pub fn ordered_cell_backward(
     }
 }
 
+/// `c_t = a_t ⊙ c_{t−1} + u_t` over `[b, t, h]` rows, `c_{−1}` from `c0` `[b, h]`.
+pub fn linear_scan(
+    a: &[f32],
+    u: &[f32],
+    c0: &[f32],
+    (b, t, h): (usize, usize, usize),
+    out: &mut [f32],
+) {
+    for bi in 0..b {
+        for s in 0..t {
+            let o = (bi * t + s) * h;
+            let (done, rest) = out.split_at_mut(o);
+            let prev = if s == 0 {
+                &c0[bi * h..(bi + 1) * h]
+            } else {
+                &done[o - h..o]
+            };
+            let (a, u, dst) = (&a[o..o + h], &u[o..o + h], &mut rest[..h]);
+            for j in 0..h {
+                dst[j] = a[j] * prev[j] + u[j];
+            }
+        }
+    }
+}
+
+/// The gradients of [`linear_scan`]: `δ_t = grad_t + a_{t+1} ⊙ δ_{t+1}`, `∂a_t = δ_t ⊙ c_{t−1}`,
+/// `∂u_t = δ_t`, `∂c0 = a_0 ⊙ δ_0` (the outputs `c` are recomputed).
+#[allow(clippy::too_many_arguments)]
+pub fn linear_scan_backward(
+    a: &[f32],
+    u: &[f32],
+    c0: &[f32],
+    grad: &[f32],
+    (b, t, h): (usize, usize, usize),
+    d_a: &mut [f32],
+    d_u: &mut [f32],
+    d_c0: &mut [f32],
+) {
+    let mut c = vec![0f32; b * t * h];
+    linear_scan(a, u, c0, (b, t, h), &mut c);
+    for bi in 0..b {
+        let carry = &mut d_c0[bi * h..(bi + 1) * h];
+        carry.fill(0.0);
+        for s in (0..t).rev() {
+            let o = (bi * t + s) * h;
+            let prev = if s == 0 {
+                &c0[bi * h..(bi + 1) * h]
+            } else {
+                &c[o - h..o]
+            };
+            for j in 0..h {
+                let delta = grad[o + j] + carry[j];
+                d_u[o + j] = delta;
+                d_a[o + j] = delta * prev[j];
+                carry[j] = a[o + j] * delta;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Shape, TensorData};
 
 use crate::host::{self, HostBuf, HostTensor};
-use crate::{reference, GateLayout};
+use crate::{reference, Activation, GateLayout};
 
 impl HostTensor for FlexTensor {
     fn host(&self) -> Option<HostBuf<'_>> {

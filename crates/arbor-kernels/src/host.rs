@@ -6,7 +6,7 @@ use std::ops::Deref;
 
 use burn::tensor::{Shape, TensorMetadata};
 
-use crate::{cpu, GateLayout};
+use crate::{cpu, Activation, GateLayout};
 
 /// `f32` data in row-major order.
 pub(crate) enum HostBuf<'a> {
@@ -171,6 +171,68 @@ pub(crate) fn ordered_cell_backward<T: HostTensor>(
     ])
 }
 
+pub(crate) fn activation<T: HostTensor>(x: &T, act: Activation) -> Option<T> {
+    let xx = x.host()?;
+    let shape = x.shape();
+    let mut out = vec![0f32; shape.num_elements()];
+    match act {
+        Activation::Sigmoid => cpu::sigmoid(&mut out, &xx),
+        Activation::Tanh => cpu::tanh(&mut out, &xx),
+    }
+    Some(T::from_f32(out, shape))
+}
+
+pub(crate) fn activation_backward<T: HostTensor>(y: &T, grad: &T, act: Activation) -> Option<T> {
+    let (yy, g) = (y.host()?, grad.host()?);
+    let shape = y.shape();
+    let out = match act {
+        Activation::Sigmoid => yy.iter().zip(&*g).map(|(y, g)| g * y * (1.0 - y)).collect(),
+        Activation::Tanh => yy.iter().zip(&*g).map(|(y, g)| g * (1.0 - y * y)).collect(),
+    };
+    Some(T::from_f32(out, shape))
+}
+
+fn scan_dims<T: TensorMetadata>(a: &T) -> (usize, usize, usize) {
+    let shape = a.shape();
+    (shape[0], shape[1], shape[2])
+}
+
+pub(crate) fn linear_scan<T: HostTensor>(a: &T, u: &T, c0: &T) -> Option<T> {
+    let (aa, uu, cc) = (a.host()?, u.host()?, c0.host()?);
+    let shape = a.shape();
+    let mut out = vec![0f32; shape.num_elements()];
+    cpu::linear_scan(&aa, &uu, &cc, scan_dims(a), &mut out);
+    Some(T::from_f32(out, shape))
+}
+
+pub(crate) fn linear_scan_backward<T: HostTensor>(
+    a: &T,
+    u: &T,
+    c0: &T,
+    grad: &T,
+) -> Option<[T; 3]> {
+    let (aa, uu, cc, g) = (a.host()?, u.host()?, c0.host()?, grad.host()?);
+    let (shape, c_shape) = (a.shape(), c0.shape());
+    let n = shape.num_elements();
+    let (mut d_a, mut d_u) = (vec![0f32; n], vec![0f32; n]);
+    let mut d_c0 = vec![0f32; c_shape.num_elements()];
+    cpu::linear_scan_backward(
+        &aa,
+        &uu,
+        &cc,
+        &g,
+        scan_dims(a),
+        &mut d_a,
+        &mut d_u,
+        &mut d_c0,
+    );
+    Some([
+        T::from_f32(d_a, shape.clone()),
+        T::from_f32(d_u, shape),
+        T::from_f32(d_c0, c_shape),
+    ])
+}
+
 /// The body of an `impl ArborBackend for …` header (the macro's input) for a CPU backend whose
 /// float primitive implements [`HostTensor`]: the fused kernels for `f32`, the plain-op defaults otherwise.
 macro_rules! host_backend {
@@ -269,6 +331,47 @@ macro_rules! host_backend {
                 match host::select_mix_backward(&s, &parent, &left, &right, &grad) {
                     Some(out) => out,
                     None => reference::select_mix_backward::<Self>(s, parent, left, right, grad),
+                }
+            }
+
+            fn activation(x: FloatTensor<Self>, act: Activation) -> FloatTensor<Self> {
+                match host::activation(&x, act) {
+                    Some(out) => out,
+                    None => reference::activation::<Self>(x, act),
+                }
+            }
+
+            fn activation_backward(
+                y: FloatTensor<Self>,
+                grad: FloatTensor<Self>,
+                act: Activation,
+            ) -> FloatTensor<Self> {
+                match host::activation_backward(&y, &grad, act) {
+                    Some(out) => out,
+                    None => reference::activation_backward::<Self>(y, grad, act),
+                }
+            }
+
+            fn linear_scan(
+                a: FloatTensor<Self>,
+                u: FloatTensor<Self>,
+                c0: FloatTensor<Self>,
+            ) -> FloatTensor<Self> {
+                match host::linear_scan(&a, &u, &c0) {
+                    Some(out) => out,
+                    None => reference::linear_scan::<Self>(a, u, c0),
+                }
+            }
+
+            fn linear_scan_backward(
+                a: FloatTensor<Self>,
+                u: FloatTensor<Self>,
+                c0: FloatTensor<Self>,
+                grad: FloatTensor<Self>,
+            ) -> [FloatTensor<Self>; 3] {
+                match host::linear_scan_backward(&a, &u, &c0, &grad) {
+                    Some(out) => out,
+                    None => reference::linear_scan_backward::<Self>(a, u, c0, grad),
                 }
             }
         }

@@ -36,6 +36,11 @@
 //! ```
 //! with gates in LSTM order `i, f, g, o`; `h = σ(o) ⊙ tanh(c)` is [`gated_output`].
 //!
+//! [`sigmoid`] and [`tanh`] are the activations alone, for gates computed outside a cell update.
+//!
+//! [`linear_scan`] runs `c_t = a_t ⊙ c_{t−1} + u_t` over a whole sequence (Faster FastTrees,
+//! whose gates read the input only).
+//!
 //! [`select_mix`] is the Gumbel Tree-LSTM's layer update (Choi et al. 2018, eq. 7): with a
 //! (straight-through one-hot) selection `s` over the `K` adjacent pairs and `cum = cumsum(s)`,
 //! ```text
@@ -60,6 +65,15 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorPrimitive;
+
+/// An elementwise activation with a fused kernel: see [`sigmoid`] and [`tanh`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// The logistic sigmoid `σ(x) = 1 / (1 + e^{−x})`.
+    Sigmoid,
+    /// The hyperbolic tangent.
+    Tanh,
+}
 
 /// Where each gate sits in a fused gate tensor: block indices, each block `H` wide.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -199,6 +213,40 @@ pub trait ArborBackend: Backend {
         grad: FloatTensor<Self>,
     ) -> [FloatTensor<Self>; 4] {
         reference::select_mix_backward::<Self>(s, parent, left, right, grad)
+    }
+
+    /// `σ(x)` or `tanh(x)` elementwise; see [`sigmoid`] and [`tanh`].
+    fn activation(x: FloatTensor<Self>, act: Activation) -> FloatTensor<Self> {
+        reference::activation::<Self>(x, act)
+    }
+
+    /// The gradient of [`ArborBackend::activation`] from its output `y`: `grad ⊙ y ⊙ (1 − y)`
+    /// for the sigmoid, `grad ⊙ (1 − y²)` for tanh.
+    fn activation_backward(
+        y: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        act: Activation,
+    ) -> FloatTensor<Self> {
+        reference::activation_backward::<Self>(y, grad, act)
+    }
+
+    /// The linear recurrence `c_t = a_t ⊙ c_{t−1} + u_t` over every step; see [`linear_scan`].
+    fn linear_scan(
+        a: FloatTensor<Self>,
+        u: FloatTensor<Self>,
+        c0: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        reference::linear_scan::<Self>(a, u, c0)
+    }
+
+    /// The gradients of [`ArborBackend::linear_scan`] with respect to `a`, `u` and `c0`.
+    fn linear_scan_backward(
+        a: FloatTensor<Self>,
+        u: FloatTensor<Self>,
+        c0: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 3] {
+        reference::linear_scan_backward::<Self>(a, u, c0, grad)
     }
 }
 
@@ -343,5 +391,53 @@ pub fn ordered_cell<B: ArborBackend>(
         p(master_forget),
         p(master_input),
         p(c_prev),
+    )))
+}
+
+/// The linear recurrence `c_t = a_t ⊙ c_{t−1} + u_t` along the time axis, `c_{−1} = c0`, for
+/// every step in one op (and one autodiff node): the scan of QRNN-style cells such as Faster
+/// FastTrees, whose gates come from the input alone.
+///
+/// # Shapes
+/// - `a`, `u`: `[batch, time, H]`
+/// - `c0`: `[batch, H]`
+/// - output `c`: `[batch, time, H]`, every step's state
+pub fn linear_scan<B: ArborBackend>(
+    a: Tensor<B, 3>,
+    u: Tensor<B, 3>,
+    c0: Tensor<B, 2>,
+) -> Tensor<B, 3> {
+    let [b, _, h] = a.dims();
+    assert_eq!(a.dims(), u.dims(), "a and u must have one shape");
+    assert_eq!(c0.dims(), [b, h], "c0 must be [batch, H]");
+    Tensor::from_primitive(TensorPrimitive::Float(B::linear_scan(
+        a.into_primitive().tensor(),
+        u.into_primitive().tensor(),
+        c0.into_primitive().tensor(),
+    )))
+}
+
+/// `σ(x)` elementwise, one op (and one autodiff node). On the CPU backends it runs eight lanes
+/// at a time on contiguous memory (a strided view is copied once), where Burn's own sigmoid is
+/// several ops of scalar `exp` over strided iteration.
+///
+/// # Shapes
+/// - `x`, output: any shape
+pub fn sigmoid<B: ArborBackend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    activate(x, Activation::Sigmoid)
+}
+
+/// `tanh(x)` elementwise, one op (and one autodiff node); see [`sigmoid`].
+///
+/// # Shapes
+/// - `x`, output: any shape
+pub fn tanh<B: ArborBackend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    activate(x, Activation::Tanh)
+}
+
+fn activate<B: ArborBackend, const D: usize>(x: Tensor<B, D>, act: Activation) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(B::activation(
+        x.into_primitive().tensor(),
+        act,
     )))
 }

@@ -7,7 +7,7 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Shape, TensorData};
 
 use crate::host::{self, HostBuf, HostTensor};
-use crate::{reference, GateLayout};
+use crate::{reference, Activation, GateLayout};
 
 impl HostTensor for NdArrayTensor {
     fn host(&self) -> Option<HostBuf<'_>> {

@@ -6,7 +6,7 @@ use burn::tensor::activation::{sigmoid, tanh};
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Shape, TensorMetadata, TensorPrimitive};
 
-use crate::GateLayout;
+use crate::{Activation, GateLayout};
 
 /// A primitive of any rank as a `[rows, last]` tensor.
 pub(crate) fn rows<B: Backend>(t: FloatTensor<B>) -> Tensor<B, 2> {
@@ -297,4 +297,92 @@ pub fn ordered_cell_backward<B: Backend>(
         d_mi.into_primitive().tensor(),
         gc.mul(f_hat).into_primitive().tensor(),
     ]
+}
+
+/// `c_t = a_t ⊙ c_{t−1} + u_t` along dimension 1 (`c_{−1} = c0`) in plain ops: one step per
+/// time step.
+pub fn linear_scan<B: Backend>(
+    a: FloatTensor<B>,
+    u: FloatTensor<B>,
+    c0: FloatTensor<B>,
+) -> FloatTensor<B> {
+    let (a, u, mut c) = (t3::<B>(a), t3::<B>(u), t2::<B>(c0));
+    let [b, t, h] = a.dims();
+    if t == 0 {
+        return u.into_primitive().tensor();
+    }
+    let step = |x: &Tensor<B, 3>, s: usize| x.clone().narrow(1, s, 1).reshape([b, h]);
+    let mut out = Vec::with_capacity(t);
+    for s in 0..t {
+        c = step(&a, s).mul(c).add(step(&u, s));
+        out.push(c.clone().unsqueeze_dim::<3>(1));
+    }
+    Tensor::cat(out, 1).into_primitive().tensor()
+}
+
+/// The gradients of [`linear_scan`] with respect to `a`, `u` and `c0`, given the gradient
+/// `grad` of its output: with `δ_t = grad_t + a_{t+1} ⊙ δ_{t+1}`, `∂a_t = δ_t ⊙ c_{t−1}`,
+/// `∂u_t = δ_t`, `∂c0 = a_0 ⊙ δ_0`.
+pub fn linear_scan_backward<B: Backend>(
+    a: FloatTensor<B>,
+    u: FloatTensor<B>,
+    c0: FloatTensor<B>,
+    grad: FloatTensor<B>,
+) -> [FloatTensor<B>; 3] {
+    let c = t3::<B>(linear_scan::<B>(a.clone(), u, c0.clone()));
+    let (a, c0, g) = (t3::<B>(a), t2::<B>(c0), t3::<B>(grad));
+    let [b, t, h] = a.dims();
+    if t == 0 {
+        return [
+            a.into_primitive().tensor(),
+            g.into_primitive().tensor(),
+            c0.zeros_like().into_primitive().tensor(),
+        ];
+    }
+    let step = |x: &Tensor<B, 3>, s: usize| x.clone().narrow(1, s, 1).reshape([b, h]);
+    let mut carry = c0.zeros_like();
+    let mut deltas = vec![None; t];
+    for s in (0..t).rev() {
+        let delta = step(&g, s).add(carry);
+        carry = step(&a, s).mul(delta.clone());
+        deltas[s] = Some(delta.unsqueeze_dim::<3>(1));
+    }
+    let du = Tensor::cat(deltas.into_iter().flatten().collect(), 1);
+    let first = c0.unsqueeze_dim::<3>(1);
+    let prev = if t == 1 {
+        first
+    } else {
+        Tensor::cat(vec![first, c.narrow(1, 0, t - 1)], 1)
+    };
+    [
+        du.clone().mul(prev).into_primitive().tensor(),
+        du.into_primitive().tensor(),
+        carry.into_primitive().tensor(),
+    ]
+}
+
+/// `σ(x)` or `tanh(x)` with Burn's own activations.
+pub fn activation<B: Backend>(x: FloatTensor<B>, act: Activation) -> FloatTensor<B> {
+    let shape = x.shape();
+    let x = rows::<B>(x);
+    let y = match act {
+        Activation::Sigmoid => sigmoid(x),
+        Activation::Tanh => tanh(x),
+    };
+    unrows::<B>(y, shape)
+}
+
+/// The gradient of [`activation`] from its output `y`.
+pub fn activation_backward<B: Backend>(
+    y: FloatTensor<B>,
+    grad: FloatTensor<B>,
+    act: Activation,
+) -> FloatTensor<B> {
+    let shape = y.shape();
+    let (y, g) = (rows::<B>(y), rows::<B>(grad));
+    let slope = match act {
+        Activation::Sigmoid => y.clone().mul(y.neg().add_scalar(1.0)),
+        Activation::Tanh => y.clone().mul(y).neg().add_scalar(1.0),
+    };
+    unrows::<B>(g.mul(slope), shape)
 }

@@ -3,7 +3,7 @@
 use crate::ArborBackend;
 use burn::prelude::*;
 
-use super::{CellStep, RecurrentCell};
+use super::{CellStep, RecurrentCell, ScanOutput};
 use crate::{
     ConvFastTreesCell, FastTreesCell, FasterFastTreesCell, LstmCell, LstmState, OnLstmCell,
 };
@@ -51,5 +51,13 @@ impl<B: ArborBackend> RecurrentCell<B> for AnyCell<B> {
     }
     fn step(&self, xp: Tensor<B, 2>, state: LstmState<B, 2>) -> CellStep<B> {
         dispatch!(self, c => c.step(xp, state))
+    }
+    fn scan(
+        &self,
+        xp: Tensor<B, 3>,
+        c0: Tensor<B, 2>,
+        pad: Option<Tensor<B, 3, Bool>>,
+    ) -> Option<ScanOutput<B>> {
+        dispatch!(self, c => c.scan(xp, c0, pad))
     }
 }

@@ -15,6 +15,18 @@ pub struct CellStep<B: Backend> {
     pub master_forget: Option<Tensor<B, 2>>,
 }
 
+/// Every step of a sequence at once, from [`RecurrentCell::scan`].
+#[derive(Debug, Clone)]
+pub struct ScanOutput<B: Backend> {
+    /// `h_t` for every step `[batch, time, H]` (any values at padded steps; the runner zeroes
+    /// them and reads each example's last real step).
+    pub h: Tensor<B, 3>,
+    /// `c_t` for every step `[batch, time, H]`, unchanged through padded steps.
+    pub c: Tensor<B, 3>,
+    /// The master forget gate `f̃_t` `[batch, time, C]` of cumax cells; `None` otherwise.
+    pub master_forget: Option<Tensor<B, 3>>,
+}
+
 /// The interface every recurrent cell implements.
 ///
 /// A cell splits its work into what depends on the input alone, computed for the whole
@@ -38,4 +50,21 @@ pub trait RecurrentCell<B: ArborBackend> {
     /// - `xp`: `[batch, P]`
     /// - `state`: `[batch, H]` each
     fn step(&self, xp: Tensor<B, 2>, state: LstmState<B, 2>) -> CellStep<B>;
+    /// Every step at once, for cells whose recurrence is elementwise; `None` (the default)
+    /// makes the runner call [`step`](RecurrentCell::step) once per time step. It must
+    /// compute what the steps compute.
+    ///
+    /// # Shapes
+    /// - `xp`: `[batch, time, P]`, from [`precompute`](RecurrentCell::precompute)
+    /// - `c0`: `[batch, H]`, the initial cell state
+    /// - `pad`: `[batch, time, 1]`, true at padded steps (`None`: no padding)
+    /// - output: see [`ScanOutput`]
+    fn scan(
+        &self,
+        _xp: Tensor<B, 3>,
+        _c0: Tensor<B, 2>,
+        _pad: Option<Tensor<B, 3, Bool>>,
+    ) -> Option<ScanOutput<B>> {
+        None
+    }
 }

@@ -14,7 +14,7 @@ mod run;
 mod stack;
 
 pub use any_cell::AnyCell;
-pub use cell::{CellStep, RecurrentCell};
+pub use cell::{CellStep, RecurrentCell, ScanOutput};
 pub use kind::CellKind;
 pub use run::{length_mask, run_sequence, SequenceOutput};
 pub use stack::{RecurrentStack, RecurrentStackConfig, StackOutput};

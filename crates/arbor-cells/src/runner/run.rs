@@ -4,7 +4,7 @@ use crate::ArborBackend;
 use burn::prelude::*;
 use burn::tensor::TensorData;
 
-use super::RecurrentCell;
+use super::{RecurrentCell, ScanOutput};
 use crate::{syntactic_distance, LstmState};
 
 /// The result of running one cell over a batch of sequences.
@@ -69,6 +69,12 @@ pub fn run_sequence<B: ArborBackend, C: RecurrentCell<B> + ?Sized>(
     let xp = cell.precompute(x);
     let width = xp.dims()[2];
     let mut state = init.unwrap_or_else(|| LstmState::zeros([batch, h], &device));
+    if time > 0 {
+        let pad = mask.clone().map(|m| m.bool_not().unsqueeze_dim::<3>(2));
+        if let Some(scan) = cell.scan(xp.clone(), state.c.clone(), pad.clone()) {
+            return from_scan(scan, state, lengths, pad);
+        }
+    }
     let mut outputs = Vec::with_capacity(time);
     let mut distances = Vec::with_capacity(time);
     for t in 0..time {
@@ -98,5 +104,60 @@ pub fn run_sequence<B: ArborBackend, C: RecurrentCell<B> + ?Sized>(
         outputs: Tensor::cat(outputs, 1),
         last: state,
         distances: (!distances.is_empty()).then(|| Tensor::cat(distances, 1)),
+    }
+}
+
+/// The runner's output from a cell's [`scan`](RecurrentCell::scan): padded outputs and distances
+/// zeroed, and each example's last real `h` (its initial `h` when it has no step) picked out,
+/// as the step loop leaves them.
+fn from_scan<B: ArborBackend>(
+    scan: ScanOutput<B>,
+    init: LstmState<B, 2>,
+    lengths: Option<&[usize]>,
+    pad: Option<Tensor<B, 3, Bool>>,
+) -> SequenceOutput<B> {
+    let [batch, time, h] = scan.h.dims();
+    let device = scan.h.device();
+    let c_last = scan.c.narrow(1, time - 1, 1).reshape([batch, h]);
+    let distances = scan.master_forget.map(|f| {
+        let d = syntactic_distance(f);
+        match &pad {
+            Some(pad) => d.mask_fill(pad.clone(), 0.0),
+            None => d,
+        }
+        .reshape([batch, time])
+    });
+    let (outputs, h_last) = match (pad, lengths) {
+        (Some(pad), Some(lengths)) => {
+            // One-hot over time at each example's last real step.
+            let last: Vec<f32> = lengths
+                .iter()
+                .flat_map(|&n| (0..time).map(move |t| if t + 1 == n { 1.0 } else { 0.0 }))
+                .collect();
+            let last = Tensor::<B, 3>::from_data(TensorData::new(last, [batch, time, 1]), &device);
+            let empty: Vec<bool> = lengths.iter().map(|&n| n == 0).collect();
+            let empty =
+                Tensor::<B, 2, Bool>::from_data(TensorData::new(empty, [batch, 1]), &device);
+            let h_last = scan
+                .h
+                .clone()
+                .mul(last)
+                .sum_dim(1)
+                .reshape([batch, h])
+                .mask_where(empty.expand([batch, h]), init.h);
+            (scan.h.mask_fill(pad.expand([batch, time, h]), 0.0), h_last)
+        }
+        _ => {
+            let h_last = scan.h.clone().narrow(1, time - 1, 1).reshape([batch, h]);
+            (scan.h, h_last)
+        }
+    };
+    SequenceOutput {
+        outputs,
+        last: LstmState {
+            h: h_last,
+            c: c_last,
+        },
+        distances,
     }
 }
