@@ -47,6 +47,31 @@ fn assert_close(a: &[f64], b: &[f64], tol: f64, what: &str) {
     }
 }
 
+/// Central differences of `f` with respect to every entry of each input, with step `eps`.
+fn central_differences<const D: usize, const N: usize>(
+    inputs: &[Tensor<NdArray<f64>, D>; N],
+    eps: f64,
+    f: impl Fn([Tensor<NdArray<f64>, D>; N]) -> f64,
+) -> Vec<Vec<f64>> {
+    (0..N)
+        .map(|i| {
+            let v = to_vec(inputs[i].clone());
+            (0..v.len())
+                .map(|j| {
+                    let bump = |e: f64| {
+                        let mut w = v.clone();
+                        w[j] += e;
+                        let mut xs = inputs.clone();
+                        xs[i] = from_f64::<NdArray<f64>, D>(w, inputs[i].dims());
+                        f(xs)
+                    };
+                    (bump(eps) - bump(-eps)) / (2.0 * eps)
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// The reference cell and output as tensors (plain ops, so autodiff records every one).
 fn reference_both<B: Backend, const D: usize>(
     gates: Tensor<B, D>,
@@ -383,22 +408,9 @@ fn select_mix_finite_differences_f64() {
         let [s, p, base] = xs;
         mix(s, p, base, true).mul(w.clone()).sum().into_scalar()
     };
-    let inputs = [s, p, base];
-    for (i, t) in inputs.iter().enumerate() {
-        let v = to_vec(t.clone());
-        let fd: Vec<f64> = (0..v.len())
-            .map(|j| {
-                let bump = |e: f64| {
-                    let mut w = v.clone();
-                    w[j] += e;
-                    let mut xs = inputs.clone();
-                    xs[i] = from_f64::<Inner, 3>(w, t.dims());
-                    f(xs)
-                };
-                (bump(1e-3) - bump(-1e-3)) / 2e-3
-            })
-            .collect();
-        assert_close(&ad[i], &fd, 1e-6, &format!("fd input {i}"));
+    let fd = central_differences(&[s, p, base], 1e-3, f);
+    for i in 0..3 {
+        assert_close(&ad[i], &fd[i], 1e-6, &format!("fd input {i}"));
     }
 }
 
@@ -491,22 +503,10 @@ fn ordered_cell_finite_differences_f64() {
     let w = tensor::<Inner, 2>([n, h], 1.0, 25);
     let f =
         |xs: [Tensor<Inner, 2>; 4]| -> f64 { ordered(xs, true).mul(w.clone()).sum().into_scalar() };
-    for (i, t) in inputs.iter().enumerate() {
-        let v = to_vec(t.clone());
-        let fd: Vec<f64> = (0..v.len())
-            .map(|j| {
-                let bump = |e: f64| {
-                    let mut x = v.clone();
-                    x[j] += e;
-                    let mut xs = inputs.clone();
-                    xs[i] = from_f64::<Inner, 2>(x, t.dims());
-                    f(xs)
-                };
-                // Sigmoid/tanh of f64 tensors run in f32 in Burn: a 1e-2 step (see above).
-                (bump(1e-2) - bump(-1e-2)) / 2e-2
-            })
-            .collect();
-        assert_close(&ad[i], &fd, 2e-4, &format!("fd ordered input {i}"));
+    // Sigmoid/tanh of f64 tensors run in f32 in Burn: a 1e-2 step (see above).
+    let fd = central_differences(&inputs, 1e-2, f);
+    for i in 0..4 {
+        assert_close(&ad[i], &fd[i], 2e-4, &format!("fd ordered input {i}"));
     }
 }
 
@@ -608,21 +608,9 @@ fn linear_scan_finite_differences_f64() {
     let w = tensor::<Inner, 3>([b, t, h], 1.0, 33);
     let f =
         |xs: [Tensor<Inner, 3>; 3]| -> f64 { scan(xs, true).mul(w.clone()).sum().into_scalar() };
-    for (i, x) in inputs.iter().enumerate() {
-        let v = to_vec(x.clone());
-        let fd: Vec<f64> = (0..v.len())
-            .map(|j| {
-                let bump = |e: f64| {
-                    let mut y = v.clone();
-                    y[j] += e;
-                    let mut xs = inputs.clone();
-                    xs[i] = from_f64::<Inner, 3>(y, x.dims());
-                    f(xs)
-                };
-                (bump(1e-4) - bump(-1e-4)) / 2e-4
-            })
-            .collect();
-        assert_close(&ad[i], &fd, 1e-6, &format!("fd scan input {i}"));
+    let fd = central_differences(&inputs, 1e-4, f);
+    for i in 0..3 {
+        assert_close(&ad[i], &fd[i], 1e-6, &format!("fd scan input {i}"));
     }
 }
 
