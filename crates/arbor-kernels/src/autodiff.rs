@@ -6,7 +6,9 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::autodiff::Autodiff;
+use burn::prelude::*;
 use burn::tensor::ops::FloatTensor;
+use burn::tensor::{TensorMetadata, TensorPrimitive};
 
 use crate::{reference, Activation, ArborBackend, GateLayout};
 
@@ -162,6 +164,20 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
         }
     }
 
+    fn write_rows(
+        t: FloatTensor<Self>,
+        start: usize,
+        rows: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let r = rows.primitive.shape()[0];
+        let nodes = [t.node.clone(), rows.node.clone()];
+        let out = B::write_rows(t.primitive, start, rows.primitive);
+        match WriteRows.prepare::<C>(nodes).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish((start, r), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+
     fn linear_scan(
         a: FloatTensor<Self>,
         u: FloatTensor<Self>,
@@ -194,6 +210,32 @@ impl<B: ArborBackend> Backward<B, 1> for Activate {
         let d = B::activation_backward(ops.state, grad, self.0);
         if let [Some(node)] = ops.parents {
             grads.register::<B>(node.id, d);
+        }
+    }
+}
+
+/// The backward step of `write_rows(t, start, rows)`: the gradient of `t` is the output's with
+/// the written rows zeroed, that of `rows` those rows of it.
+#[derive(Debug)]
+struct WriteRows;
+
+impl<B: ArborBackend> Backward<B, 2> for WriteRows {
+    type State = (usize, usize);
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let (start, r) = ops.state;
+        let grad =
+            Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(grads.consume::<B>(&ops.node)));
+        let w = grad.dims()[1];
+        let d_rows = grad.clone().slice([start..start + r, 0..w]);
+        let [t_node, rows_node] = ops.parents;
+        if let Some(node) = rows_node {
+            grads.register::<B>(node.id, d_rows.clone().into_primitive().tensor());
+        }
+        if let Some(node) = t_node {
+            let zeros = d_rows.zeros_like().into_primitive().tensor();
+            let d_t = B::write_rows(grad.into_primitive().tensor(), start, zeros);
+            grads.register::<B>(node.id, d_t);
         }
     }
 }

@@ -26,6 +26,14 @@ impl HostTensor for FlexTensor {
     fn from_f32(data: Vec<f32>, shape: Shape) -> Self {
         FlexTensor::from_data(TensorData::new(data, shape))
     }
+
+    fn host_mut(&mut self) -> Option<&mut [f32]> {
+        if self.dtype() != DType::F32 {
+            return None;
+        }
+        let (start, end) = self.layout().contiguous_offsets()?;
+        Some(&mut self.try_storage_mut::<f32>()?[start..end])
+    }
 }
 
 host::host_backend!(impl crate::ArborBackend for Flex);

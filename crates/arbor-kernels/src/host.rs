@@ -32,6 +32,35 @@ pub(crate) trait HostTensor: TensorMetadata + Sized {
     fn host(&self) -> Option<HostBuf<'_>>;
     /// A new contiguous `f32` tensor.
     fn from_f32(data: Vec<f32>, shape: Shape) -> Self;
+    /// The tensor's own `f32` memory, row-major, when it is contiguous and no other tensor
+    /// shares it (so writing to it changes no other value); `None` otherwise.
+    fn host_mut(&mut self) -> Option<&mut [f32]> {
+        None
+    }
+}
+
+/// Writes `rows` over rows `start..` of `t` in place when `t`'s memory is its own; gives `t`
+/// back unchanged otherwise.
+pub(crate) fn write_rows<T: HostTensor>(mut t: T, start: usize, rows: &T) -> Result<T, T> {
+    let width = t.shape().as_slice().last().copied().unwrap_or(0);
+    let done = match (rows.host(), t.host_mut()) {
+        (Some(src), Some(dst)) => {
+            let from = start * width;
+            match dst.get_mut(from..from + src.len()) {
+                Some(dst) if rows.shape().as_slice().last() == Some(&width) => {
+                    dst.copy_from_slice(&src);
+                    true
+                }
+                _ => false,
+            }
+        }
+        _ => false,
+    };
+    if done {
+        Ok(t)
+    } else {
+        Err(t)
+    }
 }
 
 fn width<T: TensorMetadata>(gates: &T, layout: &GateLayout) -> usize {
@@ -349,6 +378,17 @@ macro_rules! host_backend {
                 match host::activation_backward(&y, &grad, act) {
                     Some(out) => out,
                     None => reference::activation_backward::<Self>(y, grad, act),
+                }
+            }
+
+            fn write_rows(
+                t: FloatTensor<Self>,
+                start: usize,
+                rows: FloatTensor<Self>,
+            ) -> FloatTensor<Self> {
+                match host::write_rows(t, start, &rows) {
+                    Ok(out) => out,
+                    Err(t) => reference::write_rows::<Self>(t, start, rows),
                 }
             }
 

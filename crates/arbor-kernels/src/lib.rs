@@ -230,6 +230,15 @@ pub trait ArborBackend: Backend {
         reference::activation_backward::<Self>(y, grad, act)
     }
 
+    /// `t` with rows `start..start + r` replaced by `rows`; see [`write_rows`].
+    fn write_rows(
+        t: FloatTensor<Self>,
+        start: usize,
+        rows: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        reference::write_rows::<Self>(t, start, rows)
+    }
+
     /// The linear recurrence `c_t = a_t ⊙ c_{t−1} + u_t` over every step; see [`linear_scan`].
     fn linear_scan(
         a: FloatTensor<Self>,
@@ -439,5 +448,31 @@ fn activate<B: ArborBackend, const D: usize>(x: Tensor<B, D>, act: Activation) -
     Tensor::from_primitive(TensorPrimitive::Float(B::activation(
         x.into_primitive().tensor(),
         act,
+    )))
+}
+
+/// `t` with rows `start..start + r` replaced by `rows`: `t.slice_assign([start..start + r, ..], rows)`,
+/// one op (and one autodiff node), that writes into `t`'s memory when no other tensor shares it
+/// instead of copying all of `t` (Flex copies on every `slice_assign`). SPINN's thin stack writes
+/// one step's rows per transition this way.
+///
+/// # Shapes
+/// - `t`: `[n, w]`
+/// - `rows`: `[r, w]`, with `start + r ≤ n`
+/// - output: `[n, w]`
+pub fn write_rows<B: ArborBackend>(
+    t: Tensor<B, 2>,
+    start: usize,
+    rows: Tensor<B, 2>,
+) -> Tensor<B, 2> {
+    let ([n, w], [r, rw]) = (t.dims(), rows.dims());
+    assert!(
+        w == rw && start + r <= n,
+        "write_rows: rows [{r}, {rw}] at {start} do not fit in [{n}, {w}]"
+    );
+    Tensor::from_primitive(TensorPrimitive::Float(B::write_rows(
+        t.into_primitive().tensor(),
+        start,
+        rows.into_primitive().tensor(),
     )))
 }

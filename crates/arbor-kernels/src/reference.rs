@@ -386,3 +386,16 @@ pub fn activation_backward<B: Backend>(
     };
     unrows::<B>(g.mul(slope), shape)
 }
+
+/// `t` `[n, w]` with rows `start..start + r` replaced by `rows` `[r, w]` (a `slice_assign`).
+pub fn write_rows<B: Backend>(
+    t: FloatTensor<B>,
+    start: usize,
+    rows: FloatTensor<B>,
+) -> FloatTensor<B> {
+    let (t, rows) = (t2::<B>(t), t2::<B>(rows));
+    let [r, w] = rows.dims();
+    t.slice_assign([start..start + r, 0..w], rows)
+        .into_primitive()
+        .tensor()
+}

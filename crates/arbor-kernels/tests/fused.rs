@@ -652,3 +652,69 @@ fn activations_match_burn_in_values_and_gradients() {
         }
     }
 }
+
+#[test]
+fn write_rows_matches_slice_assign_and_never_changes_a_shared_tensor() {
+    fn check<B: ArborBackend>() {
+        let t = tensor::<B, 2>([6, 5], 1.0, 51);
+        let rows = tensor::<B, 2>([2, 5], 1.0, 52);
+        let want = to_vec(t.clone().slice_assign([3..5, 0..5], rows.clone()));
+        // `t` is shared with `kept`: the write must copy, and `kept` must keep its values.
+        let kept = t.clone();
+        let before = to_vec(kept.clone());
+        let out = arbor_kernels::write_rows(t, 3, rows.clone());
+        assert_close(&to_vec(out.clone()), &want, 0.0, "write_rows (shared)");
+        assert_close(&to_vec(kept), &before, 0.0, "the shared tensor");
+        // `out` is its own: this write may go in place, with the same result.
+        let want = to_vec(out.clone().slice_assign([0..2, 0..5], rows.clone()));
+        let again = arbor_kernels::write_rows(out, 0, rows.clone());
+        assert_close(&to_vec(again), &want, 0.0, "write_rows (own memory)");
+        // A strided `rows` (every other column of a wider tensor).
+        let wide = tensor::<B, 2>([1, 10], 1.0, 53).reshape([2, 5]);
+        let t = tensor::<B, 2>([4, 5], 1.0, 54);
+        let want = to_vec(t.clone().slice_assign([1..3, 0..5], wide.clone()));
+        assert_close(
+            &to_vec(arbor_kernels::write_rows(t, 1, wide)),
+            &want,
+            0.0,
+            "write_rows (reshaped rows)",
+        );
+    }
+    check::<Flex>();
+    check::<NdArray>();
+}
+
+fn write_grads<B: AutodiffBackend + ArborBackend>(fused: bool) -> Vec<Vec<f64>> {
+    let t = tensor::<B, 2>([6, 4], 1.0, 55).require_grad();
+    let rows = tensor::<B, 2>([2, 4], 1.0, 56).require_grad();
+    // Two writes, as a stack gets them, the second over part of the first.
+    let write = |t: Tensor<B, 2>, start: usize, rows: Tensor<B, 2>| {
+        if fused {
+            arbor_kernels::write_rows(t, start, rows)
+        } else {
+            t.slice_assign([start..start + 2, 0..4], rows)
+        }
+    };
+    let out = write(t.clone().mul_scalar(2.0), 1, rows.clone());
+    let out = write(out, 2, rows.clone().exp());
+    let w = tensor::<B, 2>([6, 4], 1.0, 57);
+    let g = out.mul(w).sum().backward();
+    vec![to_vec(t.grad(&g).unwrap()), to_vec(rows.grad(&g).unwrap())]
+}
+
+#[test]
+fn write_rows_gradients_match_slice_assign() {
+    for (fused, want) in [
+        (
+            write_grads::<Autodiff<Flex>>(true),
+            write_grads::<Autodiff<Flex>>(false),
+        ),
+        (
+            write_grads::<Autodiff<NdArray>>(true),
+            write_grads::<Autodiff<NdArray>>(false),
+        ),
+    ] {
+        assert_close(&fused[0], &want[0], 1e-6, "d t");
+        assert_close(&fused[1], &want[1], 1e-6, "d rows");
+    }
+}

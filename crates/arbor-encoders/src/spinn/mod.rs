@@ -498,7 +498,8 @@ impl<B: ArborBackend> Spinn<B> {
                 Tensor::cat(vec![buf_top, reduced], 0).select(0, index(order))
             };
             drop((top, second));
-            stack = stack.slice_assign([t * batch..(t + 1) * batch, 0..2 * d], row);
+            // One step's rows, written into the stack's own memory (no copy of the stack).
+            stack = arbor_cells::kernels::write_rows(stack, t * batch, row);
 
             for (b, (q, op)) in queues.iter_mut().zip(&ops).enumerate() {
                 // The plan is valid (checked, repaired or enforced), so this cannot fail.
