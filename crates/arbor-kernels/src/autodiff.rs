@@ -227,13 +227,21 @@ impl<B: ArborBackend> Backward<B, 2> for WriteRows {
         let grad =
             Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(grads.consume::<B>(&ops.node)));
         let w = grad.dims()[1];
-        let d_rows = grad.clone().slice([start..start + r, 0..w]);
+        // The written rows' gradient as a tensor of its own (a slice may be a view sharing the
+        // gradient's memory, which would make the zeroing below copy all of it).
+        let view = grad.clone().slice([start..start + r, 0..w]);
+        let zeros = view.zeros_like();
+        let d_rows = B::write_rows(
+            zeros.clone().into_primitive().tensor(),
+            0,
+            view.into_primitive().tensor(),
+        );
         let [t_node, rows_node] = ops.parents;
         if let Some(node) = rows_node {
-            grads.register::<B>(node.id, d_rows.clone().into_primitive().tensor());
+            grads.register::<B>(node.id, d_rows);
         }
         if let Some(node) = t_node {
-            let zeros = d_rows.zeros_like().into_primitive().tensor();
+            let zeros = zeros.into_primitive().tensor();
             let d_t = B::write_rows(grad.into_primitive().tensor(), start, zeros);
             grads.register::<B>(node.id, d_t);
         }
