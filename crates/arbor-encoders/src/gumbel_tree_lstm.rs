@@ -366,16 +366,13 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
             let parent = self.composition.forward(left.clone(), right.clone(), None);
             let logits = self.scores(parent.h.clone());
             let sel = select(t, logits, valid);
+            // A complete example keeps its nodes and drops its last (padding) column: with no
+            // selection (s = 0, so cum = 0) the mix below is exactly `left`.
+            let s = sel.hard.mask_fill(done.expand([batch, m - 1]), 0.0);
             // Eq. 7, fused: s·h̃ + (1 − cum)·h_left + (cum − s)·h_right with cum = cumsum(s).
-            let new = LstmState::new(
-                select_mix(sel.hard.clone(), parent.h, left.h.clone(), right.h),
-                select_mix(sel.hard, parent.c, left.c.clone(), right.c),
-            );
-            // A complete example keeps its nodes and drops its last (padding) column.
-            let done = done.unsqueeze_dim::<3>(2).expand([batch, m - 1, d]);
             layer = LstmState::new(
-                new.h.mask_where(done.clone(), left.h),
-                new.c.mask_where(done, left.c),
+                select_mix(s.clone(), parent.h, left.h, right.h),
+                select_mix(s, parent.c, left.c, right.c),
             );
             selected.push(sel.index);
             probabilities.push(sel.soft);
