@@ -102,30 +102,40 @@ impl<B: ArborBackend> RecurrentCell<B> for FasterFastTreesCell<B> {
         }
     }
 
-    /// The whole recurrence in one fused scan (`arbor_kernels::linear_scan`): padded steps get
-    /// `f̂ = 1`, `î ⊙ tanh(ĉ) = 0`, so the state holds through them.
+    /// The whole sequence in four fused ops: the gate activations (`ordered_gates`), the scan
+    /// `c_t = f̂_t ⊙ c_{t−1} + (î ⊙ tanh(ĉ))_t` (`linear_scan`) and `h = σ(o) ⊙ tanh(c)`
+    /// (`gated_output`), after the input matmul and the cumax master gates. Padded steps get
+    /// `f̂ = 1` and a zero update, so the state holds through them.
     fn scan(
         &self,
-        xp: Tensor<B, 3>,
+        x: Tensor<B, 3>,
         c0: Tensor<B, 2>,
         pad: Option<Tensor<B, 3, Bool>>,
     ) -> Option<ScanOutput<B>> {
-        let [b, t, _] = xp.dims();
-        let h = self.d_hidden;
-        let mut a = xp.clone().narrow(2, 0, h);
-        let mut u = xp.clone().narrow(2, h, h);
-        let o = xp.clone().narrow(2, 2 * h, h);
-        let forget = xp.narrow(2, 3 * h, self.n_chunks);
+        let [b, t, _] = x.dims();
+        let (h, c) = (self.d_hidden, self.n_chunks);
+        let all = crate::linear_rows(&self.input, x).reshape([b * t, 4 * h + 2 * c]);
+        let master = MasterGates::from_logits(all.clone().narrow(1, 0, 2 * c));
+        let gates = all.narrow(1, 2 * c, 4 * h);
+        let au = arbor_kernels::ordered_gates(gates.clone(), master.forget.clone(), master.input)
+            .reshape([b, t, 2 * h]);
+        let mut a = au.clone().narrow(2, 0, h);
+        let mut u = au.narrow(2, h, h);
         if let Some(pad) = pad {
             let pad = pad.expand([b, t, h]);
             a = a.mask_fill(pad.clone(), 1.0);
             u = u.mask_fill(pad, 0.0);
         }
-        let c = arbor_kernels::linear_scan(a, u, c0);
+        let c_all = arbor_kernels::linear_scan(a, u, c0);
+        let h_all = arbor_kernels::gated_output(
+            gates.reshape([b, t, 4 * h]),
+            c_all.clone(),
+            &arbor_kernels::GateLayout::lstm(),
+        );
         Some(ScanOutput {
-            h: o.mul(tanh(c.clone())),
-            c,
-            master_forget: Some(forget),
+            h: h_all,
+            c: c_all,
+            master_forget: Some(master.forget.reshape([b, t, c])),
         })
     }
 }

@@ -183,18 +183,15 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
         u: FloatTensor<Self>,
         c0: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        let inputs = [a, u, c0];
-        let inner = inputs.clone().map(|t| t.primitive);
-        let [ia, iu, ic] = inner.clone();
-        let out = B::linear_scan(ia, iu, ic);
-        match LinearScan
-            .prepare::<C>(inputs.map(|t| t.node))
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish(inner, out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        }
+        three::<B, C>(Three::LinearScan, [a, u, c0])
+    }
+
+    fn ordered_gates(
+        gates: FloatTensor<Self>,
+        master_forget: FloatTensor<Self>,
+        master_input: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        three::<B, C>(Three::OrderedGates, [gates, master_forget, master_input])
     }
 }
 
@@ -248,17 +245,25 @@ impl<B: ArborBackend> Backward<B, 2> for WriteRows {
     }
 }
 
-/// The backward step of `linear_scan(a, u, c0)`.
+/// The backward step of a fused op with three tensor inputs.
 #[derive(Debug)]
-struct LinearScan;
+enum Three {
+    /// `linear_scan(a, u, c0)`.
+    LinearScan,
+    /// `ordered_gates(gates, master_forget, master_input)`.
+    OrderedGates,
+}
 
-impl<B: ArborBackend> Backward<B, 3> for LinearScan {
+impl<B: ArborBackend> Backward<B, 3> for Three {
     type State = [FloatTensor<B>; 3];
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [a, u, c0] = ops.state;
+        let [a, b, c] = ops.state;
         let grad = grads.consume::<B>(&ops.node);
-        let all = B::linear_scan_backward(a, u, c0, grad);
+        let all = match self {
+            Three::LinearScan => B::linear_scan_backward(a, b, c, grad),
+            Three::OrderedGates => B::ordered_gates_backward(a, b, c, grad),
+        };
         for (parent, d) in ops.parents.into_iter().zip(all) {
             if let Some(node) = parent {
                 grads.register::<B>(node.id, d);
@@ -277,6 +282,24 @@ fn four<B: ArborBackend, C: CheckpointStrategy>(
     let out = match op {
         Four::SelectMix => B::select_mix(a, b, c, d),
         Four::OrderedCell => B::ordered_cell(a, b, c, d),
+    };
+    let nodes = inputs.map(|t| t.node);
+    match op.prepare::<C>(nodes).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => prep.finish(inner, out),
+        OpsKind::UnTracked(prep) => prep.finish(out),
+    }
+}
+
+/// Runs a three-input fused op on `B` and records it as one node.
+fn three<B: ArborBackend, C: CheckpointStrategy>(
+    op: Three,
+    inputs: [FloatTensor<Autodiff<B, C>>; 3],
+) -> FloatTensor<Autodiff<B, C>> {
+    let inner = inputs.clone().map(|t| t.primitive);
+    let [a, b, c] = inner.clone();
+    let out = match op {
+        Three::LinearScan => B::linear_scan(a, b, c),
+        Three::OrderedGates => B::ordered_gates(a, b, c),
     };
     let nodes = inputs.map(|t| t.node);
     match op.prepare::<C>(nodes).compute_bound().stateful() {

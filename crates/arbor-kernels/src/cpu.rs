@@ -303,17 +303,78 @@ pub fn ordered_cell_backward(
     d_mi: &mut [f32],
     d_cp: &mut [f32],
 ) {
+    ordered_backward(gates, mf, mi, c, h, d_gates, d_mf, d_mi, |i, f_hat| {
+        d_cp[i] = grad[i] * f_hat;
+        (grad[i] * cp[i], grad[i])
+    });
+}
+
+/// `out = [f̂ | î ⊙ tanh(g)]` `[n, 2h]` from gates `[n, 4h]` (`i, f, g, o`) and master gates
+/// `[n, c]`: the ON-LSTM gate activations without the cell update.
+pub fn ordered_gates(gates: &[f32], mf: &[f32], mi: &[f32], c: usize, h: usize, out: &mut [f32]) {
     let s_len = h / c;
     let mut s = Scratch::new(h);
-    d_gates.fill(0.0);
-    d_mf.fill(0.0);
-    d_mi.fill(0.0);
-    for (r, gc) in grad.chunks_exact(h).enumerate() {
+    for (r, o) in out.chunks_exact_mut(2 * h).enumerate() {
         let g = &gates[r * 4 * h..(r + 1) * 4 * h];
         sigmoid(&mut s.a, &g[..h]);
         sigmoid(&mut s.f, &g[h..2 * h]);
         tanh(&mut s.b, &g[2 * h..3 * h]);
-        let cpr = &cp[r * h..(r + 1) * h];
+        let (fo, uo) = o.split_at_mut(h);
+        for j in 0..h {
+            let (ft, it) = (mf[r * c + j / s_len], mi[r * c + j / s_len]);
+            let w = ft * it;
+            fo[j] = s.f[j] * w + ft - w;
+            uo[j] = (s.a[j] * w + it - w) * s.b[j];
+        }
+    }
+}
+
+/// The gradients of [`ordered_gates`] given `grad` `[n, 2h]`: `d_gates` `[n, 4h]` (zero in the
+/// output block), `d_mf`, `d_mi` `[n, c]`.
+#[allow(clippy::too_many_arguments)]
+pub fn ordered_gates_backward(
+    gates: &[f32],
+    mf: &[f32],
+    mi: &[f32],
+    grad: &[f32],
+    c: usize,
+    h: usize,
+    d_gates: &mut [f32],
+    d_mf: &mut [f32],
+    d_mi: &mut [f32],
+) {
+    ordered_backward(gates, mf, mi, c, h, d_gates, d_mf, d_mi, |i, _| {
+        let (r, j) = (i / h, i % h);
+        (grad[r * 2 * h + j], grad[r * 2 * h + h + j])
+    });
+}
+
+/// The backward pass shared by [`ordered_cell_backward`] and [`ordered_gates_backward`]: for the
+/// flat element index `r·h + j` and its `f̂`, `upstream` gives the gradients reaching `f̂` and
+/// `î ⊙ tanh(g)`.
+#[allow(clippy::too_many_arguments)]
+fn ordered_backward(
+    gates: &[f32],
+    mf: &[f32],
+    mi: &[f32],
+    c: usize,
+    h: usize,
+    d_gates: &mut [f32],
+    d_mf: &mut [f32],
+    d_mi: &mut [f32],
+    mut upstream: impl FnMut(usize, f32) -> (f32, f32),
+) {
+    let s_len = h / c;
+    let rows = mf.len() / c.max(1);
+    let mut s = Scratch::new(h);
+    d_gates.fill(0.0);
+    d_mf.fill(0.0);
+    d_mi.fill(0.0);
+    for r in 0..rows {
+        let g = &gates[r * 4 * h..(r + 1) * 4 * h];
+        sigmoid(&mut s.a, &g[..h]);
+        sigmoid(&mut s.f, &g[h..2 * h]);
+        tanh(&mut s.b, &g[2 * h..3 * h]);
         let dg = &mut d_gates[r * 4 * h..(r + 1) * 4 * h];
         for j in 0..h {
             let k = r * c + j / s_len;
@@ -322,15 +383,14 @@ pub fn ordered_cell_backward(
             let (sf, si, tu) = (s.f[j], s.a[j], s.b[j]);
             let f_hat = sf * w + ft - w;
             let i_hat = si * w + it - w;
-            let d_fhat = gc[j] * cpr[j];
-            let d_ihat = gc[j] * tu;
+            let (d_fhat, gu) = upstream(r * h + j, f_hat);
+            let d_ihat = gu * tu;
             dg[j] = d_ihat * w * si * (1.0 - si);
             dg[h + j] = d_fhat * w * sf * (1.0 - sf);
-            dg[2 * h + j] = gc[j] * i_hat * (1.0 - tu * tu);
+            dg[2 * h + j] = gu * i_hat * (1.0 - tu * tu);
             let d_w = d_fhat * (sf - 1.0) + d_ihat * (si - 1.0);
             d_mf[k] += d_fhat + d_w * it;
             d_mi[k] += d_ihat + d_w * ft;
-            d_cp[r * h + j] = gc[j] * f_hat;
         }
     }
 }

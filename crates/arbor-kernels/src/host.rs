@@ -200,6 +200,36 @@ pub(crate) fn ordered_cell_backward<T: HostTensor>(
     ])
 }
 
+pub(crate) fn ordered_gates<T: HostTensor>(gates: &T, mf: &T, mi: &T) -> Option<T> {
+    let (g, f, i) = (gates.host()?, mf.host()?, mi.host()?);
+    let (n, h, chunks) = (gates.shape()[0], gates.shape()[1] / 4, mf.shape()[1]);
+    let mut out = vec![0f32; n * 2 * h];
+    cpu::ordered_gates(&g, &f, &i, chunks, h, &mut out);
+    Some(T::from_f32(out, Shape::new([n, 2 * h])))
+}
+
+pub(crate) fn ordered_gates_backward<T: HostTensor>(
+    gates: &T,
+    mf: &T,
+    mi: &T,
+    grad: &T,
+) -> Option<[T; 3]> {
+    let (g, f, i, gr) = (gates.host()?, mf.host()?, mi.host()?, grad.host()?);
+    let (g_shape, m_shape) = (gates.shape(), mf.shape());
+    let mut d_g = vec![0f32; g_shape.num_elements()];
+    let (mut d_f, mut d_i) = (
+        vec![0f32; m_shape.num_elements()],
+        vec![0f32; m_shape.num_elements()],
+    );
+    let (chunks, h) = (m_shape[1], g_shape[1] / 4);
+    cpu::ordered_gates_backward(&g, &f, &i, &gr, chunks, h, &mut d_g, &mut d_f, &mut d_i);
+    Some([
+        T::from_f32(d_g, g_shape),
+        T::from_f32(d_f, m_shape.clone()),
+        T::from_f32(d_i, m_shape),
+    ])
+}
+
 pub(crate) fn activation<T: HostTensor>(x: &T, act: Activation) -> Option<T> {
     let xx = x.host()?;
     let shape = x.shape();
@@ -360,6 +390,29 @@ macro_rules! host_backend {
                 match host::select_mix_backward(&s, &parent, &left, &right, &grad) {
                     Some(out) => out,
                     None => reference::select_mix_backward::<Self>(s, parent, left, right, grad),
+                }
+            }
+
+            fn ordered_gates(
+                gates: FloatTensor<Self>,
+                mf: FloatTensor<Self>,
+                mi: FloatTensor<Self>,
+            ) -> FloatTensor<Self> {
+                match host::ordered_gates(&gates, &mf, &mi) {
+                    Some(out) => out,
+                    None => reference::ordered_gates::<Self>(gates, mf, mi),
+                }
+            }
+
+            fn ordered_gates_backward(
+                gates: FloatTensor<Self>,
+                mf: FloatTensor<Self>,
+                mi: FloatTensor<Self>,
+                grad: FloatTensor<Self>,
+            ) -> [FloatTensor<Self>; 3] {
+                match host::ordered_gates_backward(&gates, &mf, &mi, &grad) {
+                    Some(out) => out,
+                    None => reference::ordered_gates_backward::<Self>(gates, mf, mi, grad),
                 }
             }
 

@@ -215,6 +215,27 @@ pub trait ArborBackend: Backend {
         reference::select_mix_backward::<Self>(s, parent, left, right, grad)
     }
 
+    /// `[f̂ | î ⊙ tanh(g)]`, the ON-LSTM gate activations without the cell update; see
+    /// [`ordered_gates`].
+    fn ordered_gates(
+        gates: FloatTensor<Self>,
+        master_forget: FloatTensor<Self>,
+        master_input: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        reference::ordered_gates::<Self>(gates, master_forget, master_input)
+    }
+
+    /// The gradients of [`ArborBackend::ordered_gates`] with respect to the gates (zero in the
+    /// output block) and both master gates.
+    fn ordered_gates_backward(
+        gates: FloatTensor<Self>,
+        master_forget: FloatTensor<Self>,
+        master_input: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 3] {
+        reference::ordered_gates_backward::<Self>(gates, master_forget, master_input, grad)
+    }
+
     /// `σ(x)` or `tanh(x)` elementwise; see [`sigmoid`] and [`tanh`].
     fn activation(x: FloatTensor<Self>, act: Activation) -> FloatTensor<Self> {
         reference::activation::<Self>(x, act)
@@ -474,5 +495,38 @@ pub fn write_rows<B: ArborBackend>(
         t.into_primitive().tensor(),
         start,
         rows.into_primitive().tensor(),
+    )))
+}
+
+/// The ON-LSTM gate activations without the cell update, `[f̂ | î ⊙ tanh(g)]`, one op (and one
+/// autodiff node): what a cell whose gates all come from the input (Faster FastTrees) computes
+/// for every step before its scan `c_t = f̂_t ⊙ c_{t−1} + (î ⊙ tanh(g))_t`; see [`ordered_cell`]
+/// for `f̂` and `î`.
+///
+/// # Shapes
+/// - `gates`: `[n, 4H]`, pre-activations `i, f, g, o` (`o` is not read)
+/// - `master_forget`, `master_input`: `[n, C]`, `C` dividing `H`
+/// - output: `[n, 2H]`
+pub fn ordered_gates<B: ArborBackend>(
+    gates: Tensor<B, 2>,
+    master_forget: Tensor<B, 2>,
+    master_input: Tensor<B, 2>,
+) -> Tensor<B, 2> {
+    let [n, g4] = gates.dims();
+    let [_, c] = master_forget.dims();
+    let h = g4 / 4;
+    assert!(
+        g4 % 4 == 0 && c > 0 && h % c == 0,
+        "ordered_gates: gates [n, 4H] and master gates [n, C] with C dividing H"
+    );
+    assert!(
+        master_forget.dims()[0] == n && master_input.dims() == [n, c],
+        "ordered_gates: master gates must be [n, C]"
+    );
+    let p = |t: Tensor<B, 2>| t.into_primitive().tensor();
+    Tensor::from_primitive(TensorPrimitive::Float(B::ordered_gates(
+        p(gates),
+        p(master_forget),
+        p(master_input),
     )))
 }

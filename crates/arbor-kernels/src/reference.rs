@@ -250,8 +250,25 @@ pub fn ordered_cell_backward<B: Backend>(
     c_prev: FloatTensor<B>,
     grad: FloatTensor<B>,
 ) -> [FloatTensor<B>; 4] {
-    let (g, cp, gc) = (t2::<B>(gates), t2::<B>(c_prev), t2::<B>(grad));
-    let [n, h] = cp.dims();
+    let (cp, gc) = (t2::<B>(c_prev), t2::<B>(grad));
+    let d_fhat = gc.clone().mul(cp);
+    let (d_gates, d_mf, d_mi, f_hat) =
+        ordered_backward(gates, master_forget, master_input, d_fhat, gc.clone());
+    [d_gates, d_mf, d_mi, gc.mul(f_hat).into_primitive().tensor()]
+}
+
+/// The ON-LSTM gate activations shared by [`ordered_cell`] and [`ordered_gates`], and the
+/// gradients of the gates and master gates given `d_fhat` (the gradient reaching `f̂`) and `gu`
+/// (the gradient reaching `î ⊙ tanh(g)`); also returns `f̂`.
+fn ordered_backward<B: Backend>(
+    gates: FloatTensor<B>,
+    master_forget: FloatTensor<B>,
+    master_input: FloatTensor<B>,
+    d_fhat: Tensor<B, 2>,
+    gu: Tensor<B, 2>,
+) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>, Tensor<B, 2>) {
+    let g = t2::<B>(gates);
+    let [n, h] = gu.dims();
     let mf0 = t2::<B>(master_forget);
     let c = mf0.dims()[1];
     let (mf, mi) = (spread(mf0, h), spread(t2::<B>(master_input), h));
@@ -269,8 +286,7 @@ pub fn ordered_cell_backward<B: Backend>(
         .clone()
         .mul(omega.clone())
         .add(mi.clone().sub(omega.clone()));
-    let d_fhat = gc.clone().mul(cp);
-    let d_ihat = gc.clone().mul(tu.clone());
+    let d_ihat = gu.clone().mul(tu.clone());
     let d_f = d_fhat
         .clone()
         .mul(omega.clone())
@@ -279,10 +295,7 @@ pub fn ordered_cell_backward<B: Backend>(
         .clone()
         .mul(omega)
         .mul(si.clone().mul(si.clone().neg().add_scalar(1.0)));
-    let d_u = gc
-        .clone()
-        .mul(i_hat)
-        .mul(tu.clone().mul(tu).neg().add_scalar(1.0));
+    let d_u = gu.mul(i_hat).mul(tu.clone().mul(tu).neg().add_scalar(1.0));
     let d_omega = d_fhat
         .clone()
         .mul(sf.sub_scalar(1.0))
@@ -291,12 +304,51 @@ pub fn ordered_cell_backward<B: Backend>(
     let d_mf = chunk_sum(d_fhat.add(d_omega.clone().mul(mi)));
     let d_mi = chunk_sum(d_ihat.add(d_omega.mul(mf)));
     let d_gates = assemble(vec![(0, d_i), (1, d_f), (2, d_u)], n, h, 4, &g);
-    [
+    (
         d_gates.into_primitive().tensor(),
         d_mf.into_primitive().tensor(),
         d_mi.into_primitive().tensor(),
-        gc.mul(f_hat).into_primitive().tensor(),
-    ]
+        f_hat,
+    )
+}
+
+/// `[f̂ | î ⊙ tanh(g)]` from gates `i, f, g, o` and master gates, in plain ops.
+pub fn ordered_gates<B: Backend>(
+    gates: FloatTensor<B>,
+    master_forget: FloatTensor<B>,
+    master_input: FloatTensor<B>,
+) -> FloatTensor<B> {
+    let g = t2::<B>(gates);
+    let h = g.dims()[1] / 4;
+    let (mf, mi) = (
+        spread(t2::<B>(master_forget), h),
+        spread(t2::<B>(master_input), h),
+    );
+    let omega = mf.clone().mul(mi.clone());
+    let f_hat = sigmoid(block(&g, 1, h))
+        .mul(omega.clone())
+        .add(mf.sub(omega.clone()));
+    let i_hat = sigmoid(block(&g, 0, h))
+        .mul(omega.clone())
+        .add(mi.sub(omega));
+    Tensor::cat(vec![f_hat, i_hat.mul(tanh(block(&g, 2, h)))], 1)
+        .into_primitive()
+        .tensor()
+}
+
+/// The gradients of [`ordered_gates`] with respect to the gates (zero in the output block) and
+/// both master gates.
+pub fn ordered_gates_backward<B: Backend>(
+    gates: FloatTensor<B>,
+    master_forget: FloatTensor<B>,
+    master_input: FloatTensor<B>,
+    grad: FloatTensor<B>,
+) -> [FloatTensor<B>; 3] {
+    let g = t2::<B>(grad);
+    let h = g.dims()[1] / 2;
+    let (d_fhat, gu) = (g.clone().narrow(1, 0, h), g.narrow(1, h, h));
+    let (d_gates, d_mf, d_mi, _) = ordered_backward(gates, master_forget, master_input, d_fhat, gu);
+    [d_gates, d_mf, d_mi]
 }
 
 /// `c_t = a_t ⊙ c_{t−1} + u_t` along dimension 1 (`c_{−1} = c0`) in plain ops: one step per

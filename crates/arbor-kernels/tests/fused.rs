@@ -718,3 +718,105 @@ fn write_rows_gradients_match_slice_assign() {
         assert_close(&fused[1], &want[1], 1e-6, "d rows");
     }
 }
+
+/// `ordered_gates` on the same inputs as `ordered_cell` (its `c_prev` unused), with the gates a
+/// strided view (columns 2.. of a wider tensor, as a cell's gate split gives them).
+fn gate_inputs<B: Backend>(n: usize, c: usize, h: usize) -> [Tensor<B, 2>; 3] {
+    let [g, mf, mi, _] = ordered_inputs::<B>(n, c, h);
+    let wide = Tensor::cat(vec![tensor::<B, 2>([n, 2], 1.0, 71), g], 1);
+    [wide.narrow(1, 2, 4 * h), mf, mi]
+}
+
+fn gates_out<B: ArborBackend>(xs: [Tensor<B, 2>; 3], fused: bool) -> Tensor<B, 2> {
+    let [g, mf, mi] = xs;
+    if fused {
+        arbor_kernels::ordered_gates(g, mf, mi)
+    } else {
+        let p = |t: Tensor<B, 2>| t.into_primitive().tensor();
+        Tensor::from_primitive(TensorPrimitive::Float(reference::ordered_gates::<B>(
+            p(g),
+            p(mf),
+            p(mi),
+        )))
+    }
+}
+
+fn gates_grads<B: AutodiffBackend + ArborBackend>(
+    fused: bool,
+    (n, c, h): (usize, usize, usize),
+) -> Vec<Vec<f64>> {
+    let xs = gate_inputs::<B>(n, c, h).map(|t| t.require_grad());
+    let w = tensor::<B, 2>([n, 2 * h], 1.0, 72);
+    let g = gates_out(xs.clone(), fused).mul(w).sum().backward();
+    xs.iter().map(|t| to_vec(t.grad(&g).unwrap())).collect()
+}
+
+#[test]
+fn ordered_gates_match_reference_and_ordered_cell() {
+    for (n, c, h) in [(3, 4, 12), (2, 1, 9), (5, 10, 40)] {
+        for fused in [
+            to_vec(gates_out(gate_inputs::<Flex>(n, c, h), true)),
+            to_vec(gates_out(gate_inputs::<NdArray>(n, c, h), true)),
+        ] {
+            let want = to_vec(gates_out(gate_inputs::<Flex>(n, c, h), false));
+            assert_close(
+                &fused,
+                &want,
+                1e-6,
+                &format!("ordered_gates [{n}, {c}, {h}]"),
+            );
+            // With c_prev = 1, ordered_cell is f̂ + î ⊙ tanh(g): the sum of the two halves.
+            let [g, mf, mi] = gate_inputs::<Flex>(n, c, h);
+            let cell = to_vec(arbor_kernels::ordered_cell(
+                g,
+                mf,
+                mi,
+                Tensor::ones([n, h], &Default::default()),
+            ));
+            for r in 0..n {
+                for j in 0..h {
+                    let sum = fused[r * 2 * h + j] + fused[r * 2 * h + h + j];
+                    assert!((sum - cell[r * h + j]).abs() < 1e-5, "row {r} unit {j}");
+                }
+            }
+        }
+        for (fused, want) in [
+            (
+                gates_grads::<Autodiff<Flex>>(true, (n, c, h)),
+                gates_grads::<Autodiff<Flex>>(false, (n, c, h)),
+            ),
+            (
+                gates_grads::<Autodiff<NdArray>>(true, (n, c, h)),
+                gates_grads::<Autodiff<NdArray>>(false, (n, c, h)),
+            ),
+        ] {
+            for (i, name) in ["d gates", "d master forget", "d master input"]
+                .iter()
+                .enumerate()
+            {
+                assert_close(
+                    &fused[i],
+                    &want[i],
+                    1e-5,
+                    &format!("{name} [{n}, {c}, {h}]"),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn ordered_gates_finite_differences_f64() {
+    type Inner = NdArray<f64>;
+    let dims = (2, 2, 4);
+    let ad = gates_grads::<Autodiff<Inner>>(true, dims);
+    let inputs = gate_inputs::<Inner>(dims.0, dims.1, dims.2);
+    let w = tensor::<Inner, 2>([dims.0, 2 * dims.2], 1.0, 72);
+    // Sigmoid/tanh of f64 tensors run in f32 in Burn: a 1e-2 step (see above).
+    let fd = central_differences(&inputs, 1e-2, |xs| {
+        gates_out(xs, true).mul(w.clone()).sum().into_scalar()
+    });
+    for i in 0..3 {
+        assert_close(&ad[i], &fd[i], 2e-4, &format!("fd ordered_gates input {i}"));
+    }
+}

@@ -54,10 +54,10 @@ impl<B: ArborBackend> RecurrentCell<B> for AnyCell<B> {
     }
     fn scan(
         &self,
-        xp: Tensor<B, 3>,
+        x: Tensor<B, 3>,
         c0: Tensor<B, 2>,
         pad: Option<Tensor<B, 3, Bool>>,
     ) -> Option<ScanOutput<B>> {
-        dispatch!(self, c => c.scan(xp, c0, pad))
+        dispatch!(self, c => c.scan(x, c0, pad))
     }
 }

@@ -51,17 +51,17 @@ pub trait RecurrentCell<B: ArborBackend> {
     /// - `state`: `[batch, H]` each
     fn step(&self, xp: Tensor<B, 2>, state: LstmState<B, 2>) -> CellStep<B>;
     /// Every step at once, for cells whose recurrence is elementwise; `None` (the default)
-    /// makes the runner call [`step`](RecurrentCell::step) once per time step. It must
-    /// compute what the steps compute.
+    /// makes the runner call [`precompute`](RecurrentCell::precompute) and then
+    /// [`step`](RecurrentCell::step) once per time step. It must compute what the steps compute.
     ///
     /// # Shapes
-    /// - `xp`: `[batch, time, P]`, from [`precompute`](RecurrentCell::precompute)
+    /// - `x`: `[batch, time, d_input]`, the input
     /// - `c0`: `[batch, H]`, the initial cell state
     /// - `pad`: `[batch, time, 1]`, true at padded steps (`None`: no padding)
     /// - output: see [`ScanOutput`]
     fn scan(
         &self,
-        _xp: Tensor<B, 3>,
+        _x: Tensor<B, 3>,
         _c0: Tensor<B, 2>,
         _pad: Option<Tensor<B, 3, Bool>>,
     ) -> Option<ScanOutput<B>> {

@@ -66,15 +66,15 @@ pub fn run_sequence<B: ArborBackend, C: RecurrentCell<B> + ?Sized>(
         let padded = lengths.iter().any(|&l| l < time);
         padded.then(|| length_mask::<B>(lengths, time, &device))
     });
-    let xp = cell.precompute(x);
-    let width = xp.dims()[2];
     let mut state = init.unwrap_or_else(|| LstmState::zeros([batch, h], &device));
     if time > 0 {
         let pad = mask.clone().map(|m| m.bool_not().unsqueeze_dim::<3>(2));
-        if let Some(scan) = cell.scan(xp.clone(), state.c.clone(), pad.clone()) {
+        if let Some(scan) = cell.scan(x.clone(), state.c.clone(), pad.clone()) {
             return from_scan(scan, state, lengths, pad);
         }
     }
+    let xp = cell.precompute(x);
+    let width = xp.dims()[2];
     let mut outputs = Vec::with_capacity(time);
     let mut distances = Vec::with_capacity(time);
     for t in 0..time {
