@@ -269,20 +269,33 @@ pub fn ordered_cell(
     h: usize,
     out: &mut [f32],
 ) {
+    ordered_rows(gates, mf, mi, c, h, |i, f_hat, i_hat, tu| {
+        out[i] = f_hat * cp[i] + i_hat * tu;
+    });
+}
+
+/// For every element `r·h + j` of `[n, 4h]` gates (`i, f, g, o`) and `[n, c]` master gates,
+/// calls `emit(r·h + j, f̂, î, tanh(g))`.
+fn ordered_rows(
+    gates: &[f32],
+    mf: &[f32],
+    mi: &[f32],
+    c: usize,
+    h: usize,
+    mut emit: impl FnMut(usize, f32, f32, f32),
+) {
     let s_len = h / c;
+    let rows = mf.len() / c.max(1);
     let mut s = Scratch::new(h);
-    for (r, o) in out.chunks_exact_mut(h).enumerate() {
+    for r in 0..rows {
         let g = &gates[r * 4 * h..(r + 1) * 4 * h];
         sigmoid(&mut s.a, &g[..h]);
         sigmoid(&mut s.f, &g[h..2 * h]);
         tanh(&mut s.b, &g[2 * h..3 * h]);
-        let cp = &cp[r * h..(r + 1) * h];
         for j in 0..h {
             let (ft, it) = (mf[r * c + j / s_len], mi[r * c + j / s_len]);
             let w = ft * it;
-            let f_hat = s.f[j] * w + ft - w;
-            let i_hat = s.a[j] * w + it - w;
-            o[j] = f_hat * cp[j] + i_hat * s.b[j];
+            emit(r * h + j, s.f[j] * w + ft - w, s.a[j] * w + it - w, s.b[j]);
         }
     }
 }
@@ -312,21 +325,11 @@ pub fn ordered_cell_backward(
 /// `out = [f̂ | î ⊙ tanh(g)]` `[n, 2h]` from gates `[n, 4h]` (`i, f, g, o`) and master gates
 /// `[n, c]`: the ON-LSTM gate activations without the cell update.
 pub fn ordered_gates(gates: &[f32], mf: &[f32], mi: &[f32], c: usize, h: usize, out: &mut [f32]) {
-    let s_len = h / c;
-    let mut s = Scratch::new(h);
-    for (r, o) in out.chunks_exact_mut(2 * h).enumerate() {
-        let g = &gates[r * 4 * h..(r + 1) * 4 * h];
-        sigmoid(&mut s.a, &g[..h]);
-        sigmoid(&mut s.f, &g[h..2 * h]);
-        tanh(&mut s.b, &g[2 * h..3 * h]);
-        let (fo, uo) = o.split_at_mut(h);
-        for j in 0..h {
-            let (ft, it) = (mf[r * c + j / s_len], mi[r * c + j / s_len]);
-            let w = ft * it;
-            fo[j] = s.f[j] * w + ft - w;
-            uo[j] = (s.a[j] * w + it - w) * s.b[j];
-        }
-    }
+    ordered_rows(gates, mf, mi, c, h, |i, f_hat, i_hat, tu| {
+        let (r, j) = (i / h, i % h);
+        out[r * 2 * h + j] = f_hat;
+        out[r * 2 * h + h + j] = i_hat * tu;
+    });
 }
 
 /// The gradients of [`ordered_gates`] given `grad` `[n, 2h]`: `d_gates` `[n, 4h]` (zero in the

@@ -222,24 +222,9 @@ pub fn ordered_cell<B: Backend>(
     master_input: FloatTensor<B>,
     c_prev: FloatTensor<B>,
 ) -> FloatTensor<B> {
-    let (g, cp) = (t2::<B>(gates), t2::<B>(c_prev));
-    let h = cp.dims()[1];
-    let (mf, mi) = (
-        spread(t2::<B>(master_forget), h),
-        spread(t2::<B>(master_input), h),
-    );
-    let omega = mf.clone().mul(mi.clone());
-    let f_hat = sigmoid(block(&g, 1, h))
-        .mul(omega.clone())
-        .add(mf.sub(omega.clone()));
-    let i_hat = sigmoid(block(&g, 0, h))
-        .mul(omega.clone())
-        .add(mi.sub(omega));
-    f_hat
-        .mul(cp)
-        .add(i_hat.mul(tanh(block(&g, 2, h))))
-        .into_primitive()
-        .tensor()
+    let cp = t2::<B>(c_prev);
+    let [f_hat, update] = ordered_parts::<B>(gates, master_forget, master_input);
+    f_hat.mul(cp).add(update).into_primitive().tensor()
 }
 
 /// The gradients of [`ordered_cell`] in plain ops.
@@ -318,6 +303,16 @@ pub fn ordered_gates<B: Backend>(
     master_forget: FloatTensor<B>,
     master_input: FloatTensor<B>,
 ) -> FloatTensor<B> {
+    let parts = ordered_parts::<B>(gates, master_forget, master_input);
+    Tensor::cat(parts.to_vec(), 1).into_primitive().tensor()
+}
+
+/// `f̂` and `î ⊙ tanh(g)` of the ON-LSTM update (Shen et al. 2019, eqs. 9–14).
+fn ordered_parts<B: Backend>(
+    gates: FloatTensor<B>,
+    master_forget: FloatTensor<B>,
+    master_input: FloatTensor<B>,
+) -> [Tensor<B, 2>; 2] {
     let g = t2::<B>(gates);
     let h = g.dims()[1] / 4;
     let (mf, mi) = (
@@ -331,9 +326,7 @@ pub fn ordered_gates<B: Backend>(
     let i_hat = sigmoid(block(&g, 0, h))
         .mul(omega.clone())
         .add(mi.sub(omega));
-    Tensor::cat(vec![f_hat, i_hat.mul(tanh(block(&g, 2, h)))], 1)
-        .into_primitive()
-        .tensor()
+    [f_hat, i_hat.mul(tanh(block(&g, 2, h)))]
 }
 
 /// The gradients of [`ordered_gates`] with respect to the gates (zero in the output block) and
