@@ -90,10 +90,33 @@ impl<B: ArborBackend> BinaryTreeLstm<B> {
         if let (Some(ext), Some(e)) = (&self.external, e) {
             gates = gates.add(crate::linear_rows(ext, e));
         }
-        // c = σ(f_l) ⊙ c_l + σ(f_r) ⊙ c_r + σ(i) ⊙ tanh(g); h = σ(o) ⊙ tanh(c), as two fused ops.
-        let layout = GateLayout::binary_tree_lstm();
-        let c = gated_cell(gates.clone(), vec![left.c, right.c], &layout);
-        let h = gated_output(gates, c.clone(), &layout);
-        LstmState { h, c }
+        compose(gates, left.c, right.c)
     }
+
+    /// Composes every pair of adjacent nodes of a layer (parent `k` of nodes `k` and `k + 1`),
+    /// as the Gumbel Tree-LSTM does at each level; the pairs' input is one fused op
+    /// (`arbor_kernels::adjacent_pairs`). There is no external input.
+    ///
+    /// # Shapes
+    /// - `nodes.h`, `nodes.c`: `[batch, m, D]`, `m ≥ 2`
+    /// - output `h`, `c`: `[batch, m − 1, D]`
+    pub fn forward_adjacent(&self, nodes: &LstmState<B, 3>) -> LstmState<B, 3> {
+        let m = nodes.h.dims()[1];
+        let pairs = arbor_kernels::adjacent_pairs(nodes.h.clone());
+        let gates = crate::linear_rows(&self.children, pairs);
+        let c = nodes.c.clone();
+        compose(gates, c.clone().narrow(1, 0, m - 1), c.narrow(1, 1, m - 1))
+    }
+}
+
+/// `c = σ(f_l) ⊙ c_l + σ(f_r) ⊙ c_r + σ(i) ⊙ tanh(g)`, `h = σ(o) ⊙ tanh(c)`, as two fused ops.
+fn compose<B: ArborBackend, const N: usize>(
+    gates: Tensor<B, N>,
+    c_left: Tensor<B, N>,
+    c_right: Tensor<B, N>,
+) -> LstmState<B, N> {
+    let layout = GateLayout::binary_tree_lstm();
+    let c = gated_cell(gates.clone(), vec![c_left, c_right], &layout);
+    let h = gated_output(gates, c.clone(), &layout);
+    LstmState { h, c }
 }

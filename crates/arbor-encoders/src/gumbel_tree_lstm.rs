@@ -358,12 +358,12 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
             // Layer t: example b has lengths[b] − t real nodes while it is incomplete.
             let valid = host_mask::<B>(batch, m - 1, |b, k| k + t + 1 < lengths[b], &device);
             let done = host_mask::<B>(batch, 1, |b, _| lengths[b] < t + 2, &device);
+            let parent = self.composition.forward_adjacent(&layer);
             let left = LstmState::new(
                 layer.h.clone().narrow(1, 0, m - 1),
                 layer.c.clone().narrow(1, 0, m - 1),
             );
             let right = LstmState::new(layer.h.narrow(1, 1, m - 1), layer.c.narrow(1, 1, m - 1));
-            let parent = self.composition.forward(left.clone(), right.clone(), None);
             let logits = self.scores(parent.h.clone());
             let sel = select(t, logits, valid);
             // A complete example keeps its nodes and drops its last (padding) column: with no

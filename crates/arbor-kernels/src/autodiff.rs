@@ -152,6 +152,18 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
         four::<B, C>(Four::SelectMix, [s, parent, left, right])
     }
 
+    fn adjacent_pairs(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        let out = B::adjacent_pairs(x.primitive);
+        match AdjacentPairs
+            .prepare::<C>([x.node])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish((), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+
     fn activation(x: FloatTensor<Self>, act: Activation) -> FloatTensor<Self> {
         let out = B::activation(x.primitive, act);
         match Activate(act)
@@ -192,6 +204,21 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
         master_input: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
         three::<B, C>(Three::OrderedGates, [gates, master_forget, master_input])
+    }
+}
+
+/// The backward step of `adjacent_pairs` (it needs no state).
+#[derive(Debug)]
+struct AdjacentPairs;
+
+impl<B: ArborBackend> Backward<B, 1> for AdjacentPairs {
+    type State = ();
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<B>(&ops.node);
+        if let [Some(node)] = ops.parents {
+            grads.register::<B>(node.id, B::adjacent_pairs_backward(grad));
+        }
     }
 }
 

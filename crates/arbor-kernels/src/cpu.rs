@@ -398,6 +398,33 @@ fn ordered_backward(
     }
 }
 
+/// `out[b, k] = [x[b, k] ; x[b, k + 1]]` for `x` `[b, m, d]`.
+pub fn adjacent_pairs(x: &[f32], (b, m, d): (usize, usize, usize), out: &mut [f32]) {
+    for bi in 0..b {
+        for k in 0..m - 1 {
+            let src = &x[(bi * m + k) * d..(bi * m + k + 2) * d];
+            let o = (bi * (m - 1) + k) * 2 * d;
+            out[o..o + 2 * d].copy_from_slice(src);
+        }
+    }
+}
+
+/// The gradient of [`adjacent_pairs`]: `dx[b, k] = g[b, k][..d] + g[b, k − 1][d..]`.
+pub fn adjacent_pairs_backward(g: &[f32], (b, m, d): (usize, usize, usize), dx: &mut [f32]) {
+    dx.fill(0.0);
+    for bi in 0..b {
+        for k in 0..m - 1 {
+            let o = (bi * (m - 1) + k) * 2 * d;
+            let (left, right) = g[o..o + 2 * d].split_at(d);
+            let (l, r) = ((bi * m + k) * d, (bi * m + k + 1) * d);
+            for j in 0..d {
+                dx[l + j] += left[j];
+                dx[r + j] += right[j];
+            }
+        }
+    }
+}
+
 /// `c_t = a_t ⊙ c_{t−1} + u_t` over `[b, t, h]` rows, `c_{−1}` from `c0` `[b, h]`.
 pub fn linear_scan(
     a: &[f32],

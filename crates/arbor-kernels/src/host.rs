@@ -230,6 +230,26 @@ pub(crate) fn ordered_gates_backward<T: HostTensor>(
     ])
 }
 
+pub(crate) fn adjacent_pairs<T: HostTensor>(x: &T) -> Option<T> {
+    let xx = x.host()?;
+    let (b, m, d) = scan_dims(x);
+    if m < 2 {
+        return None;
+    }
+    let mut out = vec![0f32; b * (m - 1) * 2 * d];
+    cpu::adjacent_pairs(&xx, (b, m, d), &mut out);
+    Some(T::from_f32(out, Shape::new([b, m - 1, 2 * d])))
+}
+
+pub(crate) fn adjacent_pairs_backward<T: HostTensor>(grad: &T) -> Option<T> {
+    let g = grad.host()?;
+    let (b, m1, d2) = scan_dims(grad);
+    let (m, d) = (m1 + 1, d2 / 2);
+    let mut dx = vec![0f32; b * m * d];
+    cpu::adjacent_pairs_backward(&g, (b, m, d), &mut dx);
+    Some(T::from_f32(dx, Shape::new([b, m, d])))
+}
+
 pub(crate) fn activation<T: HostTensor>(x: &T, act: Activation) -> Option<T> {
     let xx = x.host()?;
     let shape = x.shape();
@@ -413,6 +433,20 @@ macro_rules! host_backend {
                 match host::ordered_gates_backward(&gates, &mf, &mi, &grad) {
                     Some(out) => out,
                     None => reference::ordered_gates_backward::<Self>(gates, mf, mi, grad),
+                }
+            }
+
+            fn adjacent_pairs(x: FloatTensor<Self>) -> FloatTensor<Self> {
+                match host::adjacent_pairs(&x) {
+                    Some(out) => out,
+                    None => reference::adjacent_pairs::<Self>(x),
+                }
+            }
+
+            fn adjacent_pairs_backward(grad: FloatTensor<Self>) -> FloatTensor<Self> {
+                match host::adjacent_pairs_backward(&grad) {
+                    Some(out) => out,
+                    None => reference::adjacent_pairs_backward::<Self>(grad),
                 }
             }
 

@@ -236,6 +236,16 @@ pub trait ArborBackend: Backend {
         reference::ordered_gates_backward::<Self>(gates, master_forget, master_input, grad)
     }
 
+    /// Each node beside its right neighbour, `[x_k ; x_{k+1}]`; see [`adjacent_pairs`].
+    fn adjacent_pairs(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        reference::adjacent_pairs::<Self>(x)
+    }
+
+    /// The gradient of [`ArborBackend::adjacent_pairs`]: `dx_k = g_k[..D] + g_{k−1}[D..]`.
+    fn adjacent_pairs_backward(grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        reference::adjacent_pairs_backward::<Self>(grad)
+    }
+
     /// `σ(x)` or `tanh(x)` elementwise; see [`sigmoid`] and [`tanh`].
     fn activation(x: FloatTensor<Self>, act: Activation) -> FloatTensor<Self> {
         reference::activation::<Self>(x, act)
@@ -528,5 +538,19 @@ pub fn ordered_gates<B: ArborBackend>(
         p(gates),
         p(master_forget),
         p(master_input),
+    )))
+}
+
+/// Every node beside its right neighbour: `out[:, k] = [x[:, k] ; x[:, k + 1]]`, the input of a
+/// binary composition over all adjacent pairs (the Gumbel Tree-LSTM's layer), one op (and one
+/// autodiff node) instead of two strided views and a concatenation.
+///
+/// # Shapes
+/// - `x`: `[batch, m, D]`, `m ≥ 2`
+/// - output: `[batch, m − 1, 2D]`
+pub fn adjacent_pairs<B: ArborBackend>(x: Tensor<B, 3>) -> Tensor<B, 3> {
+    assert!(x.dims()[1] >= 2, "adjacent_pairs needs at least two nodes");
+    Tensor::from_primitive(TensorPrimitive::Float(B::adjacent_pairs(
+        x.into_primitive().tensor(),
     )))
 }

@@ -444,3 +444,27 @@ pub fn write_rows<B: Backend>(
         .into_primitive()
         .tensor()
 }
+
+/// `[x[:, k] ; x[:, k + 1]]` for every adjacent pair, in plain ops.
+pub fn adjacent_pairs<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
+    let x = t3::<B>(x);
+    let m = x.dims()[1];
+    Tensor::cat(
+        vec![x.clone().narrow(1, 0, m - 1), x.narrow(1, 1, m - 1)],
+        2,
+    )
+    .into_primitive()
+    .tensor()
+}
+
+/// The gradient of [`adjacent_pairs`] in plain ops: each node gets the left half of its own
+/// pair's gradient and the right half of its left neighbour's.
+pub fn adjacent_pairs_backward<B: Backend>(grad: FloatTensor<B>) -> FloatTensor<B> {
+    let g = t3::<B>(grad);
+    let [b, _, d2] = g.dims();
+    let d = d2 / 2;
+    let zero = Tensor::<B, 3>::zeros([b, 1, d], &g.device()).cast(g.dtype());
+    let as_left = Tensor::cat(vec![g.clone().narrow(2, 0, d), zero.clone()], 1);
+    let as_right = Tensor::cat(vec![zero, g.narrow(2, d, d)], 1);
+    as_left.add(as_right).into_primitive().tensor()
+}

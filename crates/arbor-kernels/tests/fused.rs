@@ -820,3 +820,39 @@ fn ordered_gates_finite_differences_f64() {
         assert_close(&ad[i], &fd[i], 2e-4, &format!("fd ordered_gates input {i}"));
     }
 }
+
+fn pairs<B: AutodiffBackend + ArborBackend>(fused: bool, m: usize) -> [Vec<f64>; 2] {
+    // A strided view (the first m of m + 1 nodes), as a layer's `h` can be.
+    let x = tensor::<B, 3>([2, m + 1, 5], 1.0, 81)
+        .narrow(1, 0, m)
+        .require_grad();
+    let y = if fused {
+        arbor_kernels::adjacent_pairs(x.clone())
+    } else {
+        Tensor::from_primitive(TensorPrimitive::Float(reference::adjacent_pairs::<B>(
+            x.clone().into_primitive().tensor(),
+        )))
+    };
+    let w = tensor::<B, 3>([2, m - 1, 10], 1.0, 82);
+    let grads = y.clone().mul(w).sum().backward();
+    [to_vec(y), to_vec(x.grad(&grads).unwrap())]
+}
+
+#[test]
+fn adjacent_pairs_match_reference_in_values_and_gradients() {
+    for m in [2, 3, 7] {
+        for (fused, want) in [
+            (
+                pairs::<Autodiff<Flex>>(true, m),
+                pairs::<Autodiff<Flex>>(false, m),
+            ),
+            (
+                pairs::<Autodiff<NdArray>>(true, m),
+                pairs::<Autodiff<NdArray>>(false, m),
+            ),
+        ] {
+            assert_close(&fused[0], &want[0], 0.0, &format!("pairs m = {m}"));
+            assert_close(&fused[1], &want[1], 1e-6, &format!("d x m = {m}"));
+        }
+    }
+}
