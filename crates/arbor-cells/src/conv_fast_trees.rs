@@ -103,6 +103,11 @@ impl<B: ArborBackend> RecurrentCell<B> for ConvFastTreesCell<B> {
         activate_master(xp, self.n_chunks)
     }
 
+    /// The causal convolution reads the steps before `t`.
+    fn position_wise(&self) -> bool {
+        false
+    }
+
     fn step(&self, xp: Tensor<B, 2>, state: LstmState<B, 2>) -> CellStep<B> {
         precomputed_master_step(&self.hidden, self.n_chunks, self.d_hidden, xp, state)
     }

@@ -44,6 +44,12 @@ pub trait RecurrentCell<B: ArborBackend> {
     /// - `x`: `[batch, time, d_input]`
     /// - output: `[batch, time, P]`, where `P` is the cell's own layout
     fn precompute(&self, x: Tensor<B, 3>) -> Tensor<B, 3>;
+    /// Whether [`precompute`](RecurrentCell::precompute) treats every position on its own (true
+    /// for all cells but Conv FastTrees, whose convolution reads neighbouring steps). The runner
+    /// then precomputes step by step from `x_t` instead of slicing one precomputed tensor.
+    fn position_wise(&self) -> bool {
+        true
+    }
     /// One step from the precomputed slice of step `t` and the previous state.
     ///
     /// # Shapes

@@ -73,15 +73,20 @@ pub fn run_sequence<B: ArborBackend, C: RecurrentCell<B> + ?Sized>(
             return from_scan(scan, state, lengths, pad);
         }
     }
-    let xp = cell.precompute(x);
-    let width = xp.dims()[2];
+    // A position-wise precompute runs per step on `x_t`: slicing one precomputed `[batch, time,
+    // P]` tensor per step would make the autodiff graph give every step a full-size zero
+    // gradient of it (quadratic in the length; docs/bench.md measured a third of LSTM training).
+    let d_in = x.dims()[2];
+    let whole = (!cell.position_wise()).then(|| cell.precompute(x.clone()));
     let mut outputs = Vec::with_capacity(time);
     let mut distances = Vec::with_capacity(time);
     for t in 0..time {
-        let xp_t = xp
-            .clone()
-            .slice([0..batch, t..t + 1, 0..width])
-            .reshape([batch, width]);
+        let xp_t = match &whole {
+            Some(xp) => xp.clone().slice([0..batch, t..t + 1, 0..xp.dims()[2]]),
+            None => cell.precompute(x.clone().slice([0..batch, t..t + 1, 0..d_in])),
+        };
+        let width = xp_t.dims()[2];
+        let xp_t = xp_t.reshape([batch, width]);
         let step = cell.step(xp_t, state.clone());
         let mut d_t = step.master_forget.map(syntactic_distance);
         let mut h_t = step.state.h.clone();
