@@ -88,13 +88,15 @@ impl<B: ArborBackend> Leaf<B> {
             Leaf::Affine(linear) => LstmState::split(arbor_cells::linear_rows(linear, x)),
             Leaf::Lstm(cell) => {
                 let [batch, n, _] = x.dims();
-                let xp = cell.precompute(x);
-                let width = xp.dims()[2];
-                let mut state = LstmState::zeros([batch, cell.d_hidden()], &xp.device());
+                let mut state = LstmState::zeros([batch, cell.d_hidden()], &x.device());
                 let (mut hs, mut cs) = (Vec::with_capacity(n), Vec::with_capacity(n));
                 for t in 0..n {
-                    let xp_t = xp.clone().narrow(1, t, 1).reshape([batch, width]);
-                    state = cell.step(xp_t, state).state;
+                    // The input projection step by step, as the cell runner does for
+                    // position-wise cells (slices of one precomputed tensor cost autodiff a
+                    // full-size gradient per step).
+                    let xp_t = cell.precompute(x.clone().narrow(1, t, 1));
+                    let width = xp_t.dims()[2];
+                    state = cell.step(xp_t.reshape([batch, width]), state).state;
                     hs.push(state.h.clone());
                     cs.push(state.c.clone());
                 }
