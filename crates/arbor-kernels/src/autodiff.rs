@@ -20,15 +20,10 @@ impl<B: ArborBackend, const N: usize> Backward<B, N> for GatedCell<N> {
     type State = (FloatTensor<B>, Vec<FloatTensor<B>>, GateLayout);
 
     fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let (gates, children, layout) = ops.state;
-        let grad = grads.consume::<B>(&ops.node);
-        let (d_gates, d_children) = B::gated_cell_backward(gates, children, grad, &layout);
-        let all = std::iter::once(d_gates).chain(d_children);
-        for (parent, d) in ops.parents.into_iter().zip(all) {
-            if let Some(node) = parent {
-                grads.register::<B>(node.id, d);
-            }
-        }
+        backward_with::<B, _, N, _>(ops, grads, |(gates, children, layout), grad| {
+            let (d_gates, d_children) = B::gated_cell_backward(gates, children, grad, &layout);
+            std::iter::once(d_gates).chain(d_children)
+        });
     }
 }
 
@@ -40,14 +35,10 @@ impl<B: ArborBackend> Backward<B, 2> for GatedOutput {
     type State = (FloatTensor<B>, FloatTensor<B>, GateLayout);
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let (gates, c, layout) = ops.state;
-        let grad = grads.consume::<B>(&ops.node);
-        let (d_gates, d_c) = B::gated_output_backward(gates, c, grad, &layout);
-        for (parent, d) in ops.parents.into_iter().zip([d_gates, d_c]) {
-            if let Some(node) = parent {
-                grads.register::<B>(node.id, d);
-            }
-        }
+        backward_with::<B, _, 2, _>(ops, grads, |(gates, c, layout), grad| {
+            let (d_gates, d_c) = B::gated_output_backward(gates, c, grad, &layout);
+            [d_gates, d_c]
+        });
     }
 }
 
@@ -64,17 +55,10 @@ impl<B: ArborBackend> Backward<B, 4> for Four {
     type State = [FloatTensor<B>; 4];
 
     fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [a, b, c, d] = ops.state;
-        let grad = grads.consume::<B>(&ops.node);
-        let all = match self {
+        backward_with::<B, _, 4, _>(ops, grads, |[a, b, c, d], grad| match self {
             Four::SelectMix => B::select_mix_backward(a, b, c, d, grad),
             Four::OrderedCell => B::ordered_cell_backward(a, b, c, d, grad),
-        };
-        for (parent, d) in ops.parents.into_iter().zip(all) {
-            if let Some(node) = parent {
-                grads.register::<B>(node.id, d);
-            }
-        }
+        });
     }
 }
 
@@ -137,9 +121,10 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
         master_input: FloatTensor<Self>,
         c_prev: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        four::<B, C>(
+        record::<B, C, _, _>(
             Four::OrderedCell,
             [gates, master_forget, master_input, c_prev],
+            |[g, f, i, c]| B::ordered_cell(g, f, i, c),
         )
     }
 
@@ -149,7 +134,9 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
         left: FloatTensor<Self>,
         right: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        four::<B, C>(Four::SelectMix, [s, parent, left, right])
+        record::<B, C, _, _>(Four::SelectMix, [s, parent, left, right], |[s, p, l, r]| {
+            B::select_mix(s, p, l, r)
+        })
     }
 
     fn adjacent_pairs(x: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -195,7 +182,9 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
         u: FloatTensor<Self>,
         c0: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        three::<B, C>(Three::LinearScan, [a, u, c0])
+        record::<B, C, _, _>(Three::LinearScan, [a, u, c0], |[a, u, c0]| {
+            B::linear_scan(a, u, c0)
+        })
     }
 
     fn ordered_gates(
@@ -203,7 +192,11 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
         master_forget: FloatTensor<Self>,
         master_input: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        three::<B, C>(Three::OrderedGates, [gates, master_forget, master_input])
+        record::<B, C, _, _>(
+            Three::OrderedGates,
+            [gates, master_forget, master_input],
+            |[g, f, i]| B::ordered_gates(g, f, i),
+        )
     }
 }
 
@@ -215,10 +208,7 @@ impl<B: ArborBackend> Backward<B, 1> for AdjacentPairs {
     type State = ();
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let grad = grads.consume::<B>(&ops.node);
-        if let [Some(node)] = ops.parents {
-            grads.register::<B>(node.id, B::adjacent_pairs_backward(grad));
-        }
+        backward_with::<B, _, 1, _>(ops, grads, |(), grad| [B::adjacent_pairs_backward(grad)]);
     }
 }
 
@@ -230,11 +220,9 @@ impl<B: ArborBackend> Backward<B, 1> for Activate {
     type State = FloatTensor<B>;
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let grad = grads.consume::<B>(&ops.node);
-        let d = B::activation_backward(ops.state, grad, self.0);
-        if let [Some(node)] = ops.parents {
-            grads.register::<B>(node.id, d);
-        }
+        backward_with::<B, _, 1, _>(ops, grads, |y, grad| {
+            [B::activation_backward(y, grad, self.0)]
+        });
     }
 }
 
@@ -247,28 +235,22 @@ impl<B: ArborBackend> Backward<B, 2> for WriteRows {
     type State = (usize, usize);
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let (start, r) = ops.state;
-        let grad =
-            Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(grads.consume::<B>(&ops.node)));
-        let w = grad.dims()[1];
-        // The written rows' gradient as a tensor of its own (a slice may be a view sharing the
-        // gradient's memory, which would make the zeroing below copy all of it).
-        let view = grad.clone().slice([start..start + r, 0..w]);
-        let zeros = view.zeros_like();
-        let d_rows = B::write_rows(
-            zeros.clone().into_primitive().tensor(),
-            0,
-            view.into_primitive().tensor(),
-        );
-        let [t_node, rows_node] = ops.parents;
-        if let Some(node) = rows_node {
-            grads.register::<B>(node.id, d_rows);
-        }
-        if let Some(node) = t_node {
+        backward_with::<B, _, 2, _>(ops, grads, |(start, r), grad| {
+            let grad = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(grad));
+            let w = grad.dims()[1];
+            // The written rows' gradient as a tensor of its own (a slice may be a view sharing
+            // the gradient's memory, which would make the zeroing below copy all of it).
+            let view = grad.clone().slice([start..start + r, 0..w]);
+            let zeros = view.zeros_like();
+            let d_rows = B::write_rows(
+                zeros.clone().into_primitive().tensor(),
+                0,
+                view.into_primitive().tensor(),
+            );
             let zeros = zeros.into_primitive().tensor();
             let d_t = B::write_rows(grad.into_primitive().tensor(), start, zeros);
-            grads.register::<B>(node.id, d_t);
-        }
+            [d_t, d_rows]
+        });
     }
 }
 
@@ -285,49 +267,45 @@ impl<B: ArborBackend> Backward<B, 3> for Three {
     type State = [FloatTensor<B>; 3];
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [a, b, c] = ops.state;
-        let grad = grads.consume::<B>(&ops.node);
-        let all = match self {
+        backward_with::<B, _, 3, _>(ops, grads, |[a, b, c], grad| match self {
             Three::LinearScan => B::linear_scan_backward(a, b, c, grad),
             Three::OrderedGates => B::ordered_gates_backward(a, b, c, grad),
-        };
-        for (parent, d) in ops.parents.into_iter().zip(all) {
-            if let Some(node) = parent {
-                grads.register::<B>(node.id, d);
-            }
+        });
+    }
+}
+
+/// Consumes the node's gradient, runs `backward` on the saved state and that gradient, and
+/// registers each result with its parent, in order (parents that are not tracked get none).
+fn backward_with<B, S, const N: usize, I>(
+    ops: Ops<S, N>,
+    grads: &mut Gradients,
+    backward: impl FnOnce(S, FloatTensor<B>) -> I,
+) where
+    B: ArborBackend,
+    I: IntoIterator<Item = FloatTensor<B>>,
+{
+    let grad = grads.consume::<B>(&ops.node);
+    for (parent, d) in ops.parents.into_iter().zip(backward(ops.state, grad)) {
+        if let Some(node) = parent {
+            grads.register::<B>(node.id, d);
         }
     }
 }
 
-/// Runs a four-input fused op on `B` and records it as one node.
-fn four<B: ArborBackend, C: CheckpointStrategy>(
-    op: Four,
-    inputs: [FloatTensor<Autodiff<B, C>>; 4],
-) -> FloatTensor<Autodiff<B, C>> {
+/// Runs a fused op on `B` (`forward` of the inner inputs) and records it as one node whose
+/// backward step `op` keeps the inputs as its state.
+fn record<B, C, Op, const N: usize>(
+    op: Op,
+    inputs: [FloatTensor<Autodiff<B, C>>; N],
+    forward: impl FnOnce([FloatTensor<B>; N]) -> FloatTensor<B>,
+) -> FloatTensor<Autodiff<B, C>>
+where
+    B: ArborBackend,
+    C: CheckpointStrategy,
+    Op: Backward<B, N, State = [FloatTensor<B>; N]>,
+{
     let inner = inputs.clone().map(|t| t.primitive);
-    let [a, b, c, d] = inner.clone();
-    let out = match op {
-        Four::SelectMix => B::select_mix(a, b, c, d),
-        Four::OrderedCell => B::ordered_cell(a, b, c, d),
-    };
-    let nodes = inputs.map(|t| t.node);
-    match op.prepare::<C>(nodes).compute_bound().stateful() {
-        OpsKind::Tracked(prep) => prep.finish(inner, out),
-        OpsKind::UnTracked(prep) => prep.finish(out),
-    }
-}
-
-/// Runs a three-input fused op on `B` and records it as one node.
-fn three<B: ArborBackend, C: CheckpointStrategy>(
-    op: Three,
-    inputs: [FloatTensor<Autodiff<B, C>>; 3],
-) -> FloatTensor<Autodiff<B, C>> {
-    let inner = inputs.clone().map(|t| t.primitive);
-    let [a, b, c] = inner.clone();
-    let out = match op {
-        Three::LinearScan => B::linear_scan(a, b, c),
-        Three::OrderedGates => B::ordered_gates(a, b, c),
-    };
+    let out = forward(inner.clone());
     let nodes = inputs.map(|t| t.node);
     match op.prepare::<C>(nodes).compute_bound().stateful() {
         OpsKind::Tracked(prep) => prep.finish(inner, out),
