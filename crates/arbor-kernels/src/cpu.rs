@@ -269,20 +269,44 @@ pub fn ordered_cell(
     h: usize,
     out: &mut [f32],
 ) {
-    ordered_rows(gates, mf, mi, c, h, |i, f_hat, i_hat, tu| {
-        out[i] = f_hat * cp[i] + i_hat * tu;
+    ordered_rows(gates, mf, mi, c, h, |i, u| {
+        out[i] = u.f_hat() * cp[i] + u.i_hat() * u.tu;
     });
 }
 
-/// For every element `r·h + j` of `[n, 4h]` gates (`i, f, g, o`) and `[n, c]` master gates,
-/// calls `emit(r·h + j, f̂, î, tanh(g))`.
+/// One unit of the ON-LSTM update: the index `k` of its chunk's master gates `f̃`, `ĩ`,
+/// `ω = f̃ ĩ`, and its `σ(f)`, `σ(i)`, `tanh(g)`.
+struct Unit {
+    k: usize,
+    ft: f32,
+    it: f32,
+    w: f32,
+    sf: f32,
+    si: f32,
+    tu: f32,
+}
+
+impl Unit {
+    /// `f̂ = σ(f) ω + f̃ − ω`.
+    fn f_hat(&self) -> f32 {
+        self.sf * self.w + self.ft - self.w
+    }
+
+    /// `î = σ(i) ω + ĩ − ω`.
+    fn i_hat(&self) -> f32 {
+        self.si * self.w + self.it - self.w
+    }
+}
+
+/// Calls `visit(r·h + j, unit)` for every unit of `[n, 4h]` gates (`i, f, g, o`) and `[n, c]`
+/// master gates.
 fn ordered_rows(
     gates: &[f32],
     mf: &[f32],
     mi: &[f32],
     c: usize,
     h: usize,
-    mut emit: impl FnMut(usize, f32, f32, f32),
+    mut visit: impl FnMut(usize, &Unit),
 ) {
     let s_len = h / c;
     let rows = mf.len() / c.max(1);
@@ -293,9 +317,18 @@ fn ordered_rows(
         sigmoid(&mut s.f, &g[h..2 * h]);
         tanh(&mut s.b, &g[2 * h..3 * h]);
         for j in 0..h {
-            let (ft, it) = (mf[r * c + j / s_len], mi[r * c + j / s_len]);
-            let w = ft * it;
-            emit(r * h + j, s.f[j] * w + ft - w, s.a[j] * w + it - w, s.b[j]);
+            let k = r * c + j / s_len;
+            let (ft, it) = (mf[k], mi[k]);
+            let unit = Unit {
+                k,
+                ft,
+                it,
+                w: ft * it,
+                sf: s.f[j],
+                si: s.a[j],
+                tu: s.b[j],
+            };
+            visit(r * h + j, &unit);
         }
     }
 }
@@ -325,10 +358,10 @@ pub fn ordered_cell_backward(
 /// `out = [f̂ | î ⊙ tanh(g)]` `[n, 2h]` from gates `[n, 4h]` (`i, f, g, o`) and master gates
 /// `[n, c]`: the ON-LSTM gate activations without the cell update.
 pub fn ordered_gates(gates: &[f32], mf: &[f32], mi: &[f32], c: usize, h: usize, out: &mut [f32]) {
-    ordered_rows(gates, mf, mi, c, h, |i, f_hat, i_hat, tu| {
+    ordered_rows(gates, mf, mi, c, h, |i, u| {
         let (r, j) = (i / h, i % h);
-        out[r * 2 * h + j] = f_hat;
-        out[r * 2 * h + h + j] = i_hat * tu;
+        out[r * 2 * h + j] = u.f_hat();
+        out[r * 2 * h + h + j] = u.i_hat() * u.tu;
     });
 }
 
@@ -367,35 +400,21 @@ fn ordered_backward(
     d_mi: &mut [f32],
     mut upstream: impl FnMut(usize, f32) -> (f32, f32),
 ) {
-    let s_len = h / c;
-    let rows = mf.len() / c.max(1);
-    let mut s = Scratch::new(h);
     d_gates.fill(0.0);
     d_mf.fill(0.0);
     d_mi.fill(0.0);
-    for r in 0..rows {
-        let g = &gates[r * 4 * h..(r + 1) * 4 * h];
-        sigmoid(&mut s.a, &g[..h]);
-        sigmoid(&mut s.f, &g[h..2 * h]);
-        tanh(&mut s.b, &g[2 * h..3 * h]);
+    ordered_rows(gates, mf, mi, c, h, |i, u| {
+        let (d_fhat, gu) = upstream(i, u.f_hat());
+        let d_ihat = gu * u.tu;
+        let (r, j) = (i / h, i % h);
         let dg = &mut d_gates[r * 4 * h..(r + 1) * 4 * h];
-        for j in 0..h {
-            let k = r * c + j / s_len;
-            let (ft, it) = (mf[k], mi[k]);
-            let w = ft * it;
-            let (sf, si, tu) = (s.f[j], s.a[j], s.b[j]);
-            let f_hat = sf * w + ft - w;
-            let i_hat = si * w + it - w;
-            let (d_fhat, gu) = upstream(r * h + j, f_hat);
-            let d_ihat = gu * tu;
-            dg[j] = d_ihat * w * si * (1.0 - si);
-            dg[h + j] = d_fhat * w * sf * (1.0 - sf);
-            dg[2 * h + j] = gu * i_hat * (1.0 - tu * tu);
-            let d_w = d_fhat * (sf - 1.0) + d_ihat * (si - 1.0);
-            d_mf[k] += d_fhat + d_w * it;
-            d_mi[k] += d_ihat + d_w * ft;
-        }
-    }
+        dg[j] = d_ihat * u.w * u.si * (1.0 - u.si);
+        dg[h + j] = d_fhat * u.w * u.sf * (1.0 - u.sf);
+        dg[2 * h + j] = gu * u.i_hat() * (1.0 - u.tu * u.tu);
+        let d_w = d_fhat * (u.sf - 1.0) + d_ihat * (u.si - 1.0);
+        d_mf[u.k] += d_fhat + d_w * u.it;
+        d_mi[u.k] += d_ihat + d_w * u.ft;
+    });
 }
 
 /// `out[b, k] = [x[b, k] ; x[b, k + 1]]` for `x` `[b, m, d]`.

@@ -223,8 +223,9 @@ pub fn ordered_cell<B: Backend>(
     c_prev: FloatTensor<B>,
 ) -> FloatTensor<B> {
     let cp = t2::<B>(c_prev);
-    let [f_hat, update] = ordered_parts::<B>(gates, master_forget, master_input);
-    f_hat.mul(cp).add(update).into_primitive().tensor()
+    let p = OrderedParts::<B>::new(gates, master_forget, master_input);
+    let update = p.update();
+    p.f_hat.mul(cp).add(update).into_primitive().tensor()
 }
 
 /// The gradients of [`ordered_cell`] in plain ops.
@@ -252,48 +253,35 @@ fn ordered_backward<B: Backend>(
     d_fhat: Tensor<B, 2>,
     gu: Tensor<B, 2>,
 ) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>, Tensor<B, 2>) {
-    let g = t2::<B>(gates);
+    let c = master_forget.shape()[1];
+    let g = t2::<B>(gates.clone());
+    let p = OrderedParts::<B>::new(gates, master_forget, master_input);
     let [n, h] = gu.dims();
-    let mf0 = t2::<B>(master_forget);
-    let c = mf0.dims()[1];
-    let (mf, mi) = (spread(mf0, h), spread(t2::<B>(master_input), h));
-    let omega = mf.clone().mul(mi.clone());
-    let (sf, si, tu) = (
-        sigmoid(block(&g, 1, h)),
-        sigmoid(block(&g, 0, h)),
-        tanh(block(&g, 2, h)),
-    );
-    let f_hat = sf
-        .clone()
-        .mul(omega.clone())
-        .add(mf.clone().sub(omega.clone()));
-    let i_hat = si
-        .clone()
-        .mul(omega.clone())
-        .add(mi.clone().sub(omega.clone()));
-    let d_ihat = gu.clone().mul(tu.clone());
+    let d_ihat = gu.clone().mul(p.tu.clone());
     let d_f = d_fhat
         .clone()
-        .mul(omega.clone())
-        .mul(sf.clone().mul(sf.clone().neg().add_scalar(1.0)));
+        .mul(p.omega.clone())
+        .mul(p.sf.clone().mul(p.sf.clone().neg().add_scalar(1.0)));
     let d_i = d_ihat
         .clone()
-        .mul(omega)
-        .mul(si.clone().mul(si.clone().neg().add_scalar(1.0)));
-    let d_u = gu.mul(i_hat).mul(tu.clone().mul(tu).neg().add_scalar(1.0));
+        .mul(p.omega)
+        .mul(p.si.clone().mul(p.si.clone().neg().add_scalar(1.0)));
+    let d_u = gu
+        .mul(p.i_hat)
+        .mul(p.tu.clone().mul(p.tu).neg().add_scalar(1.0));
     let d_omega = d_fhat
         .clone()
-        .mul(sf.sub_scalar(1.0))
-        .add(d_ihat.clone().mul(si.sub_scalar(1.0)));
+        .mul(p.sf.sub_scalar(1.0))
+        .add(d_ihat.clone().mul(p.si.sub_scalar(1.0)));
     let chunk_sum = |t: Tensor<B, 2>| t.reshape([n, c, h / c]).sum_dim(2).reshape([n, c]);
-    let d_mf = chunk_sum(d_fhat.add(d_omega.clone().mul(mi)));
-    let d_mi = chunk_sum(d_ihat.add(d_omega.mul(mf)));
+    let d_mf = chunk_sum(d_fhat.add(d_omega.clone().mul(p.mi)));
+    let d_mi = chunk_sum(d_ihat.add(d_omega.mul(p.mf)));
     let d_gates = assemble(vec![(0, d_i), (1, d_f), (2, d_u)], n, h, 4, &g);
     (
         d_gates.into_primitive().tensor(),
         d_mf.into_primitive().tensor(),
         d_mi.into_primitive().tensor(),
-        f_hat,
+        p.f_hat,
     )
 }
 
@@ -303,30 +291,68 @@ pub fn ordered_gates<B: Backend>(
     master_forget: FloatTensor<B>,
     master_input: FloatTensor<B>,
 ) -> FloatTensor<B> {
-    let parts = ordered_parts::<B>(gates, master_forget, master_input);
-    Tensor::cat(parts.to_vec(), 1).into_primitive().tensor()
+    let p = OrderedParts::<B>::new(gates, master_forget, master_input);
+    let update = p.update();
+    Tensor::cat(vec![p.f_hat, update], 1)
+        .into_primitive()
+        .tensor()
 }
 
-/// `f̂` and `î ⊙ tanh(g)` of the ON-LSTM update (Shen et al. 2019, eqs. 9–14).
-fn ordered_parts<B: Backend>(
-    gates: FloatTensor<B>,
-    master_forget: FloatTensor<B>,
-    master_input: FloatTensor<B>,
-) -> [Tensor<B, 2>; 2] {
-    let g = t2::<B>(gates);
-    let h = g.dims()[1] / 4;
-    let (mf, mi) = (
-        spread(t2::<B>(master_forget), h),
-        spread(t2::<B>(master_input), h),
-    );
-    let omega = mf.clone().mul(mi.clone());
-    let f_hat = sigmoid(block(&g, 1, h))
-        .mul(omega.clone())
-        .add(mf.sub(omega.clone()));
-    let i_hat = sigmoid(block(&g, 0, h))
-        .mul(omega.clone())
-        .add(mi.sub(omega));
-    [f_hat, i_hat.mul(tanh(block(&g, 2, h)))]
+/// The quantities of the ON-LSTM update (Shen et al. 2019, eqs. 9–14), each `[n, H]`: the
+/// master gates spread over their chunks, `ω = f̃ ⊙ ĩ`, `σ(f)`, `σ(i)`, `tanh(g)`, `f̂`, `î`.
+struct OrderedParts<B: Backend> {
+    mf: Tensor<B, 2>,
+    mi: Tensor<B, 2>,
+    omega: Tensor<B, 2>,
+    sf: Tensor<B, 2>,
+    si: Tensor<B, 2>,
+    tu: Tensor<B, 2>,
+    f_hat: Tensor<B, 2>,
+    i_hat: Tensor<B, 2>,
+}
+
+impl<B: Backend> OrderedParts<B> {
+    fn new(
+        gates: FloatTensor<B>,
+        master_forget: FloatTensor<B>,
+        master_input: FloatTensor<B>,
+    ) -> Self {
+        let g = t2::<B>(gates);
+        let h = g.dims()[1] / 4;
+        let (mf, mi) = (
+            spread(t2::<B>(master_forget), h),
+            spread(t2::<B>(master_input), h),
+        );
+        let omega = mf.clone().mul(mi.clone());
+        let (sf, si, tu) = (
+            sigmoid(block(&g, 1, h)),
+            sigmoid(block(&g, 0, h)),
+            tanh(block(&g, 2, h)),
+        );
+        let f_hat = sf
+            .clone()
+            .mul(omega.clone())
+            .add(mf.clone().sub(omega.clone()));
+        let i_hat = si
+            .clone()
+            .mul(omega.clone())
+            .add(mi.clone().sub(omega.clone()));
+        OrderedParts {
+            mf,
+            mi,
+            omega,
+            sf,
+            si,
+            tu,
+            f_hat,
+            i_hat,
+        }
+    }
+
+    /// `î ⊙ tanh(g)`.
+    fn update(&self) -> Tensor<B, 2> {
+        self.i_hat.clone().mul(self.tu.clone())
+    }
 }
 
 /// The gradients of [`ordered_gates`] with respect to the gates (zero in the output block) and
