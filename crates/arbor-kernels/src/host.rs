@@ -232,7 +232,7 @@ pub(crate) fn ordered_gates_backward<T: HostTensor>(
 
 pub(crate) fn adjacent_pairs<T: HostTensor>(x: &T) -> Option<T> {
     let xx = x.host()?;
-    let (b, m, d) = scan_dims(x);
+    let (b, m, d) = dims3(x);
     if m < 2 {
         return None;
     }
@@ -243,7 +243,7 @@ pub(crate) fn adjacent_pairs<T: HostTensor>(x: &T) -> Option<T> {
 
 pub(crate) fn adjacent_pairs_backward<T: HostTensor>(grad: &T) -> Option<T> {
     let g = grad.host()?;
-    let (b, m1, d2) = scan_dims(grad);
+    let (b, m1, d2) = dims3(grad);
     let (m, d) = (m1 + 1, d2 / 2);
     let mut dx = vec![0f32; b * m * d];
     cpu::adjacent_pairs_backward(&g, (b, m, d), &mut dx);
@@ -271,7 +271,7 @@ pub(crate) fn activation_backward<T: HostTensor>(y: &T, grad: &T, act: Activatio
     Some(T::from_f32(out, shape))
 }
 
-fn scan_dims<T: TensorMetadata>(a: &T) -> (usize, usize, usize) {
+fn dims3<T: TensorMetadata>(a: &T) -> (usize, usize, usize) {
     let shape = a.shape();
     (shape[0], shape[1], shape[2])
 }
@@ -280,7 +280,7 @@ pub(crate) fn linear_scan<T: HostTensor>(a: &T, u: &T, c0: &T) -> Option<T> {
     let (aa, uu, cc) = (a.host()?, u.host()?, c0.host()?);
     let shape = a.shape();
     let mut out = vec![0f32; shape.num_elements()];
-    cpu::linear_scan(&aa, &uu, &cc, scan_dims(a), &mut out);
+    cpu::linear_scan(&aa, &uu, &cc, dims3(a), &mut out);
     Some(T::from_f32(out, shape))
 }
 
@@ -295,16 +295,7 @@ pub(crate) fn linear_scan_backward<T: HostTensor>(
     let n = shape.num_elements();
     let (mut d_a, mut d_u) = (vec![0f32; n], vec![0f32; n]);
     let mut d_c0 = vec![0f32; c_shape.num_elements()];
-    cpu::linear_scan_backward(
-        &aa,
-        &uu,
-        &cc,
-        &g,
-        scan_dims(a),
-        &mut d_a,
-        &mut d_u,
-        &mut d_c0,
-    );
+    cpu::linear_scan_backward(&aa, &uu, &cc, &g, dims3(a), &mut d_a, &mut d_u, &mut d_c0);
     Some([
         T::from_f32(d_a, shape.clone()),
         T::from_f32(d_u, shape),

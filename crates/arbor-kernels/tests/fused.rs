@@ -72,6 +72,22 @@ fn central_differences<const D: usize, const N: usize>(
         .collect()
 }
 
+/// Runs the gradient function `$f` fused (`true`) and in plain ops (`false`) on
+/// `Autodiff<Flex>` and `Autodiff<NdArray>`, and asserts that each named result agrees within
+/// `$tol`.
+macro_rules! assert_fused_agrees {
+    ($f:ident($($arg:expr),*), $names:expr, $tol:expr, $context:expr) => {
+        for (fused, want) in [
+            ($f::<Autodiff<Flex>>(true $(, $arg)*), $f::<Autodiff<Flex>>(false $(, $arg)*)),
+            ($f::<Autodiff<NdArray>>(true $(, $arg)*), $f::<Autodiff<NdArray>>(false $(, $arg)*)),
+        ] {
+            for (k, name) in $names.iter().enumerate() {
+                assert_close(&fused[k], &want[k], $tol, &format!("{name} {}", $context));
+            }
+        }
+    };
+}
+
 /// The reference cell and output as tensors (plain ops, so autodiff records every one).
 fn reference_both<B: Backend, const D: usize>(
     gates: Tensor<B, D>,
@@ -374,25 +390,12 @@ fn mix_grads<B: AutodiffBackend + ArborBackend>(
 #[test]
 fn select_mix_gradients_match_reference() {
     for (b, k, d) in [(2, 4, 9), (1, 6, 16)] {
-        for (fused, want) in [
-            (
-                mix_grads::<Autodiff<Flex>>(true, b, k, d),
-                mix_grads::<Autodiff<Flex>>(false, b, k, d),
-            ),
-            (
-                mix_grads::<Autodiff<NdArray>>(true, b, k, d),
-                mix_grads::<Autodiff<NdArray>>(false, b, k, d),
-            ),
-        ] {
-            for (i, name) in ["d s", "d parent", "d left/right"].iter().enumerate() {
-                assert_close(
-                    &fused[i],
-                    &want[i],
-                    1e-5,
-                    &format!("{name} [{b}, {k}, {d}]"),
-                );
-            }
-        }
+        assert_fused_agrees!(
+            mix_grads(b, k, d),
+            ["d s", "d parent", "d left/right"],
+            1e-5,
+            format!("[{b}, {k}, {d}]")
+        );
     }
 }
 
@@ -469,28 +472,12 @@ fn ordered_grads<B: AutodiffBackend + ArborBackend>(
 #[test]
 fn ordered_cell_gradients_match_reference() {
     for (n, c, h) in [(3, 4, 12), (2, 3, 9)] {
-        for (fused, want) in [
-            (
-                ordered_grads::<Autodiff<Flex>>(true, n, c, h),
-                ordered_grads::<Autodiff<Flex>>(false, n, c, h),
-            ),
-            (
-                ordered_grads::<Autodiff<NdArray>>(true, n, c, h),
-                ordered_grads::<Autodiff<NdArray>>(false, n, c, h),
-            ),
-        ] {
-            for (i, name) in ["d gates", "d master forget", "d master input", "d c_prev"]
-                .iter()
-                .enumerate()
-            {
-                assert_close(
-                    &fused[i],
-                    &want[i],
-                    1e-5,
-                    &format!("{name} [{n}, {c}, {h}]"),
-                );
-            }
-        }
+        assert_fused_agrees!(
+            ordered_grads(n, c, h),
+            ["d gates", "d master forget", "d master input", "d c_prev"],
+            1e-5,
+            format!("[{n}, {c}, {h}]")
+        );
     }
 }
 
@@ -577,25 +564,12 @@ fn scan_grads<B: AutodiffBackend + ArborBackend>(
 #[test]
 fn linear_scan_gradients_match_reference() {
     for (b, t, h) in [(3, 5, 7), (2, 1, 9)] {
-        for (fused, want) in [
-            (
-                scan_grads::<Autodiff<Flex>>(true, b, t, h),
-                scan_grads::<Autodiff<Flex>>(false, b, t, h),
-            ),
-            (
-                scan_grads::<Autodiff<NdArray>>(true, b, t, h),
-                scan_grads::<Autodiff<NdArray>>(false, b, t, h),
-            ),
-        ] {
-            for (i, name) in ["d a", "d u", "d c0"].iter().enumerate() {
-                assert_close(
-                    &fused[i],
-                    &want[i],
-                    1e-5,
-                    &format!("{name} [{b}, {t}, {h}]"),
-                );
-            }
-        }
+        assert_fused_agrees!(
+            scan_grads(b, t, h),
+            ["d a", "d u", "d c0"],
+            1e-5,
+            format!("[{b}, {t}, {h}]")
+        );
     }
 }
 
@@ -637,20 +611,7 @@ fn activations<B: AutodiffBackend + ArborBackend>(fused: bool) -> [Vec<f64>; 3] 
 
 #[test]
 fn activations_match_burn_in_values_and_gradients() {
-    for (fused, want) in [
-        (
-            activations::<Autodiff<Flex>>(true),
-            activations::<Autodiff<Flex>>(false),
-        ),
-        (
-            activations::<Autodiff<NdArray>>(true),
-            activations::<Autodiff<NdArray>>(false),
-        ),
-    ] {
-        for (k, name) in ["sigmoid", "tanh", "d x"].iter().enumerate() {
-            assert_close(&fused[k], &want[k], 1e-5, name);
-        }
-    }
+    assert_fused_agrees!(activations(), ["sigmoid", "tanh", "d x"], 1e-5, "");
 }
 
 #[test]
@@ -704,19 +665,7 @@ fn write_grads<B: AutodiffBackend + ArborBackend>(fused: bool) -> Vec<Vec<f64>> 
 
 #[test]
 fn write_rows_gradients_match_slice_assign() {
-    for (fused, want) in [
-        (
-            write_grads::<Autodiff<Flex>>(true),
-            write_grads::<Autodiff<Flex>>(false),
-        ),
-        (
-            write_grads::<Autodiff<NdArray>>(true),
-            write_grads::<Autodiff<NdArray>>(false),
-        ),
-    ] {
-        assert_close(&fused[0], &want[0], 1e-6, "d t");
-        assert_close(&fused[1], &want[1], 1e-6, "d rows");
-    }
+    assert_fused_agrees!(write_grads(), ["d t", "d rows"], 1e-6, "");
 }
 
 /// `ordered_gates` on the same inputs as `ordered_cell` (its `c_prev` unused), with the gates a
@@ -780,28 +729,12 @@ fn ordered_gates_match_reference_and_ordered_cell() {
                 }
             }
         }
-        for (fused, want) in [
-            (
-                gates_grads::<Autodiff<Flex>>(true, (n, c, h)),
-                gates_grads::<Autodiff<Flex>>(false, (n, c, h)),
-            ),
-            (
-                gates_grads::<Autodiff<NdArray>>(true, (n, c, h)),
-                gates_grads::<Autodiff<NdArray>>(false, (n, c, h)),
-            ),
-        ] {
-            for (i, name) in ["d gates", "d master forget", "d master input"]
-                .iter()
-                .enumerate()
-            {
-                assert_close(
-                    &fused[i],
-                    &want[i],
-                    1e-5,
-                    &format!("{name} [{n}, {c}, {h}]"),
-                );
-            }
-        }
+        assert_fused_agrees!(
+            gates_grads((n, c, h)),
+            ["d gates", "d master forget", "d master input"],
+            1e-5,
+            format!("[{n}, {c}, {h}]")
+        );
     }
 }
 
