@@ -24,19 +24,38 @@ const NEG_BIG: f64 = -1e30;
 #[derive(Debug)]
 pub struct GumbelSampler {
     rng: Option<StdRng>,
+    /// A temperature that overrides the model's own (annealing), or `None`.
+    temperature: Option<f64>,
 }
 
 impl GumbelSampler {
     /// Draws from the backend's random generator.
     pub fn backend() -> Self {
-        Self { rng: None }
+        Self {
+            rng: None,
+            temperature: None,
+        }
     }
 
     /// Draws from a private generator seeded with `seed` (reproducible on every backend).
     pub fn seeded(seed: u64) -> Self {
         Self {
             rng: Some(StdRng::seed_from_u64(seed)),
+            temperature: None,
         }
+    }
+
+    /// Makes every model that samples with this sampler use the Gumbel-softmax temperature
+    /// `tau` instead of its own (an annealed τ from the training loop); `None` keeps the
+    /// models' own. A non-positive or non-finite `tau` is ignored.
+    pub fn with_temperature(mut self, tau: Option<f64>) -> Self {
+        self.temperature = tau.filter(|t| t.is_finite() && *t > 0.0);
+        self
+    }
+
+    /// The temperature to use for a model whose own temperature is `own`.
+    pub fn temperature_or(&self, own: f64) -> f64 {
+        self.temperature.unwrap_or(own)
     }
 
     /// Gumbel noise of the given shape; every entry is finite.

@@ -397,6 +397,7 @@ fn sample<B: ArborBackend>(
     tau: f64,
 ) -> Selection<B> {
     let noise = sampler.sample::<B, 2>(logits.dims(), &logits.device());
+    let tau = sampler.temperature_or(tau);
     st_gumbel_softmax(logits, Some(mask), tau, Some(noise))
 }
 

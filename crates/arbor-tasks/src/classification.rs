@@ -4,7 +4,7 @@ use arbor_cells::{ArborAutodiffBackend, ArborBackend};
 use arbor_data::tree::{BinaryTree, Transition};
 use arbor_encoders::{Decisions, Encoder};
 use arbor_heads::{NliClassifier, SentenceBatch, SentenceClassifier};
-use arbor_train::{EvalReport, StepOutput, Task};
+use arbor_train::{EvalReport, StepContext, StepOutput, Task};
 use burn::module::AutodiffModule;
 use burn::prelude::*;
 
@@ -122,9 +122,10 @@ where
         self.train.lengths()
     }
 
-    fn step(&self, model: &Self::Model, idx: &[usize], noise_seed: u64) -> StepOutput<B> {
+    fn step(&self, model: &Self::Model, idx: &[usize], ctx: StepContext) -> StepOutput<B> {
         let (batch, labels) = self.train.batch::<B>(idx, &self.device);
-        let mut sampler = arbor_cells::GumbelSampler::seeded(noise_seed);
+        let mut sampler = arbor_cells::GumbelSampler::seeded(ctx.noise_seed)
+            .with_temperature(ctx.temperature);
         let out = model.classify(batch, Decisions::Sample(&mut sampler));
         let total = labels.dims()[0];
         let correct = arbor_heads::count_correct(out.logits.clone().detach(), labels.clone());

@@ -4,7 +4,7 @@ use arbor_cells::ArborAutodiffBackend;
 use arbor_cells::GumbelSampler;
 use arbor_encoders::r2d2::{R2d2Lm, R2d2LmConfig};
 use arbor_encoders::Decisions;
-use arbor_train::{EvalReport, StepOutput, Task};
+use arbor_train::{EvalReport, StepContext, StepOutput, Task};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 
@@ -60,9 +60,9 @@ impl<B: ArborAutodiffBackend> Task<B> for R2d2LmTask<B> {
         self.train.iter().map(Vec::len).collect()
     }
 
-    fn step(&self, model: &R2d2Lm<B>, batch: &[usize], noise_seed: u64) -> StepOutput<B> {
+    fn step(&self, model: &R2d2Lm<B>, batch: &[usize], ctx: StepContext) -> StepOutput<B> {
         let refs: Vec<&[u32]> = batch.iter().map(|&i| self.train[i].as_slice()).collect();
-        let mut sampler = GumbelSampler::seeded(noise_seed);
+        let mut sampler = GumbelSampler::seeded(ctx.noise_seed).with_temperature(ctx.temperature);
         let out = model.lm_loss(&refs, Decisions::Sample(&mut sampler));
         StepOutput {
             loss: out.loss,

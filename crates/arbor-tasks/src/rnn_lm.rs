@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::time::Instant;
 
 use arbor_lm::{ids_tensor, token_nll, Batchified, LmState, RnnLm};
-use arbor_train::{EvalReport, StepOutput, Task};
+use arbor_train::{EvalReport, StepContext, StepOutput, Task};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 
@@ -101,7 +101,7 @@ impl<B: ArborAutodiffBackend> Task<B> for LmTask<B> {
         Some((0..self.train.num_segments()).map(|s| vec![s]).collect())
     }
 
-    fn step(&self, model: &RnnLm<B>, batch: &[usize], _noise_seed: u64) -> StepOutput<B> {
+    fn step(&self, model: &RnnLm<B>, batch: &[usize], _ctx: StepContext) -> StepOutput<B> {
         let s = batch[0];
         let init = self
             .carry

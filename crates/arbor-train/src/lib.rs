@@ -34,7 +34,7 @@ pub use checkpoint::{CheckpointError, CheckpointFile};
 pub use clip::{clip_global_norm, global_grad_norm};
 pub use engine::{
     load_model, plateau_decay, seed_everything, step_seed, train, warmed_up, CheckpointEvery,
-    EvalReport, NonFiniteTensor, OptimizerKind, StepOutput, StopReason, Task, TrainConfig,
-    TrainError, TrainOutcome, TrainState,
+    EvalReport, LrSchedule, NonFiniteTensor, OptimizerKind, StepContext, StepOutput, StopReason,
+    Task, TauAnneal, TrainConfig, TrainError, TrainOutcome, TrainState,
 };
 pub use log::{MetricsLog, MetricsRecord};

@@ -102,7 +102,8 @@ impl Task<Ad> for Probe {
     fn train_lengths(&self) -> Vec<usize> {
         vec![1; 64]
     }
-    fn step(&self, model: &Mlp<Ad>, batch: &[usize], noise_seed: u64) -> StepOutput<Ad> {
+    fn step(&self, model: &Mlp<Ad>, batch: &[usize], ctx: StepContext) -> StepOutput<Ad> {
+        let noise_seed = ctx.noise_seed;
         let (x, y) = self.tensors::<Ad>(batch);
         let logits = model.forward(x);
         let mut loss = burn::nn::loss::CrossEntropyLossConfig::new()

@@ -541,7 +541,8 @@ impl<B: ArborBackend> Chart<B> {
             let sel = match decisions {
                 Decisions::Sample(sampler) => {
                     let noise = sampler.sample::<B, 2>([c, k], &device);
-                    st_gumbel_softmax(lpt_k.clone(), None, config.tau, Some(noise))
+                    let tau = sampler.temperature_or(config.tau);
+                    st_gumbel_softmax(lpt_k.clone(), None, tau, Some(noise))
                 }
                 Decisions::Argmax => argmax_select(lpt_k.clone(), None),
             };

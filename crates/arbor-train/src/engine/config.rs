@@ -6,6 +6,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use super::schedule::{LrSchedule, TauAnneal};
+
 /// Which optimizer to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -102,6 +104,16 @@ pub struct TrainConfig {
     /// `lr · min(1, (s + 1)/warmup_steps)`.
     #[serde(default)]
     pub warmup_steps: u64,
+    /// How the learning rate moves (plateau decay by default; cosine, step, constant).
+    #[serde(default)]
+    pub lr_schedule: LrSchedule,
+    /// Stop once this many evaluations in a row have not improved the validation metric
+    /// (`None`: never stop early). The best model is in `best.ckpt`.
+    #[serde(default)]
+    pub early_stopping: Option<u32>,
+    /// Anneal the Gumbel-softmax temperature (`None`: each model's own fixed τ).
+    #[serde(default)]
+    pub tau_anneal: Option<TauAnneal>,
     /// Also write `last.ckpt` on this schedule, independently of evaluation (`None`: only at
     /// evaluations and at the end of the run).
     #[serde(default)]
@@ -141,6 +153,9 @@ impl TrainConfig {
             plateau_patience: 1,
             min_lr: 1e-6,
             warmup_steps: 0,
+            lr_schedule: LrSchedule::Plateau,
+            early_stopping: None,
+            tau_anneal: None,
             checkpoint_every: None,
             out_dir: out_dir.into(),
             resume: false,

@@ -6,6 +6,8 @@
 //!   [`EvalReport`];
 //! - `optim`: the optimizer, learning-rate warm-up ([`warmed_up`]) and plateau decay, and
 //!   seeding ([`seed_everything`], [`step_seed`]);
+//! - `schedule`: the learning-rate schedule ([`LrSchedule`], burn-optim's schedulers) and the
+//!   Gumbel temperature annealing ([`TauAnneal`]);
 //! - `run`: the loop itself, [`train`], with [`TrainState`], [`TrainOutcome`] (and its
 //!   [`StopReason`]), [`TrainError`] (and its [`NonFiniteTensor`]), and [`load_model`] to read
 //!   weights back from a checkpoint;
@@ -21,6 +23,7 @@ mod optim;
 mod progress;
 mod resume;
 mod run;
+mod schedule;
 mod task;
 
 pub use config::{CheckpointEvery, OptimizerKind, TrainConfig};
@@ -28,4 +31,5 @@ pub use optim::{plateau_decay, seed_everything, step_seed, warmed_up};
 pub use run::{
     load_model, train, NonFiniteTensor, StopReason, TrainError, TrainOutcome, TrainState,
 };
-pub use task::{EvalReport, StepOutput, Task};
+pub use schedule::{LrSchedule, TauAnneal};
+pub use task::{EvalReport, StepContext, StepOutput, Task};

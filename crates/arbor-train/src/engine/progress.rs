@@ -91,18 +91,30 @@ impl Window {
         )
     }
 
-    /// The `train` record of the metrics log closing the window, `secs` after it started.
-    pub(super) fn record(&self, state: &TrainState, secs: f64) -> MetricsRecord {
+    /// The `train` record of the metrics log closing the window, `secs` after it started; `lr`
+    /// is the learning rate of the window's last step (schedule and warm-up applied) and `tau`
+    /// the annealed Gumbel temperature, if any.
+    pub(super) fn record(
+        &self,
+        state: &TrainState,
+        secs: f64,
+        lr: f64,
+        tau: Option<f64>,
+    ) -> MetricsRecord {
+        let mut extra = serde_json::Map::new();
+        if let Some(t) = tau {
+            extra.insert("tau".into(), serde_json::json!(t));
+        }
         MetricsRecord {
             kind: "train".into(),
             step: state.step,
             epoch: state.epoch,
             loss: Some(self.mean_loss()),
             accuracy: self.accuracy(),
-            lr: state.lr,
+            lr,
             examples_per_sec: Some(self.examples as f64 / secs),
             elapsed_sec: state.elapsed_sec,
-            extra: serde_json::Map::new(),
+            extra,
         }
     }
 }

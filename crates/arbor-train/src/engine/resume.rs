@@ -25,6 +25,8 @@ pub(super) const RUN_FIELDS: &[&str] = &[
     "plateau_patience",
     "min_lr",
     "warmup_steps",
+    "lr_schedule",
+    "tau_anneal",
 ];
 
 /// Key of the data fingerprint in a checkpoint's metadata.
@@ -102,9 +104,14 @@ fn compare_config(saved: Option<&Value>, config: &TrainConfig, check: &mut Resum
             return;
         }
     };
+    // A field the checkpoint lacks (written before the field existed) had its default value.
+    let defaults = serde_json::to_value(TrainConfig::new("")).unwrap_or(Value::Null);
     for &field in RUN_FIELDS {
         let (s, n) = (
-            saved.get(field).unwrap_or(&Value::Null),
+            saved
+                .get(field)
+                .or_else(|| defaults.get(field))
+                .unwrap_or(&Value::Null),
             now.get(field).unwrap_or(&Value::Null),
         );
         if s != n {

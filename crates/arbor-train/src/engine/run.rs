@@ -34,7 +34,7 @@ use super::curves::{draw_curves, SELECTION_METRIC};
 use super::optim::{plateau_decay, seed_everything, step_seed, warmed_up, Optim};
 use super::progress::{print_summary, Progress, Window};
 use super::resume::{self, CONFIG_KEY, FINGERPRINT_KEY};
-use super::task::{EvalReport, Task};
+use super::task::{EvalReport, StepContext, Task};
 use crate::checkpoint::{CheckpointError, CheckpointFile};
 use crate::clip::{clip_to, squared_grad_norm};
 use crate::log::{MetricsLog, MetricsRecord};
@@ -60,6 +60,13 @@ pub struct TrainState {
     pub elapsed_sec: f64,
     /// Examples seen so far.
     pub examples: u64,
+    /// Evaluations since the best one (for early stopping; unlike `bad_evals`, not reset when
+    /// the learning rate decays).
+    #[serde(default)]
+    pub evals_since_best: u32,
+    /// Whether early stopping ended the run (a resumed run then does nothing more).
+    #[serde(default)]
+    pub stopped_early: bool,
 }
 
 /// Why training stopped early.
@@ -122,6 +129,10 @@ pub enum TrainError {
     /// The training set is empty.
     #[error("the training set is empty")]
     NoData,
+    /// The configuration is invalid (a learning-rate schedule or temperature annealing with
+    /// impossible settings).
+    #[error("invalid training configuration: {0}")]
+    Config(String),
 }
 
 /// Which value of a training step was NaN or infinite (see [`TrainError::NonFinite`]).
@@ -151,6 +162,21 @@ pub enum StopReason {
     MaxSteps,
     /// `max_minutes` of training were spent.
     MaxMinutes,
+    /// The validation metric did not improve for `early_stopping` evaluations in a row.
+    EarlyStopping,
+}
+
+impl StopReason {
+    /// The name used in logs and result files: `finished`, `max_steps`, `max_minutes`,
+    /// `early_stopping`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            StopReason::Finished => "finished",
+            StopReason::MaxSteps => "max_steps",
+            StopReason::MaxMinutes => "max_minutes",
+            StopReason::EarlyStopping => "early_stopping",
+        }
+    }
 }
 
 /// The result of [`train`].
@@ -283,6 +309,7 @@ where
     B: AutodiffBackend,
     T: Task<B>,
 {
+    validate(config).map_err(TrainError::Config)?;
     let lengths = task.train_lengths();
     if lengths.is_empty() {
         return Err(TrainError::NoData);
@@ -310,6 +337,11 @@ where
         },
         max_steps: config.max_steps.unwrap_or(u64::MAX),
         fingerprint,
+        run_steps: 0,
+    };
+    let run = Run {
+        run_steps: run.run_steps(),
+        ..run
     };
     let outcome = run.run_all(training);
     let curves = config.curves();
@@ -325,6 +357,22 @@ where
         )),
     }
     outcome
+}
+
+/// Checks the settings that no type rules out: the learning-rate schedule against the learning
+/// rate, the temperature annealing, a positive early-stopping patience.
+fn validate(config: &TrainConfig) -> Result<(), String> {
+    config
+        .lr_schedule
+        .validate(config.lr, config.min_lr)
+        .map_err(|e| format!("lr_schedule: {e}"))?;
+    if let Some(a) = &config.tau_anneal {
+        a.validate().map_err(|e| format!("tau_anneal: {e}"))?;
+    }
+    if config.early_stopping == Some(0) {
+        return Err("early_stopping: the patience must be at least 1 evaluation".into());
+    }
+    Ok(())
 }
 
 /// Prints a warning (also when quiet: it concerns the correctness of the run).
@@ -376,6 +424,8 @@ fn start<B: AutodiffBackend, M: AutodiffModule<B>>(
         bad_evals: 0,
         elapsed_sec: 0.0,
         examples: 0,
+        evals_since_best: 0,
+        stopped_early: false,
     };
     let last_path = config.last_checkpoint();
     if config.resume && last_path.exists() {
@@ -455,6 +505,9 @@ struct Run<'a, B: AutodiffBackend, T: Task<B>> {
     max_steps: u64,
     /// The task's data fingerprint, stored in every checkpoint.
     fingerprint: Option<String>,
+    /// The run's length in optimizer steps (`max_steps`, or epochs × the first epoch's
+    /// batches when smaller): the default length of a cosine schedule.
+    run_steps: u64,
 }
 
 impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
@@ -473,6 +526,29 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
         self.finish(training)
     }
 
+    /// The run's length in optimizer steps: `max_steps`, or epochs × the first epoch's
+    /// batches when that is smaller.
+    fn run_steps(&self) -> u64 {
+        let per_epoch = self
+            .task
+            .batches(0)
+            .map(|b| b.len())
+            .unwrap_or_else(|| make_batches(&self.lengths, &self.batch_config, 0).len());
+        (per_epoch as u64)
+            .saturating_mul(self.config.epochs as u64)
+            .min(self.max_steps)
+            .max(1)
+    }
+
+    /// The learning rate of optimizer step `state.step`: the schedule, then the warm-up.
+    fn lr(&self, state: &TrainState) -> f64 {
+        let c = self.config;
+        let scheduled = c
+            .lr_schedule
+            .lr_at::<B>(state.step, state.lr, c.min_lr, self.run_steps);
+        warmed_up(c, state.step, scheduled)
+    }
+
     /// Whether `config.checkpoint_every` asks for `last.ckpt` now.
     fn checkpoint_due(&self, t: &Training<B, T::Model>) -> bool {
         match self.config.checkpoint_every {
@@ -484,7 +560,8 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
 
     /// Whether another epoch may start: epochs, steps and training time are all left.
     fn more_epochs(&self, state: &TrainState) -> bool {
-        (state.epoch as usize) < self.config.epochs
+        !state.stopped_early
+            && (state.epoch as usize) < self.config.epochs
             && state.step < self.max_steps
             && self
                 .config
@@ -533,15 +610,23 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
             window.add(loss, correct, total, batch.len());
             let secs = window.secs();
             progress.bar.set_position(t.state.batch_in_epoch as u64);
-            progress.bar.set_message(window.message(secs, t.state.lr));
+            progress
+                .bar
+                .set_message(window.message(secs, self.lr(&t.state)));
             let eval_now = config.eval_every > 0 && t.state.step.is_multiple_of(config.eval_every);
             let out_of_time = config
                 .max_minutes
                 .is_some_and(|m| t.state.elapsed_sec >= 60.0 * m);
-            let stop = t.state.step >= self.max_steps || out_of_time;
+            let mut stop = t.state.step >= self.max_steps || out_of_time;
             let checkpoint_now = self.checkpoint_due(&t);
             if eval_now || stop || checkpoint_now || t.state.batch_in_epoch == batches.len() {
-                let record = window.record(&t.state, secs);
+                let last = t.state.step.saturating_sub(1);
+                let tau = config.tau_anneal.map(|a| a.tau_at(last));
+                let lr = self.lr(&TrainState {
+                    step: last,
+                    ..t.state.clone()
+                });
+                let record = window.record(&t.state, secs, lr, tau);
                 self.log
                     .append(&record)
                     .map_err(log_error(self.log.path()))?;
@@ -558,6 +643,7 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
                     .suspend(|| self.evaluate(&t.model, &mut t.state, &mut t.evals, true))?;
                 t.last_eval_step = Some(t.state.step);
                 self.save_last(&mut t)?;
+                stop |= t.state.stopped_early;
             } else if checkpoint_now && !stop {
                 // (When stopping, `finish` writes it.)
                 self.save_last(&mut t)?;
@@ -586,9 +672,12 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
         let config = self.config;
         let started = Instant::now();
         seed_everything::<B>(self.device, step_seed(config.seed, state.step, 0));
-        let out = self
-            .task
-            .step(&model, batch, step_seed(config.seed, state.step, 1));
+        let ctx = StepContext {
+            step: state.step,
+            noise_seed: step_seed(config.seed, state.step, 1),
+            temperature: config.tau_anneal.map(|a| a.tau_at(state.step)),
+        };
+        let out = self.task.step(&model, batch, ctx);
         let loss_on_device = out.loss.clone().inner();
         let mut grads = GradientsParams::from_grads(out.loss.backward(), &model);
         // The one read-back of the step: the loss and the squared gradient norm together.
@@ -622,7 +711,7 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
         if let Some(max) = config.clip_norm {
             clip_to::<B, _>(&model, &mut grads, norm, max);
         }
-        let model = optim.step(warmed_up(config, state.step, state.lr), model, grads);
+        let model = optim.step(self.lr(state), model, grads);
         state.step += 1;
         state.batch_in_epoch += 1;
         state.examples += batch.len() as u64;
@@ -753,18 +842,38 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
             state.best_metric = Some(metric);
             state.best_step = Some(state.step);
             state.bad_evals = 0;
+            state.evals_since_best = 0;
             self.save_checkpoint(model, Vec::new(), state, &self.best_path)?;
-        } else if plateau_decay(self.config, &mut state.bad_evals, &mut state.lr)
+            return Ok(());
+        }
+        state.evals_since_best += 1;
+        if self.config.lr_schedule.decays_on_plateau()
+            && plateau_decay(self.config, &mut state.bad_evals, &mut state.lr)
             && !self.config.quiet
         {
             eprintln!("validation stalled: learning rate now {:.2e}", state.lr);
+        }
+        if let Some(patience) = self.config.early_stopping {
+            if state.evals_since_best >= patience {
+                state.stopped_early = true;
+                if !self.config.quiet {
+                    eprintln!(
+                        "early stopping: no improvement in {} evaluations (best {:.4} at step {})",
+                        state.evals_since_best,
+                        state.best_metric.unwrap_or(f64::NAN),
+                        state.best_step.unwrap_or(0)
+                    );
+                }
+            }
         }
         Ok(())
     }
 
     /// Why the loop ended at `state`.
     fn stop_reason(&self, state: &TrainState) -> StopReason {
-        if state.epoch as usize >= self.config.epochs {
+        if state.stopped_early {
+            StopReason::EarlyStopping
+        } else if state.epoch as usize >= self.config.epochs {
             StopReason::Finished
         } else if state.step >= self.max_steps {
             StopReason::MaxSteps

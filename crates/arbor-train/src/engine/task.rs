@@ -21,6 +21,28 @@ pub struct StepOutput<B: Backend> {
     pub total: usize,
 }
 
+/// Where a training step stands, for [`Task::step`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepContext {
+    /// The optimizer step (0-based; steps done before this one).
+    pub step: u64,
+    /// This step's seed for the task's own noise.
+    pub noise_seed: u64,
+    /// The annealed Gumbel-softmax temperature in force (`None`: the model's own).
+    pub temperature: Option<f64>,
+}
+
+impl StepContext {
+    /// A context with only a noise seed (step 0, no temperature override).
+    pub fn seeded(noise_seed: u64) -> Self {
+        Self {
+            step: 0,
+            noise_seed,
+            temperature: None,
+        }
+    }
+}
+
 /// The result of evaluating on a whole split.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct EvalReport {
@@ -60,12 +82,15 @@ pub trait Task<B: AutodiffBackend> {
     /// Size of every training example (for length bucketing).
     fn train_lengths(&self) -> Vec<usize>;
 
-    /// Forward pass and loss on the training examples `batch` (indices into the training set).
+    /// Forward pass and loss on the training examples `batch` (indices into the training set),
+    /// at the optimizer step `ctx` describes.
     ///
-    /// `noise_seed` is this step's seed for any noise the task draws itself (e.g. a
-    /// `GumbelSampler::seeded(noise_seed)`): it depends only on the run's seed and the step, so
-    /// a resumed run draws the same noise as an uninterrupted one.
-    fn step(&self, model: &Self::Model, batch: &[usize], noise_seed: u64) -> StepOutput<B>;
+    /// `ctx.noise_seed` is this step's seed for any noise the task draws itself (e.g. a
+    /// `GumbelSampler::seeded(ctx.noise_seed)`): it depends only on the run's seed and the step,
+    /// so a resumed run draws the same noise as an uninterrupted one. `ctx.temperature`, when
+    /// set, is the annealed Gumbel-softmax temperature the task's sampling must use instead of
+    /// the model's own.
+    fn step(&self, model: &Self::Model, batch: &[usize], ctx: StepContext) -> StepOutput<B>;
 
     /// Splits to evaluate; the first is used for model selection and plateau decay.
     fn eval_splits(&self) -> Vec<String>;
