@@ -11,6 +11,13 @@
 //! - `cargo xtask graph --check`: fails unless the picture in `docs/architecture.md` matches the
 //!   manifests: the same edges, every crate in exactly one layer, every dependency in a strictly
 //!   lower layer (CI runs this).
+//! - `cargo xtask repro RECIPE...`: reproduces papers' numbers. Each recipe (`repro/NAME.toml`,
+//!   format in `repro/README.md`) names a training program, its flags, seeds and the paper's
+//!   accuracy; repro builds the program (release, the backend feature `--device` needs), runs it
+//!   once per seed into `runs/repro/NAME/seedK/` (resuming from a `last.ckpt` there), and writes
+//!   `record.json` and `record.md` comparing the mean over seeds with the paper. `--list`,
+//!   `--seeds N`, `--budget-minutes M`, `--test FILE`, `--device D`, `--out DIR`,
+//!   `--program PATH`, `--dry-run`; see `docs/repro.md`.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -19,6 +26,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
 mod graph;
+mod repro;
 
 #[derive(Parser)]
 #[command(name = "xtask", about = "arbor project automation")]
@@ -43,6 +51,9 @@ enum Cmd {
         #[arg(long)]
         check: bool,
     },
+    /// Reproduce papers' numbers: run recipes from `repro/` and record arbor's result beside
+    /// the paper's (see docs/repro.md).
+    Repro(repro::ReproArgs),
 }
 
 /// The cargo feature the `--device` among `args` needs (`flex` when none is given).
@@ -109,6 +120,7 @@ fn main() -> Result<()> {
         }
         Cmd::Bench { args } => bench(&args),
         Cmd::Graph { check } => graph::run(&root(), check),
+        Cmd::Repro(args) => repro::run(&root(), &args).map(drop),
     }
 }
 
@@ -145,6 +157,41 @@ mod tests {
             panic!("bench")
         };
         assert_eq!(args, strings(&["--quick", "--filter", "cells"]));
+    }
+
+    #[test]
+    fn repro_takes_recipes_or_list() {
+        let cli = Cli::try_parse_from([
+            "xtask",
+            "repro",
+            "logic-gold",
+            "my.toml",
+            "--seeds",
+            "3",
+            "--budget-minutes",
+            "5",
+            "--test",
+            "a",
+            "--test",
+            "b",
+            "--device",
+            "cuda",
+            "--dry-run",
+        ])
+        .unwrap();
+        let Cmd::Repro(args) = cli.command else {
+            panic!("repro")
+        };
+        assert_eq!(args.recipes, strings(&["logic-gold", "my.toml"]));
+        assert_eq!(args.seeds, Some(3));
+        assert_eq!(args.budget_minutes, Some(5.0));
+        assert_eq!(args.test.len(), 2);
+        assert_eq!(args.device, "cuda");
+        assert!(args.dry_run && !args.list);
+        assert!(Cli::try_parse_from(["xtask", "repro", "--list"]).is_ok());
+        assert!(Cli::try_parse_from(["xtask", "repro"]).is_err());
+        assert!(Cli::try_parse_from(["xtask", "repro", "x", "--seeds", "0"]).is_err());
+        assert!(Cli::try_parse_from(["xtask", "repro", "x", "--list"]).is_err());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use arbor_encoders::{EncoderConfig, EncoderKind, LeafKind, Pooling};
-use arbor_train::{CheckpointEvery, OptimizerKind, TrainConfig};
+use arbor_train::{CheckpointEvery, LrSchedule, OptimizerKind, TauAnneal, TrainConfig};
 use clap::{Args, ValueEnum};
 
 /// Optimizers, as a command-line value.
@@ -36,9 +36,39 @@ pub struct EngineArgs {
     /// Learning rate.
     #[arg(long, default_value_t = 1e-3)]
     pub lr: f64,
-    /// Weight decay.
+    /// Weight decay (L2 for Adam, decoupled for AdamW).
     #[arg(long, default_value_t = 0.0)]
     pub weight_decay: f64,
+    /// Learning-rate schedule: plateau (decay when validation stalls), constant, cosine (to
+    /// --min-lr over the whole run), cosine:STEPS, or step:EVERY:GAMMA.
+    #[arg(long, default_value = "plateau", value_name = "SCHEDULE")]
+    pub lr_schedule: LrSchedule,
+    /// Linear learning-rate warm-up over this many optimizer steps (0: none).
+    #[arg(long, default_value_t = 0)]
+    pub warmup_steps: u64,
+    /// Floor of the learning rate (plateau decay and cosine).
+    #[arg(long, default_value_t = 1e-6)]
+    pub min_lr: f64,
+    /// Plateau schedule: multiply the learning rate by this factor when validation stalls.
+    #[arg(long, default_value_t = 0.5)]
+    pub plateau_factor: f64,
+    /// Plateau schedule: evaluations without improvement tolerated before a decay.
+    #[arg(long, default_value_t = 1)]
+    pub plateau_patience: u32,
+    /// Stop after this many evaluations in a row without a better validation metric (the best
+    /// model is kept in OUT/best.ckpt). Default: never stop early.
+    #[arg(long, value_name = "EVALS")]
+    pub early_stopping: Option<u32>,
+    /// Anneal the Gumbel-softmax temperature as the Gumbel Tree-LSTM reference does:
+    /// τ = max(--tau-min, exp(−RATE · step)), set every --tau-anneal-every steps.
+    #[arg(long, value_name = "RATE")]
+    pub tau_anneal_rate: Option<f64>,
+    /// Steps between two temperature updates (with --tau-anneal-rate).
+    #[arg(long, default_value_t = 1000)]
+    pub tau_anneal_every: u64,
+    /// Floor of the annealed temperature (with --tau-anneal-rate).
+    #[arg(long, default_value_t = 0.5)]
+    pub tau_min: f64,
     /// Clip the global gradient norm (0: no clipping).
     #[arg(long, default_value_t = 5.0)]
     pub clip: f64,
@@ -74,6 +104,17 @@ impl EngineArgs {
         c.optimizer = optimizer;
         c.lr = self.lr;
         c.weight_decay = self.weight_decay;
+        c.lr_schedule = self.lr_schedule;
+        c.warmup_steps = self.warmup_steps;
+        c.min_lr = self.min_lr;
+        c.plateau_factor = self.plateau_factor;
+        c.plateau_patience = self.plateau_patience;
+        c.early_stopping = self.early_stopping;
+        c.tau_anneal = self.tau_anneal_rate.map(|rate| TauAnneal {
+            rate,
+            every: self.tau_anneal_every,
+            min: self.tau_min,
+        });
         c.clip_norm = (self.clip > 0.0).then_some(self.clip);
         c.batch_size = self.batch_size;
         c.epochs = self.epochs;
@@ -251,6 +292,30 @@ pub fn check_engine(e: &EngineArgs) -> anyhow::Result<()> {
         if !(m.is_finite() && m > 0.0) {
             anyhow::bail!("--max-minutes {m} must be a finite number > 0");
         }
+    }
+    if !(e.min_lr.is_finite() && e.min_lr >= 0.0) {
+        anyhow::bail!("--min-lr {} must be a finite number ≥ 0", e.min_lr);
+    }
+    if !(e.plateau_factor.is_finite() && e.plateau_factor > 0.0 && e.plateau_factor <= 1.0) {
+        anyhow::bail!("--plateau-factor {} must be in (0, 1]", e.plateau_factor);
+    }
+    e.lr_schedule.validate(e.lr, e.min_lr).map_err(|m| {
+        anyhow::anyhow!(
+            "--lr-schedule {}: {m} (see --lr and --min-lr)",
+            e.lr_schedule
+        )
+    })?;
+    if e.early_stopping == Some(0) {
+        anyhow::bail!("--early-stopping must be at least 1 evaluation");
+    }
+    if let Some(rate) = e.tau_anneal_rate {
+        TauAnneal {
+            rate,
+            every: e.tau_anneal_every,
+            min: e.tau_min,
+        }
+        .validate()
+        .map_err(|m| anyhow::anyhow!("--tau-anneal-rate/--tau-anneal-every/--tau-min: {m}"))?;
     }
     Ok(())
 }

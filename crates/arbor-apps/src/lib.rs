@@ -15,5 +15,6 @@ pub mod listops;
 pub mod logic;
 pub mod ptb_lm;
 pub mod r2d2;
+pub mod result;
 pub mod snli;
 pub mod sst;

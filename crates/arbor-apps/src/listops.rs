@@ -25,6 +25,7 @@ use crate::cli::TrainArgs;
 use crate::common::{
     best_or_last, checkpoint_in, checkpoint_meta, classification_task, print_tree, Labels,
 };
+use crate::result::{RunResult, ScoreTable};
 use arbor_tasks::{evaluate, per_group, ClassifyData, ClassifyTask, ModelConfig};
 use arbor_train::device::{run_on, BackendJob};
 
@@ -234,6 +235,23 @@ pub fn report<B: ArborBackend>(
     data: &ClassifyData,
     device: &B::Device,
 ) -> EvalReport {
+    report_tables(title, model, examples, data, device).0
+}
+
+/// [`report`], also returning the by-depth and by-length tables as `(key, correct, total)`
+/// rows.
+#[allow(clippy::type_complexity)]
+pub fn report_tables<B: ArborBackend>(
+    title: &str,
+    model: &SentenceClassifier<B, arbor_encoders::Encoder<B>>,
+    examples: &[ListOpsExample],
+    data: &ClassifyData,
+    device: &B::Device,
+) -> (
+    EvalReport,
+    Vec<(String, usize, usize)>,
+    Vec<(String, usize, usize)>,
+) {
     // One pass over the data, grouped by (depth, length bucket); both tables are sums over it.
     let n_buckets = LENGTH_BUCKETS.len();
     let joint = ClassifyData {
@@ -266,10 +284,13 @@ pub fn report<B: ArborBackend>(
         }
     }
     println!("  depth  examples  accuracy");
+    let mut depth_rows = Vec::new();
     for (depth, (c, n)) in by_depth {
         println!("  {depth:>5}  {n:>8}  {:.4}", c as f64 / n as f64);
+        depth_rows.push((depth.to_string(), c, n));
     }
     println!("  length     examples  accuracy");
+    let mut length_rows = Vec::new();
     for (b, (c, n)) in by_length {
         let (lo, hi) = LENGTH_BUCKETS[b];
         let range = if hi == usize::MAX {
@@ -278,8 +299,9 @@ pub fn report<B: ArborBackend>(
             format!("{lo}–{}", hi - 1)
         };
         println!("  {range:>9}  {n:>8}  {:.4}", c as f64 / n as f64);
+        length_rows.push((range, c, n));
     }
-    report
+    (report, depth_rows, length_rows)
 }
 
 fn show_trees<B: ArborBackend>(
@@ -355,23 +377,37 @@ impl BackendJob for TrainJob {
             &device,
         )?;
         let valid = &task.splits[0].1;
-        report(
+        let mut result = RunResult::new("listops", a, &outcome);
+        let (r, _, _) = report_tables(
             &format!("valid ({which})"),
             &model,
             &self.valid,
             valid,
             &device,
         );
-        for (path, examples) in &self.tests {
+        result.split("valid", &r);
+        for (k, (path, examples)) in self.tests.iter().enumerate() {
             let data = to_data(examples, &vocab);
-            report(
+            let (r, depth, length) = report_tables(
                 &format!("{} ({which})", path.display()),
                 &model,
                 examples,
                 &data,
                 &device,
             );
+            // The first test file is `test`; more are `test2`, `test3`…
+            let split = if k == 0 {
+                "test".to_string()
+            } else {
+                format!("test{}", k + 1)
+            };
+            let title = |by: &str| format!("{split} ({}) accuracy by {by}", path.display());
+            result
+                .split(&split, &r)
+                .table(ScoreTable::new(title("depth"), &split, "depth", depth))
+                .table(ScoreTable::new(title("length"), &split, "length", length));
         }
+        println!("result: {}", result.write(&a.engine.out)?.display());
         show_trees(&model, &self.valid, valid, self.args.show_trees, &device);
         println!("checkpoints: {}", outcome.last_checkpoint.display());
         Ok(())

@@ -20,6 +20,7 @@ use clap::Parser;
 
 use crate::cli::TrainArgs;
 use crate::common::{best_or_last, classification_task, print_tree, Labels};
+use crate::result::{RunResult, ScoreTable};
 use arbor_tasks::{evaluate, NliData, NliTask};
 use arbor_train::device::{run_on, BackendJob};
 
@@ -64,8 +65,10 @@ pub struct LogicSplits {
     pub train: Vec<LogicPair>,
     /// The held-out validation pairs.
     pub valid: Vec<LogicPair>,
-    /// Test pairs.
+    /// Test pairs, file after file.
     pub test: Vec<LogicPair>,
+    /// The test files in the order of `test`: name and number of pairs.
+    pub test_files: Vec<(String, usize)>,
 }
 
 /// Reads the training files of `--data-dir` (pairs with ≤ `--max-train-operators`
@@ -96,14 +99,29 @@ pub fn load_splits(args: &LogicArgs) -> Result<LogicSplits> {
             valid.len()
         );
     }
-    let test = if args.test.is_empty() {
-        data.test
+    let name = |path: &Path| {
+        path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        )
+    };
+    let (test, test_files) = if args.test.is_empty() {
+        let files = data
+            .files
+            .iter()
+            .filter(|(_, path, _)| name(path).starts_with("test"))
+            .map(|(_, path, n)| (name(path), *n))
+            .collect();
+        (data.test, files)
     } else {
         let mut test = Vec::new();
+        let mut files = Vec::new();
         for path in &args.test {
-            test.extend(read_logic(path, ReadOptions::strict())?.records);
+            let records = read_logic(path, ReadOptions::strict())?.records;
+            files.push((name(path), records.len()));
+            test.extend(records);
         }
-        test
+        (test, files)
     };
     if test.is_empty() {
         bail!(
@@ -111,7 +129,12 @@ pub fn load_splits(args: &LogicArgs) -> Result<LogicSplits> {
             args.data_dir.display()
         );
     }
-    Ok(LogicSplits { train, valid, test })
+    Ok(LogicSplits {
+        train,
+        valid,
+        test,
+        test_files,
+    })
 }
 
 /// Token ids, relation ids, gold transitions and operator counts (the groups).
@@ -138,6 +161,55 @@ pub fn to_data(pairs: &[LogicPair], vocab: &Vocab) -> NliData {
 /// `operators → (accuracy, count)`.
 pub fn per_operator_count(report: &EvalReport) -> BTreeMap<usize, (f64, usize)> {
     arbor_tasks::per_group(report)
+}
+
+/// Group ids of one evaluation pass that gives both the per-file and the per-operator-count
+/// table: `file index · FILE_STRIDE + operators`.
+const FILE_STRIDE: usize = 1 << 16;
+
+/// The test data grouped by `(file, operators)` (see [`FILE_STRIDE`]).
+fn by_file_and_operators(data: &NliData, splits: &LogicSplits) -> NliData {
+    let groups = splits
+        .test_files
+        .iter()
+        .enumerate()
+        .flat_map(|(f, (_, n))| std::iter::repeat_n(f, *n))
+        .zip(&splits.test)
+        .map(|(f, p)| f * FILE_STRIDE + p.operators.min(FILE_STRIDE - 1))
+        .collect();
+    NliData {
+        groups: Some(groups),
+        ..data.clone()
+    }
+}
+
+/// The per-file and per-operator-count tables of a report of [`by_file_and_operators`] data,
+/// as `(key, correct, total)` rows.
+type Rows = Vec<(String, usize, usize)>;
+
+fn file_and_operator_tables(report: &EvalReport, splits: &LogicSplits) -> (Rows, Rows) {
+    let mut by_file: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
+    let mut by_ops: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
+    for (g, (acc, n)) in per_operator_count(report) {
+        let correct = (acc * n as f64).round() as usize;
+        for (key, table) in [
+            (g / FILE_STRIDE, &mut by_file),
+            (g % FILE_STRIDE, &mut by_ops),
+        ] {
+            let e = table.entry(key).or_default();
+            e.0 += correct;
+            e.1 += n;
+        }
+    }
+    let files = by_file
+        .into_iter()
+        .map(|(f, (c, n))| (splits.test_files[f].0.clone(), c, n))
+        .collect();
+    let ops = by_ops
+        .into_iter()
+        .map(|(k, (c, n))| (k.to_string(), c, n))
+        .collect();
+    (files, ops)
 }
 
 /// Prints the per-operator-count table of a test report.
@@ -233,6 +305,36 @@ impl BackendJob for Job {
             valid_report.total
         );
         print_table(&format!("test ({which})"), &report);
+        let grouped = evaluate(
+            &model,
+            &by_file_and_operators(test, &splits),
+            256,
+            false,
+            &device,
+        );
+        let (files, ops) = file_and_operator_tables(&grouped, &splits);
+        println!("  file      pairs  accuracy");
+        for (f, c, n) in &files {
+            println!("  {f:<8}  {n:>5}  {:.4}", *c as f64 / (*n).max(1) as f64);
+        }
+        let mut result = RunResult::new("logic", a, &outcome);
+        result
+            .split("valid", &valid_report)
+            .split("test", &report)
+            .table(ScoreTable::new(
+                "test accuracy by file",
+                "test",
+                "file",
+                files,
+            ))
+            .table(ScoreTable::new(
+                "test accuracy by operator count",
+                "test",
+                "operators",
+                ops,
+            ));
+        let written = result.write(&a.engine.out)?;
+        println!("result: {}", written.display());
         let shown: Vec<usize> = (0..test.len()).take(args.show_trees).collect();
         if !shown.is_empty() {
             let (batch, _) = test.batch::<B>(&shown, &device);

@@ -52,6 +52,7 @@ pub enum Command {
     mut_arg("epochs", |a| a.default_value("1")),
     mut_arg("eval_every", |a| a.default_value("200")),
     mut_arg("out", |a| a.default_value("runs/r2d2")),
+    mut_arg("warmup_steps", |a| a.default_value("100").visible_alias("warmup")),
 )]
 pub struct PretrainArgs {
     /// Training text (WikiText-2 format: ` = Heading = ` lines, empty lines, paragraphs).
@@ -93,9 +94,6 @@ pub struct PretrainArgs {
     /// Cap on padded tokens per batch (length-bucketed batches).
     #[arg(long, default_value_t = 1024)]
     pub max_tokens: usize,
-    /// Linear warm-up steps.
-    #[arg(long, default_value_t = 100)]
-    pub warmup: u64,
     /// Backend and device: flex, ndarray, cuda, cuda:N.
     #[arg(long, default_value = "flex")]
     pub device: String,
@@ -305,7 +303,6 @@ impl BackendJob for PretrainJob {
         };
         let mut config = a.engine.train_config(OptimizerKind::AdamW);
         config.max_tokens = Some(a.max_tokens);
-        config.warmup_steps = a.warmup;
         let outcome = train(&task, model, &config, &device)?;
         if let Some(r) = outcome.evals.get("valid") {
             println!(
