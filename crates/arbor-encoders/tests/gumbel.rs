@@ -539,3 +539,36 @@ fn non_finite_inputs_give_trees_not_a_panic() {
         assert_eq!(trees[1].leaves(), vec![0, 1, 2], "{leaf}");
     }
 }
+
+/// The query's gradient of `m` when sampling with the seeded sampler at temperature `tau`
+/// (`None`: the model's own τ).
+fn query_grad_at(m: &GumbelTreeLstm<Ad>, tau: Option<f64>) -> Vec<f64> {
+    let lengths = [5, 3];
+    let x = padded_batch::<Ad>(&lengths, 5, D_IN, 22);
+    let out = m.forward(
+        x,
+        &lengths,
+        Decisions::Sample(&mut GumbelSampler::seeded(4).with_temperature(tau)),
+    );
+    let grads = out.root.h.sum().backward();
+    to_vec(m.query.grad(&grads).expect("q has a gradient"))
+}
+
+#[test]
+fn an_annealed_temperature_from_the_sampler_replaces_the_models_own() {
+    // The straight-through forward value does not depend on τ; its gradient does.
+    let m = model::<Ad>(LeafKind::Lstm, 21);
+    let own = query_grad_at(&m, None);
+    let same = query_grad_at(&m, Some(GumbelTreeLstmConfig::new(D_IN, D).tau));
+    let cold = query_grad_at(&m, Some(0.1));
+    assert_eq!(
+        own, same,
+        "the model's own τ given explicitly changed the gradient"
+    );
+    assert!(
+        own.iter().zip(&cold).any(|(a, b)| (a - b).abs() > 1e-6),
+        "τ = 0.1 left the gradient unchanged: the sampler's temperature is ignored"
+    );
+    // A non-positive temperature is ignored rather than dividing by zero.
+    assert_eq!(own, query_grad_at(&m, Some(0.0)));
+}
