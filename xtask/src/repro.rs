@@ -70,6 +70,8 @@ pub struct ReproArgs {
 struct RecipeFile {
     description: String,
     program: String,
+    #[serde(default)]
+    command: Option<String>,
     metric: String,
     #[serde(default = "default_seeds")]
     seeds: Vec<u64>,
@@ -105,6 +107,8 @@ pub struct Recipe {
     pub description: String,
     /// The example program of the `arbor` package (`logic`, `sst`…).
     pub program: String,
+    /// A subcommand of the program, written before the flags (`train` for `listops`).
+    pub command: Option<String>,
     /// The split of `result.json` whose accuracy is compared with the paper.
     pub metric: String,
     /// The seeds a plain run uses.
@@ -160,6 +164,13 @@ impl Recipe {
             "{file}: program '{}' is not an example name (logic, sst, snli, listops, ptb_lm, r2d2)",
             raw.program
         );
+        if let Some(c) = &raw.command {
+            ensure!(
+                c.starts_with(|c: char| c.is_ascii_lowercase())
+                    && c.chars().all(|c| c.is_ascii_lowercase() || c == '-'),
+                "{file}: command '{c}' is not a subcommand name (lowercase letters and '-')"
+            );
+        }
         ensure!(!raw.metric.trim().is_empty(), "{file}: metric is empty");
         ensure!(!raw.seeds.is_empty(), "{file}: seeds is empty");
         for (i, s) in raw.seeds.iter().enumerate() {
@@ -184,6 +195,7 @@ impl Recipe {
             path: path.to_path_buf(),
             description: raw.description.trim().to_string(),
             program: raw.program,
+            command: raw.command,
             metric: raw.metric.trim().to_string(),
             seeds: raw.seeds,
             flags: raw.flags,
@@ -395,8 +407,11 @@ pub fn seed_args(recipe: &Recipe, seed: u64, out: &Path, opts: &RunOptions) -> R
     } else {
         &[]
     };
-    let mut args = render_flags(&recipe.flags, skip)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", recipe.path.display()))?;
+    let mut args: Vec<String> = recipe.command.iter().cloned().collect();
+    args.extend(
+        render_flags(&recipe.flags, skip)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", recipe.path.display()))?,
+    );
     args.extend([
         "--seed".to_string(),
         seed.to_string(),
@@ -1438,6 +1453,26 @@ source = "Bowman et al. (2015), Table 3"
         let args = seed_args(&r, 1, &out, &opts()).unwrap();
         assert_eq!(args.last().unwrap(), "--resume");
         assert_eq!(args.iter().filter(|a| *a == "--resume").count(), 1);
+    }
+
+    #[test]
+    fn a_subcommand_comes_before_the_flags() {
+        let text = GOOD.replace(
+            "program = \"logic\"",
+            "program = \"listops\"\ncommand = \"train\"",
+        );
+        let r = parse(&text).unwrap();
+        assert_eq!(r.command.as_deref(), Some("train"));
+        let args = seed_args(&r, 0, Path::new("/o/seed0"), &opts()).unwrap();
+        assert_eq!(args[0], "train");
+        assert!(args[1].starts_with("--"), "{args:?}");
+        assert_eq!(args.iter().filter(|a| *a == "train").count(), 1);
+        let bad = GOOD.replace(
+            "program = \"logic\"",
+            "program = \"listops\"\ncommand = \"--train\"",
+        );
+        let e = parse(&bad).unwrap_err().to_string();
+        assert!(e.contains("command '--train'"), "{e}");
     }
 
     #[test]
