@@ -14,6 +14,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use arbor_cells::ArborBackend;
+use arbor_tasks::{evaluate, Classifier, Examples};
 use arbor_train::{EvalReport, TrainOutcome};
 use serde::{Deserialize, Serialize};
 
@@ -153,6 +155,29 @@ impl RunResult {
     /// Adds a table.
     pub fn table(&mut self, table: ScoreTable) -> &mut Self {
         self.tables.push(table);
+        self
+    }
+
+    /// Scores `model` on every split of `splits` (whole split, exact accuracy), prints one
+    /// line per split naming `which` weights were scored, and records each.
+    pub fn score_splits<B: ArborBackend, M: Classifier<B>, D: Examples>(
+        &mut self,
+        model: &M,
+        splits: &[(String, D)],
+        score_parses: bool,
+        which: &str,
+        device: &B::Device,
+    ) -> &mut Self {
+        for (split, data) in splits {
+            let r = evaluate(model, data, 256, score_parses, device);
+            println!(
+                "{split:>8} accuracy {:.4} ({} / {}), {which}",
+                r.accuracy(),
+                r.correct,
+                r.total
+            );
+            self.split(split, &r);
+        }
         self
     }
 

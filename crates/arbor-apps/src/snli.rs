@@ -15,8 +15,10 @@ use clap::Parser;
 
 use crate::cli::TrainArgs;
 use crate::common::{
-    checkpoint_in, classification_task, parse_one, print_tree, tokenize, words, Labels,
+    best_or_last, checkpoint_in, classification_task, parse_one, print_tree, tokenize, words,
+    Labels,
 };
+use crate::result::RunResult;
 use arbor_tasks::{evaluate, ModelConfig, ModelMeta, NliData, NliTask};
 use arbor_train::device::{run_on, BackendJob};
 
@@ -243,6 +245,14 @@ impl BackendJob for TrainJob {
                 report.total
             );
         }
+        let (best, which) = best_or_last(
+            outcome.model.valid(),
+            outcome.best_checkpoint.as_deref(),
+            &device,
+        )?;
+        let mut result = RunResult::new("snli", a, &outcome);
+        result.score_splits(&best, &task.splits, task.scores_parses(), &which, &device);
+        println!("result: {}", result.write(&a.engine.out)?.display());
         let inner = outcome.model.valid();
         if let Some((name, data)) = task.splits.first() {
             let pairs = &splits.eval[0].1;

@@ -16,7 +16,7 @@ use clap::Parser;
 use crate::cli::TrainArgs;
 use crate::common::{best_or_last, classification_task, parse_one, print_tree, words, Labels};
 use crate::result::RunResult;
-use arbor_tasks::{evaluate, ClassifyData, ClassifyTask};
+use arbor_tasks::{ClassifyData, ClassifyTask};
 use arbor_train::device::{run_on, BackendJob};
 
 /// Default `--embed-init-std` of this program: the Gumbel Tree-LSTM reference's `normal_(0, 0.01)`; on SST-2 a small start also learns faster than N(0, 1), docs/results.md.
@@ -157,16 +157,7 @@ impl BackendJob for Job {
             &device,
         )?;
         let mut result = RunResult::new("sst", a, &outcome);
-        for (split, data) in &task.splits {
-            let r = evaluate(&best, data, 256, task.scores_parses(), &device);
-            println!(
-                "{split:>8} accuracy {:.4} ({} / {}), {which}",
-                r.accuracy(),
-                r.correct,
-                r.total
-            );
-            result.split(split, &r);
-        }
+        result.score_splits(&best, &task.splits, task.scores_parses(), &which, &device);
         println!("result: {}", result.write(&a.engine.out)?.display());
         let inner = outcome.model.valid();
         let (name, data) = &task.splits[0];

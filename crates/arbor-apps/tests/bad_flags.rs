@@ -37,6 +37,48 @@ fn classification_programs_check_their_flags() {
             NOWHERE,
         ]))
     });
+    refused("sst cosine lr", &["--lr-schedule", "(0, 1]"], || {
+        sst::run(sst::SstArgs::parse_from([
+            "sst",
+            "--lr-schedule",
+            "cosine",
+            "--lr",
+            "2",
+            "--train",
+            NOWHERE,
+        ]))
+    });
+    refused("logic early stopping", &["--early-stopping"], || {
+        logic::run(logic::LogicArgs::parse_from([
+            "logic",
+            "--early-stopping",
+            "0",
+            "--data-dir",
+            NOWHERE,
+        ]))
+    });
+    refused("snli tau anneal", &["--tau-anneal-rate", "> 0"], || {
+        snli::run(snli::SnliArgs::parse_from([
+            "snli",
+            "--tau-anneal-rate=-0.1",
+            "--train",
+            NOWHERE,
+        ]))
+    });
+    refused("listops plateau factor", &["--plateau-factor"], || {
+        listops::run(listops::ListOpsArgs::parse_from([
+            "listops",
+            "train",
+            "--plateau-factor",
+            "0",
+            "--train",
+            NOWHERE,
+        ]))
+    });
+    assert!(
+        sst::SstArgs::try_parse_from(["sst", "--lr-schedule", "linear"]).is_err(),
+        "an unknown schedule must be a parse error"
+    );
     refused("snli lr", &["--lr"], || {
         snli::run(snli::SnliArgs::parse_from([
             "snli", "--lr=-1", "--train", NOWHERE,

@@ -66,3 +66,62 @@ fn the_flags_become_one_engine_configuration() {
     assert_eq!((e.batch_size, e.clip_norm), (8, Some(2.0)));
     assert!(matches!(e.optimizer, OptimizerKind::AdamW));
 }
+
+#[test]
+fn schedules_early_stopping_and_annealing_reach_the_engine() {
+    use arbor_train::{LrSchedule, TauAnneal};
+    let e = SnliArgs::parse_from([
+        "snli",
+        "--lr-schedule",
+        "step:100:0.5",
+        "--warmup-steps",
+        "10",
+        "--min-lr",
+        "1e-5",
+        "--plateau-factor",
+        "0.25",
+        "--plateau-patience",
+        "3",
+        "--early-stopping",
+        "4",
+        "--tau-anneal-rate",
+        "1e-4",
+        "--tau-anneal-every",
+        "50",
+        "--weight-decay",
+        "0.01",
+    ])
+    .common
+    .train_config();
+    assert_eq!(
+        e.lr_schedule,
+        LrSchedule::Step {
+            every: 100,
+            gamma: 0.5
+        }
+    );
+    assert_eq!((e.warmup_steps, e.min_lr), (10, 1e-5));
+    assert_eq!((e.plateau_factor, e.plateau_patience), (0.25, 3));
+    assert_eq!(e.early_stopping, Some(4));
+    assert_eq!(
+        e.tau_anneal,
+        Some(TauAnneal {
+            rate: 1e-4,
+            every: 50,
+            min: 0.5
+        })
+    );
+    assert_eq!(e.weight_decay, 0.01);
+    // Defaults: plateau decay, no early stopping, no annealing.
+    let d = SnliArgs::parse_from(["snli"]).common.train_config();
+    assert_eq!(d.lr_schedule, LrSchedule::Plateau);
+    assert_eq!((d.early_stopping, d.tau_anneal), (None, None));
+    // r2d2 keeps its warm-up default and its old flag name.
+    let R2d2Args {
+        command: Command::Pretrain(p),
+    } = R2d2Args::parse_from(["r2d2", "pretrain", "--warmup", "7"])
+    else {
+        panic!("pretrain")
+    };
+    assert_eq!(p.engine.warmup_steps, 7);
+}

@@ -130,6 +130,41 @@ fn trains_and_reports_accuracy_per_operator_count() {
             encoder == "spinn",
             "{encoder}: {log}"
         );
+        // result.json: the scored splits and the tables per file and per operator count.
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap())
+                .unwrap();
+        assert_eq!(r["program"], "logic");
+        assert_eq!(r["encoder"], encoder);
+        let test_total = r["splits"]["test"]["total"].as_u64().unwrap();
+        assert_eq!(test_total, 9, "{encoder}: test0 (8 pairs) and long (1)");
+        let table = |key: &str| {
+            r["tables"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["key"] == key)
+                .unwrap_or_else(|| panic!("{encoder}: no table by {key}: {r}"))["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|row| {
+                    (
+                        row["key"].as_str().unwrap().to_string(),
+                        row["total"].as_u64().unwrap(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            table("file"),
+            vec![("test0".to_string(), 8), ("long".to_string(), 1)]
+        );
+        let ops = table("operators");
+        assert_eq!(ops.iter().map(|(_, n)| n).sum::<u64>(), 9);
+        assert!(ops.contains(&("5".to_string(), 1)), "{encoder}: {ops:?}");
+        let correct = r["splits"]["test"]["correct"].as_u64().unwrap();
+        assert!(correct <= test_total);
     }
 }
 
