@@ -124,8 +124,8 @@ where
 
     fn step(&self, model: &Self::Model, idx: &[usize], ctx: StepContext) -> StepOutput<B> {
         let (batch, labels) = self.train.batch::<B>(idx, &self.device);
-        let mut sampler = arbor_cells::GumbelSampler::seeded(ctx.noise_seed)
-            .with_temperature(ctx.temperature);
+        let mut sampler =
+            arbor_cells::GumbelSampler::seeded(ctx.noise_seed).with_temperature(ctx.temperature);
         let out = model.classify(batch, Decisions::Sample(&mut sampler));
         let total = labels.dims()[0];
         let correct = arbor_heads::count_correct(out.logits.clone().detach(), labels.clone());
