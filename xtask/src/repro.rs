@@ -25,7 +25,7 @@ pub const RESERVED_FLAGS: [&str; 4] = ["out", "seed", "resume", "device"];
 
 /// The header of the results table (`record.md` and the summary printed at the end).
 pub const TABLE_HEADER: &str = "| recipe | program/encoder | metric | arbor (mean ± sd, n seeds) \
-                                | paper | source | wall time | commit |\n\
+                                | paper | source | training time | commit |\n\
                                 |---|---|---|---:|---:|---|---:|---|\n";
 
 /// Options of `cargo xtask repro`.
@@ -795,7 +795,18 @@ pub fn markdown_row(r: &Record) -> String {
         .paper
         .accuracy
         .map_or_else(|| "—".to_string(), |a| format!("{a:.4}"));
-    let wall: f64 = r.seeds.iter().map(|s| s.wall_seconds).sum();
+    // The programs' own training time (across resumes, evaluation excluded), summed over the
+    // seeds; this call's wall time where a result does not say.
+    let wall: f64 = r
+        .seeds
+        .iter()
+        .map(|s| {
+            s.result
+                .get("train_seconds")
+                .and_then(serde_json::Value::as_f64)
+                .unwrap_or(s.wall_seconds)
+        })
+        .sum();
     format!(
         "| {}{} | {}/{} | {} | {arbor} | {paper} | {} | {} | {} |\n",
         cell(&r.recipe),
@@ -1635,6 +1646,14 @@ source = "Bowman et al. (2015), Table 3"
                 "| logic-gold (budget 5 min) | logic/spinn-pi-nt | test | 0.8000 (1 seed) |"
             ),
             "{row}"
+        );
+        // The programs' own training time (across resumes) counts where results give it.
+        let mut resumed = record(None, &[0.8, 0.9]);
+        resumed.seeds[0].result = serde_json::json!({"train_seconds": 600.0});
+        assert!(
+            markdown_row(&resumed).contains("| 11m 01s |"),
+            "{}",
+            markdown_row(&resumed)
         );
         let md = record_markdown(&record(Some(5.0), &[0.8, 0.9]));
         assert!(md.starts_with(TABLE_HEADER));
