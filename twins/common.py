@@ -57,6 +57,9 @@ def base_parser(description, encoders, defaults):
                     help="multiply lr by this after more than --plateau-patience evaluations "
                          "without a new best (arbor's engine; 1 disables)")
     ap.add_argument("--plateau-patience", type=int, default=1)
+    ap.add_argument("--cosine-steps", type=int, default=0,
+                    help="arbor --lr-schedule cosine: anneal lr to 0 over N steps (0: plateau decay); "
+                         "arbor's N is epochs x the first epoch's batches")
     ap.add_argument("--no-bucket", action="store_true",
                     help="plain shuffled batches instead of arbor's length-bucketed ones")
     ap.add_argument("--valid-limit", type=int, default=None,
@@ -534,7 +537,10 @@ def train(args, model, n_train, train_lengths, train_batch, train_labels,
         eps = seen / max(train_s, 1e-9)
         print(f"step {step} valid {acc:.4f} examples/s {eps:.0f}", flush=True)
         last_acc, last_eval = acc, step
-        if select:
+        if select and args.cosine_steps > 0:
+            if best is None or acc > best:
+                best, best_step = acc, step
+        elif select:
             if best is None or acc > best:
                 best, best_step, bad = acc, step, 0
             else:
@@ -551,6 +557,10 @@ def train(args, model, n_train, train_lengths, train_batch, train_labels,
         batches = make_batches(train_lengths, args.batch, args.seed, epoch, bucket=not args.no_bucket)
         for idx in batches:
             t0 = time.perf_counter()
+            if args.cosine_steps > 0:
+                lr = 0.5 * args.lr * (1 + math.cos(math.pi * min(step, args.cosine_steps) / args.cosine_steps))
+                for g in opt.param_groups:
+                    g["lr"] = lr
             logits = model(train_batch(idx))
             loss = F.cross_entropy(logits, torch.tensor([train_labels[i] for i in idx]))
             if not torch.isfinite(loss):

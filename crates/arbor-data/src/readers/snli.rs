@@ -91,18 +91,15 @@ impl SnliPair {
 }
 
 /// A sample of SNLI 1.0 built into arbor (2,523 pairs with binary parses, from the dev split;
-/// CC BY-SA 4.0, see `crates/arbor-data/data/SNLI-SAMPLE.md`): the default the `snli` program
-/// trains on when the corpus is absent and cannot be downloaded. A smoke test, not a benchmark.
-pub const SNLI_SAMPLE_JSONL: &str = include_str!("../../data/snli_sample.jsonl");
+/// CC BY-SA 4.0, see `crates/arbor-data/data/SNLI-SAMPLE.md`), gzip-compressed jsonl: the
+/// default the `snli` program trains on when the corpus is absent and cannot be downloaded. A
+/// smoke test, not a benchmark. [`snli_sample`] reads it.
+pub const SNLI_SAMPLE_JSONL_GZ: &[u8] = include_bytes!("../../data/snli_sample.jsonl.gz");
 
-/// The built-in SNLI sample ([`SNLI_SAMPLE_JSONL`]), parsed.
+/// The built-in SNLI sample ([`SNLI_SAMPLE_JSONL_GZ`]), decompressed and parsed.
 pub fn snli_sample() -> Result<Vec<SnliPair>, DataError> {
-    parse_snli(
-        SNLI_SAMPLE_JSONL.as_bytes(),
-        "<built-in SNLI sample>",
-        ReadOptions::strict(),
-    )
-    .map(|l| l.records)
+    let reader = std::io::BufReader::new(flate2::read::GzDecoder::new(SNLI_SAMPLE_JSONL_GZ));
+    parse_snli(reader, "<built-in SNLI sample>", ReadOptions::strict()).map(|l| l.records)
 }
 
 /// Reads an SNLI jsonl file.
@@ -178,6 +175,14 @@ fn parse_line(line: &str) -> Result<LineOutcome<SnliPair>, RecordError> {
 mod tests {
     use super::*;
     use crate::tree::transitions_to_string;
+
+    #[test]
+    fn the_built_in_sample_decompresses_to_its_2523_parsed_pairs() {
+        let pairs = snli_sample().unwrap();
+        assert_eq!(pairs.len(), 2523);
+        assert!(pairs.iter().all(SnliPair::has_parses));
+        assert!(SNLI_SAMPLE_JSONL_GZ.len() < 200 * 1024, "the sample is stored gzipped");
+    }
 
     const GOOD: &str = r#"{"gold_label": "neutral", "sentence1": "the cat sat down", "sentence2": "A cat.", "pairID": "x1", "sentence1_binary_parse": "( ( the cat ) ( sat down ) )", "sentence2_binary_parse": "( ( A cat ) . )"}
 {"gold_label": "-", "sentence1": "a", "sentence2": "b"}
