@@ -172,7 +172,8 @@ pub struct TrainArgs {
     pub dropout: f64,
     /// Standard deviation of randomly initialised word embeddings, `N(0, std²)`. Default: the
     /// program's, which follows its reference code (1 for logic and ListOps, as SPINN's
-    /// `nn.Embedding`; 0.01 for SST-2 and SNLI, as the Gumbel Tree-LSTM code); see docs/init.md.
+    /// `nn.Embedding`; 0.01 for SST-2 and SNLI, as the Gumbel Tree-LSTM code; 1 for the
+    /// Transformer encoders in every program); see docs/init.md.
     /// Not used with --glove.
     #[arg(long)]
     pub embed_init_std: Option<f64>,

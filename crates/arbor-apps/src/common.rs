@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use arbor_data::tree::BinaryTree;
 use arbor_data::vocab::{load_text_vectors, Vocab};
-use arbor_encoders::{Decisions, Encoder, EncoderInput, SentenceEncoder};
+use arbor_encoders::{Decisions, Encoder, EncoderInput, EncoderKind, SentenceEncoder};
 use arbor_heads::{NliClassifierConfig, SentenceBatch, TokenEmbedding, TokenEmbeddingConfig};
 use arbor_tasks::{ClassificationTask, ClassifyData, Examples, NliData};
 use arbor_train::seed_everything;
@@ -151,6 +151,22 @@ pub fn check_gold_transitions(
 
 /// The word embedding the training flags describe (`--embed-dim`, `--embed-init-std` with the
 /// program's `default_std`, `--glove`) and the encoder configuration over its width.
+/// Word-embedding scale of the Transformer encoders when `--embed-init-std` is not given:
+/// `N(0, 1)`, the scale of their sinusoidal position encodings (PyTorch's `nn.Embedding`).
+pub const TRANSFORMER_EMBED_INIT_STD: f64 = 1.0;
+
+/// The default word-embedding scale for `encoder` in a program whose default is
+/// `program_default`: the program's (its reference code's) for every encoder but the
+/// Transformers, which get [`TRANSFORMER_EMBED_INIT_STD`]: at `sst`/`snli`'s 0.01 the position
+/// encodings are a hundred times larger than the words and SST-2 training stayed at the
+/// majority class (docs/init.md).
+pub fn embed_std_for(encoder: EncoderKind, program_default: f64) -> f64 {
+    match encoder {
+        EncoderKind::Transformer | EncoderKind::TransformerFastTrees => TRANSFORMER_EMBED_INIT_STD,
+        _ => program_default,
+    }
+}
+
 fn embedding_and_encoder<B: ArborBackend>(
     a: &crate::cli::TrainArgs,
     vocab: &Vocab,
@@ -162,7 +178,9 @@ fn embedding_and_encoder<B: ArborBackend>(
     arbor_encoders::EncoderConfig,
 )> {
     let d_embed = a.embed_dim.unwrap_or(a.dim);
-    let std = a.embed_init_std.unwrap_or(default_std);
+    let std = a
+        .embed_init_std
+        .unwrap_or_else(|| embed_std_for(a.encoder, default_std));
     let (emb_config, emb) = embedding::<B>(vocab, d_embed, std, a.glove.as_deref(), device)?;
     let enc_config = a.encoder_config(emb_config.d_embed);
     Ok((emb_config, emb, enc_config))
@@ -331,4 +349,17 @@ pub fn checkpoint_meta(path: &Path) -> Result<arbor_tasks::ModelMeta> {
     let file = arbor_train::CheckpointFile::load(path)?;
     arbor_tasks::ModelMeta::from_checkpoint(&file.meta)
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transformers_get_unit_scale_embeddings_by_default() {
+        assert_eq!(embed_std_for(EncoderKind::Transformer, 0.01), 1.0);
+        assert_eq!(embed_std_for(EncoderKind::TransformerFastTrees, 0.01), 1.0);
+        assert_eq!(embed_std_for(EncoderKind::Gumbel, 0.01), 0.01);
+        assert_eq!(embed_std_for(EncoderKind::Lstm, 1.0), 1.0);
+    }
 }
