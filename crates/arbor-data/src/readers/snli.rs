@@ -181,7 +181,10 @@ mod tests {
         let pairs = snli_sample().unwrap();
         assert_eq!(pairs.len(), 2523);
         assert!(pairs.iter().all(SnliPair::has_parses));
-        assert!(SNLI_SAMPLE_JSONL_GZ.len() < 200 * 1024, "the sample is stored gzipped");
+        assert!(
+            SNLI_SAMPLE_JSONL_GZ.len() < 200 * 1024,
+            "the sample is stored gzipped"
+        );
     }
 
     const GOOD: &str = r#"{"gold_label": "neutral", "sentence1": "the cat sat down", "sentence2": "A cat.", "pairID": "x1", "sentence1_binary_parse": "( ( the cat ) ( sat down ) )", "sentence2_binary_parse": "( ( A cat ) . )"}
