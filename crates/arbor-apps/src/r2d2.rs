@@ -36,7 +36,7 @@ pub struct R2d2Args {
 #[derive(Debug, Clone, Subcommand)]
 pub enum Command {
     /// Pretrain the bidirectional LM on WikiText-2-style text.
-    Pretrain(PretrainArgs),
+    Pretrain(Box<PretrainArgs>),
     /// Pseudo-perplexity of a checkpoint on a text file.
     Eval(EvalArgs),
     /// Trees for a file of sentences, or for the sentences of a gold treebank.
@@ -510,7 +510,7 @@ pub fn run(args: R2d2Args) -> Result<()> {
         Command::Pretrain(a) => {
             a.check()?;
             let device = a.device.clone();
-            run_on(&device, PretrainJob { args: a })?
+            run_on(&device, PretrainJob { args: *a })?
         }
         Command::Eval(a) => evaluate(a).map(|_| ()),
         Command::Parse(a) => {
