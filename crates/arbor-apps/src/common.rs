@@ -320,6 +320,22 @@ pub fn classification_task<B: ArborAutodiffBackend, D: ProgramData>(
     Ok((model, task))
 }
 
+/// The checkpoint to score after a run: `best.ckpt`, unless the last evaluation of the
+/// selection split `split` beat the best metric without being considered for it (the final
+/// evaluation of a run stopped by `--max-steps` or `--max-minutes` only reports, to keep the
+/// schedule of a resumed run unchanged), in which case `None`: the last weights are the better
+/// ones. Accuracy is the selection metric of every classification program.
+pub fn scored_checkpoint<'a, M>(
+    outcome: &'a arbor_train::TrainOutcome<M>,
+    split: &str,
+) -> Option<&'a Path> {
+    let best = outcome.best_checkpoint.as_deref()?;
+    match (outcome.evals.get(split), outcome.state.best_metric) {
+        (Some(last), Some(best_metric)) if last.accuracy() > best_metric => None,
+        _ => Some(best),
+    }
+}
+
 /// The model to report after training: the best-on-validation checkpoint when the run wrote
 /// one (loaded into `last`'s structure), else `last`; with a description of which it is.
 ///
@@ -354,6 +370,48 @@ pub fn checkpoint_meta(path: &Path) -> Result<arbor_tasks::ModelMeta> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn outcome(best_metric: Option<f64>, last_correct: usize) -> arbor_train::TrainOutcome<()> {
+        let mut evals = std::collections::BTreeMap::new();
+        evals.insert(
+            "valid".to_string(),
+            arbor_train::EvalReport {
+                correct: last_correct,
+                total: 100,
+                ..Default::default()
+            },
+        );
+        arbor_train::TrainOutcome {
+            model: (),
+            state: arbor_train::TrainState {
+                step: 10,
+                epoch: 1,
+                batch_in_epoch: 0,
+                lr: 1e-3,
+                best_metric,
+                best_step: best_metric.map(|_| 5),
+                bad_evals: 0,
+                elapsed_sec: 1.0,
+                examples: 10,
+                evals_since_best: 0,
+                stopped_early: false,
+            },
+            evals,
+            last_checkpoint: "out/last.ckpt".into(),
+            best_checkpoint: best_metric.map(|_| "out/best.ckpt".into()),
+            stopped: arbor_train::StopReason::MaxMinutes,
+        }
+    }
+
+    #[test]
+    fn the_last_weights_are_scored_when_their_unselected_evaluation_is_better() {
+        let best = Some(Path::new("out/best.ckpt"));
+        assert_eq!(scored_checkpoint(&outcome(Some(0.80), 80), "valid"), best);
+        assert_eq!(scored_checkpoint(&outcome(Some(0.80), 70), "valid"), best);
+        assert_eq!(scored_checkpoint(&outcome(Some(0.80), 81), "valid"), None);
+        assert_eq!(scored_checkpoint(&outcome(None, 81), "valid"), None);
+        assert_eq!(scored_checkpoint(&outcome(Some(0.80), 81), "test"), best);
+    }
 
     #[test]
     fn transformers_get_unit_scale_embeddings_by_default() {

@@ -23,7 +23,8 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::cli::TrainArgs;
 use crate::common::{
-    best_or_last, checkpoint_in, checkpoint_meta, classification_task, print_tree, Labels,
+    best_or_last, checkpoint_in, checkpoint_meta, classification_task, print_tree,
+    scored_checkpoint, Labels,
 };
 use crate::result::{RunResult, ScoreTable};
 use arbor_tasks::{evaluate, per_group, ClassifyData, ClassifyTask, ModelConfig};
@@ -373,7 +374,7 @@ impl BackendJob for TrainJob {
         println!();
         let (model, which) = best_or_last(
             outcome.model.valid(),
-            outcome.best_checkpoint.as_deref(),
+            scored_checkpoint(&outcome, "valid"),
             &device,
         )?;
         let valid = &task.splits[0].1;

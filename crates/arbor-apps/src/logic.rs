@@ -19,7 +19,7 @@ use burn::module::AutodiffModule;
 use clap::Parser;
 
 use crate::cli::TrainArgs;
-use crate::common::{best_or_last, classification_task, print_tree, Labels};
+use crate::common::{best_or_last, classification_task, print_tree, scored_checkpoint, Labels};
 use crate::result::{RunResult, ScoreTable};
 use arbor_tasks::{evaluate, NliData, NliTask};
 use arbor_train::device::{run_on, BackendJob};
@@ -291,7 +291,7 @@ impl BackendJob for Job {
         }
         let (model, which) = best_or_last(
             outcome.model.valid(),
-            outcome.best_checkpoint.as_deref(),
+            scored_checkpoint(&outcome, "valid"),
             &device,
         )?;
         let test = &task.splits[1].1;

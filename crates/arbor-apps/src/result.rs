@@ -107,7 +107,9 @@ pub struct RunResult {
     pub encoder: String,
     /// The `--device` it ran on.
     pub device: String,
-    /// Which weights were scored: `best` (selected on validation) or `last`.
+    /// Which weights were scored: `best` (selected on validation) or `last` (no selection
+    /// ran, or the last evaluation beat the best one: see
+    /// [`scored_checkpoint`](crate::common::scored_checkpoint)).
     pub checkpoint: String,
     /// Why training stopped: `finished`, `max_steps`, `max_minutes` or `early_stopping`.
     pub stopped: String,
@@ -131,7 +133,7 @@ impl RunResult {
             program: program.into(),
             encoder: args.encoder.to_string(),
             device: args.device.clone(),
-            checkpoint: if outcome.best_checkpoint.is_some() {
+            checkpoint: if crate::common::scored_checkpoint(outcome, "valid").is_some() {
                 "best"
             } else {
                 "last"

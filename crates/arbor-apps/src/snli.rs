@@ -15,8 +15,8 @@ use clap::Parser;
 
 use crate::cli::TrainArgs;
 use crate::common::{
-    best_or_last, checkpoint_in, classification_task, parse_one, print_tree, tokenize, words,
-    Labels,
+    best_or_last, checkpoint_in, classification_task, parse_one, print_tree, scored_checkpoint,
+    tokenize, words, Labels,
 };
 use crate::result::RunResult;
 use arbor_tasks::{evaluate, ModelConfig, ModelMeta, NliData, NliTask};
@@ -247,7 +247,7 @@ impl BackendJob for TrainJob {
         }
         let (best, which) = best_or_last(
             outcome.model.valid(),
-            outcome.best_checkpoint.as_deref(),
+            scored_checkpoint(&outcome, "valid"),
             &device,
         )?;
         let mut result = RunResult::new("snli", a, &outcome);

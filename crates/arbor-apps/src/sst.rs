@@ -14,7 +14,9 @@ use burn::module::AutodiffModule;
 use clap::Parser;
 
 use crate::cli::TrainArgs;
-use crate::common::{best_or_last, classification_task, parse_one, print_tree, words, Labels};
+use crate::common::{
+    best_or_last, classification_task, parse_one, print_tree, scored_checkpoint, words, Labels,
+};
 use crate::result::RunResult;
 use arbor_tasks::{ClassifyData, ClassifyTask};
 use arbor_train::device::{run_on, BackendJob};
@@ -153,7 +155,7 @@ impl BackendJob for Job {
         }
         let (best, which) = best_or_last(
             outcome.model.valid(),
-            outcome.best_checkpoint.as_deref(),
+            scored_checkpoint(&outcome, "valid"),
             &device,
         )?;
         let mut result = RunResult::new("sst", a, &outcome);
