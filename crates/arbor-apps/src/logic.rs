@@ -212,8 +212,9 @@ fn file_and_operator_tables(report: &EvalReport, splits: &LogicSplits) -> (Rows,
     (files, ops)
 }
 
-/// Prints the per-operator-count table of a test report.
-pub fn print_table(title: &str, report: &EvalReport) {
+/// Prints a test report's accuracy, its per-operator-count `rows` (`(operators, correct,
+/// total)`) and its transition accuracy where it has one.
+pub fn print_table(title: &str, report: &EvalReport, rows: &[(String, usize, usize)]) {
     println!(
         "{title}: accuracy {:.4} ({} / {})",
         report.accuracy(),
@@ -221,8 +222,8 @@ pub fn print_table(title: &str, report: &EvalReport) {
         report.total
     );
     println!("  operators  pairs  accuracy");
-    for (g, (acc, n)) in per_operator_count(report) {
-        println!("  {g:>9}  {n:>5}  {acc:.4}");
+    for (g, c, n) in rows {
+        println!("  {g:>9}  {n:>5}  {:.4}", *c as f64 / (*n).max(1) as f64);
     }
     if let Some(t) = report.extra.get("transition_accuracy") {
         println!("  transition accuracy (own parses vs gold): {t:.4}");
@@ -287,7 +288,11 @@ impl BackendJob for Job {
         let outcome = train(&task, model, &a.train_config(), &device)?;
         println!();
         if let Some(r) = outcome.evals.get("test") {
-            print_table("test (last model)", r);
+            let rows: Vec<_> = per_operator_count(r)
+                .into_iter()
+                .map(|(g, (acc, n))| (g.to_string(), (acc * n as f64).round() as usize, n))
+                .collect();
+            print_table("test (last model)", r, &rows);
         }
         let (model, which) = best_or_last(
             outcome.model.valid(),
@@ -297,22 +302,22 @@ impl BackendJob for Job {
         let test = &task.splits[1].1;
         let parses = task.scores_parses();
         let valid_report = evaluate(&model, &task.splits[0].1, 256, parses, &device);
-        let report = evaluate(&model, test, 256, parses, &device);
+        // One pass over the test set, grouped by (file, operators): both tables come from it.
+        let report = evaluate(
+            &model,
+            &by_file_and_operators(test, &splits),
+            256,
+            parses,
+            &device,
+        );
+        let (files, ops) = file_and_operator_tables(&report, &splits);
         println!(
             "valid accuracy {:.4} ({} / {})",
             valid_report.accuracy(),
             valid_report.correct,
             valid_report.total
         );
-        print_table(&format!("test ({which})"), &report);
-        let grouped = evaluate(
-            &model,
-            &by_file_and_operators(test, &splits),
-            256,
-            false,
-            &device,
-        );
-        let (files, ops) = file_and_operator_tables(&grouped, &splits);
+        print_table(&format!("test ({which})"), &report, &ops);
         println!("  file      pairs  accuracy");
         for (f, c, n) in &files {
             println!("  {f:<8}  {n:>5}  {:.4}", *c as f64 / (*n).max(1) as f64);
