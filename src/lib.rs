@@ -18,6 +18,8 @@
 //! - [`tasks`]: the engine tasks (classification, RNN LM, R2D2 LM) and their evaluation loops.
 //! - [`apps`]: the programs behind `examples/` (`snli`, `sst`, `logic`, `listops`, `ptb_lm`,
 //!   `r2d2`).
+//! - [`convert`]: importing the reference PyTorch weights, and arbor checkpoints to safetensors
+//!   and back (`arbor-convert`).
 //! - [`device`]: picking a backend from a `--device` string.
 //!
 //! Everything model-related is generic over `B: ArborBackend`; the backends are cargo features:
@@ -28,6 +30,7 @@
 pub use arbor_apps as apps;
 pub use arbor_blocks as blocks;
 pub use arbor_cells as cells;
+pub use arbor_convert as convert;
 pub use arbor_data as data;
 pub use arbor_encoders as encoders;
 pub use arbor_heads as heads;

@@ -1,0 +1,76 @@
+//! Shared by the fixture tests: reading a fixture directory written by
+//! `crates/arbor-convert/fixtures/<name>.py` and comparing outputs.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use arbor_convert::{Array, StateDict};
+
+/// One fixture: the reference state dict, the expected outputs and the inputs.
+pub struct Fixture {
+    /// `state_dict.pt`.
+    pub state_dict: StateDict,
+    /// `expected.pt`: output name → values.
+    pub expected: BTreeMap<String, Array>,
+    /// `inputs.json`.
+    pub inputs: serde_json::Value,
+    /// The fixture directory.
+    pub dir: PathBuf,
+}
+
+/// Reads `tests/fixtures/<name>/`.
+pub fn fixture(name: &str) -> Fixture {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    let state_dict = StateDict::read(&dir.join("state_dict.pt")).expect("state_dict.pt");
+    let expected_sd = StateDict::read(&dir.join("expected.pt")).expect("expected.pt");
+    let keys: Vec<(String, Vec<usize>)> = expected_sd
+        .entries()
+        .map(|(k, s)| (k.to_string(), s.to_vec()))
+        .collect();
+    let mut expected_sd = expected_sd;
+    let expected = keys
+        .into_iter()
+        .map(|(k, s)| {
+            let a = expected_sd.take(&k, &s).unwrap();
+            (k, a)
+        })
+        .collect();
+    let inputs = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("inputs.json")).expect("inputs.json"),
+    )
+    .expect("inputs.json is JSON");
+    Fixture {
+        state_dict,
+        expected,
+        inputs,
+        dir,
+    }
+}
+
+/// Asserts `actual` (row-major, `shape`) equals the expected output `name` within `tol`
+/// (absolute), naming the first differing element.
+pub fn assert_close(fx: &Fixture, name: &str, actual: &[f32], shape: &[usize], tol: f32) {
+    let e = fx
+        .expected
+        .get(name)
+        .unwrap_or_else(|| panic!("{}: no expected output `{name}`", fx.dir.display()));
+    assert_eq!(e.shape(), shape, "{name}: shape");
+    let mut worst = (0usize, 0f32);
+    for (i, (a, b)) in actual.iter().zip(e.values()).enumerate() {
+        let d = (a - b).abs();
+        if d.is_nan() || d > worst.1 {
+            worst = (i, if d.is_nan() { f32::INFINITY } else { d });
+        }
+    }
+    assert!(
+        worst.1 <= tol,
+        "{name}: element {} is {} in arbor and {} in the reference (|diff| {} > {tol})",
+        worst.0,
+        actual[worst.0],
+        e.values()[worst.0],
+        worst.1
+    );
+}
