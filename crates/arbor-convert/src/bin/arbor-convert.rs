@@ -14,6 +14,23 @@ struct Cli {
     command: Command,
 }
 
+/// What every `import` reads and writes (used by the `import` subcommands as they land).
+#[allow(dead_code)]
+#[derive(clap::Args, Debug)]
+struct ImportFiles {
+    /// The reference model's state dict (`torch.save` output: `.pt`, `.pth`, `.bin`; or
+    /// `.safetensors`).
+    #[arg(long)]
+    state_dict: PathBuf,
+    /// The vocabulary, one token per line in id order (the reference's vocabulary file).
+    /// Without it, tokens are named `<id>` and inputs must be given as ids.
+    #[arg(long)]
+    vocab: Option<PathBuf>,
+    /// The arbor checkpoint to write.
+    #[arg(long)]
+    out: PathBuf,
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Lists the tensors of a PyTorch state dict, a safetensors file or an arbor checkpoint.
