@@ -9,10 +9,10 @@ use arbor_cells::GumbelSampler;
 use arbor_data::tree::BinaryTree;
 use arbor_encoders::r2d2::{
     word_tree, Chart, ChartConfig, Compose, Composed, Composition, CompositionConfig, R2d2Config,
-    R2d2LmConfig,
+    R2d2LmConfig, RoleEmbeddings,
 };
 use arbor_encoders::{Decisions, EncoderConfig, EncoderInput, EncoderKind, SentenceEncoder};
-use burn::module::Module;
+use burn::module::{Module, Param};
 use burn::prelude::*;
 use burn::tensor::TensorData;
 use common::{dev, tensor, Ad, Fx};
@@ -124,6 +124,58 @@ fn with_a_window_of_at_least_n_minus_1_the_pruned_chart_is_exhaustive_cky() {
             }
         }
     }
+}
+
+#[test]
+fn each_layer_reads_its_own_role_table() {
+    let d = 8;
+    let per_layer = composition(d, 5);
+    assert_eq!(per_layer.roles.dims(), [6, d], "one [3, D] table per layer");
+    assert_eq!(per_layer.role_embeddings(), RoleEmbeddings::PerLayer);
+    let left = tensor::<Fx, 2>([5, d], 1.0, 11);
+    let right = tensor::<Fx, 2>([5, d], 1.0, 12);
+    let run = |f: &Composition<Fx>| {
+        let c = f.compose(left.clone(), right.clone());
+        let mut v = rows(c.repr).concat();
+        v.extend(
+            c.log_p
+                .into_data()
+                .convert::<f32>()
+                .into_vec::<f32>()
+                .unwrap(),
+        );
+        v.extend(rows(f.mask_context(left.clone(), right.clone())).concat());
+        v
+    };
+    // Burn initialises parameters lazily, on first use: run once so that the clones below
+    // share the same weights instead of each drawing its own.
+    let a = run(&per_layer);
+    // Tables built from host values.
+    let table = |n: usize| {
+        let v: Vec<f32> = rows(per_layer.roles.val())[..3].concat().repeat(n);
+        Tensor::<Fx, 2>::from_data(TensorData::new(v, [3 * n, d]), &dev::<Fx>())
+    };
+    // The shared layout: one table, read by both layers.
+    let mut shared = per_layer.clone();
+    shared.roles = Param::from_tensor(table(1));
+    assert_eq!(shared.role_embeddings(), RoleEmbeddings::Shared);
+    // Per-layer tables that happen to be equal compute what the shared table does.
+    let mut twice = per_layer.clone();
+    twice.roles = Param::from_tensor(table(2));
+    assert_close(&run(&twice), &run(&shared), 1e-6, "equal tables");
+    // Layer 1's own table matters.
+    let b = run(&shared);
+    assert!(
+        a.iter().zip(&b).any(|(x, y)| (x - y).abs() > 1e-4),
+        "layer 1 reads rows 3..6"
+    );
+    // The shared layout is still built on request.
+    let old = CompositionConfig::new(d)
+        .with_n_layers(3)
+        .with_n_heads(2)
+        .with_role_embeddings(RoleEmbeddings::Shared)
+        .init::<Fx>(&dev::<Fx>());
+    assert_eq!(old.roles.dims(), [3, d]);
 }
 
 /// A composition whose vectors record their span (`e = [start, end]`) and whose `log p`
