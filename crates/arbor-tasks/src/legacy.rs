@@ -9,8 +9,9 @@
 use arbor_cells::CellKind;
 use arbor_encoders::r2d2::{CompositionConfig, RoleEmbeddings};
 use arbor_encoders::{
-    EncoderConfig, EncoderKind, GumbelTreeLstmConfig, LeafKind, LstmEncoderConfig, Pooling,
-    R2d2Config, R2d2LmConfig, SpinnConfig, TransformerPooling, TransformerSentenceEncoderConfig,
+    ClassifierInput, EncoderConfig, EncoderKind, GumbelTreeLstmConfig, LeafKind, LstmEncoderConfig,
+    Pooling, R2d2Config, R2d2LmConfig, SpinnConfig, TransformerPooling,
+    TransformerSentenceEncoderConfig,
 };
 use serde::Deserialize;
 
@@ -102,6 +103,8 @@ impl FlatEncoderConfig {
                     .with_variant(self.kind.spinn_variant().unwrap_or_default())
                     .with_d_tracking(self.tracking_dim)
                     .with_transition_weight(self.transition_weight)
+                    // Those models' transition classifiers read the tracking h only.
+                    .with_classifier_input(Some(ClassifierInput::Hidden))
                     .into()
             }
             EncoderKind::Transformer | EncoderKind::TransformerFastTrees => {
@@ -250,7 +253,10 @@ mod tests {
                     ),
                     (3, 2, 4, RoleEmbeddings::Shared)
                 ),
-                EncoderConfig::Spinn(c) => assert_eq!(c.d_tracking, 5),
+                EncoderConfig::Spinn(c) => {
+                    assert_eq!(c.d_tracking, 5);
+                    assert_eq!(c.transition_input(), arbor_encoders::ClassifierInput::Hidden);
+                }
                 EncoderConfig::Transformer(c) => assert_eq!(
                     (c.stack.n_heads, c.stack.d_ff, c.stack.chunk_size, c.pooling),
                     (4, 48, 6, arbor_encoders::TransformerPooling::First)
