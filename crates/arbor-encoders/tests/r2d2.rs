@@ -225,6 +225,109 @@ fn stub() -> Stub {
     }
 }
 
+/// A composition whose `log p` depends on the split too: `p(i, k, j)` for left `(i, k)` and
+/// right `(k + 1, j)`, so the splits of one cell score differently.
+struct SplitStub;
+
+impl SplitStub {
+    fn p(i: usize, k: usize, j: usize) -> f64 {
+        0.05 + 0.9 * (((i * 7 + k * 13 + j * 29) % 17) as f64 / 16.0)
+    }
+}
+
+impl Compose<Fx> for SplitStub {
+    fn d_model(&self) -> usize {
+        2
+    }
+
+    fn compose(&self, left: Tensor<Fx, 2>, right: Tensor<Fx, 2>) -> Composed<Fx> {
+        let (l, r) = (rows(left), rows(right));
+        let n = l.len();
+        let mut repr = Vec::new();
+        let mut log_p = Vec::new();
+        for (a, b) in l.iter().zip(&r) {
+            let (i, k, j) = (a[0] as usize, a[1] as usize, b[1] as usize);
+            repr.extend([a[0], b[1]]);
+            log_p.push(Self::p(i, k, j).ln() as f32);
+        }
+        Composed {
+            repr: Tensor::from_data(TensorData::new(repr, [n, 2]), &dev::<Fx>()),
+            log_p: Tensor::from_data(TensorData::new(log_p, [n]), &dev::<Fx>()),
+        }
+    }
+}
+
+#[test]
+fn a_cells_log_p_is_the_alpha_weighted_sum_over_its_splits() {
+    // eq. 5: log p_ij = Σ_k α_k log p_ijk. α is one-hot in the forward pass, so the cell's
+    // log p is that of the split α picked: the best un-noised split at evaluation, a
+    // Gumbel-noised one in training (where it may differ from the best split's).
+    let n = 7;
+    let config = ChartConfig {
+        window: n,
+        pruning: false,
+        tau: 1.0,
+    };
+    let spans: Vec<(usize, usize)> = (3..=n)
+        .flat_map(|len| (0..=n - len).map(move |i| (i, i + len - 1)))
+        .collect();
+    let eval = Chart::build(
+        &SplitStub,
+        span_leaves(n),
+        &[n],
+        None,
+        &config,
+        Decisions::Argmax,
+    );
+    for &(i, j) in &spans {
+        let (best, chosen) = eval.splits(0, (i, j)).unwrap();
+        assert_eq!(
+            best,
+            chosen,
+            "evaluation picks the best split of {:?}",
+            (i, j)
+        );
+        let lp = eval.cell_log_p(0, (i, j)).unwrap();
+        assert!((lp - SplitStub::p(i, best, j).ln()).abs() < 1e-5);
+    }
+    let mut differs = 0;
+    for seed in 0..4 {
+        let mut sampler = GumbelSampler::seeded(seed);
+        let train = Chart::build(
+            &SplitStub,
+            span_leaves(n),
+            &[n],
+            None,
+            &config,
+            Decisions::Sample(&mut sampler),
+        );
+        for &(i, j) in &spans {
+            let (best, chosen) = train.splits(0, (i, j)).unwrap();
+            let lp = train.cell_log_p(0, (i, j)).unwrap();
+            let want = SplitStub::p(i, chosen, j).ln();
+            assert!((lp - want).abs() < 1e-5, "{:?}: {lp} vs {want}", (i, j));
+            let t: f32 = train
+                .cell_log_p_tensor(0, (i, j))
+                .unwrap()
+                .into_scalar()
+                .elem();
+            assert!(
+                (t as f64 - want).abs() < 1e-5,
+                "the tensor holds the same value"
+            );
+            if chosen != best {
+                let best_lp = SplitStub::p(i, best, j).ln();
+                assert!((lp - best_lp).abs() > 1e-6, "split-dependent scores differ");
+                differs += 1;
+            }
+        }
+    }
+    assert!(
+        differs > 0,
+        "with noise, some cell picks another split than the best"
+    );
+}
+
 fn span_leaves(n: usize) -> Tensor<Fx, 3> {
     let v: Vec<f32> = (0..n).flat_map(|i| [i as f32, i as f32]).collect();
     Tensor::from_data(TensorData::new(v, [1, n, 2]), &dev::<Fx>())
