@@ -255,7 +255,10 @@ mod tests {
                 ),
                 EncoderConfig::Spinn(c) => {
                     assert_eq!(c.d_tracking, 5);
-                    assert_eq!(c.transition_input(), arbor_encoders::ClassifierInput::Hidden);
+                    assert_eq!(
+                        c.transition_input(),
+                        arbor_encoders::ClassifierInput::Hidden
+                    );
                 }
                 EncoderConfig::Transformer(c) => assert_eq!(
                     (c.stack.n_heads, c.stack.d_ff, c.stack.chunk_size, c.pooling),
