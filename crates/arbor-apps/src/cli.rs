@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use arbor_encoders::{EncoderConfig, EncoderKind, LeafKind, Pooling};
+use arbor_encoders::{ClassifierInput, EncoderConfig, EncoderKind, LeafKind, Pooling};
 use arbor_train::{CheckpointEvery, LrSchedule, OptimizerKind, TauAnneal, TrainConfig};
 use clap::{Args, ValueEnum};
 
@@ -148,9 +148,17 @@ pub struct TrainArgs {
     /// Hidden width of the classifier MLP (default: --dim).
     #[arg(long)]
     pub mlp_dim: Option<usize>,
-    /// Leaves of Gumbel Tree-LSTM.
+    /// Leaves of Gumbel Tree-LSTM (bi-lstm: two directions of --dim / 2 each; --dim even).
     #[arg(long, value_enum, default_value = "lstm")]
     pub leaf: LeafKind,
+    /// Gumbel Tree-LSTM: the sentence vector is intra-attention over every tree node's h
+    /// instead of the root h (the reference's intra_attention).
+    #[arg(long)]
+    pub intra_attention: bool,
+    /// Full SPINN: what the transition classifier reads from the tracking LSTM, h or h-c
+    /// ([h; c], the PyTorch port's predict_use_cell). Default: h-c.
+    #[arg(long, value_enum, value_name = "INPUT")]
+    pub transition_input: Option<ClassifierInput>,
     /// Sentence vector of the recurrent encoders: last real state, or mean or max over the
     /// real words.
     #[arg(long, default_value = "last", value_parser = parse_pooling)]
@@ -252,7 +260,10 @@ impl TrainArgs {
     /// ([`EncoderConfig::of_kind`]) with these flags applied to the models they concern.
     pub fn encoder_config(&self, d_embed: usize) -> EncoderConfig {
         match EncoderConfig::of_kind(self.encoder, d_embed, self.dim).with_layers(self.layers) {
-            EncoderConfig::Gumbel(c) => c.with_leaf(self.leaf).into(),
+            EncoderConfig::Gumbel(c) => c
+                .with_leaf(self.leaf)
+                .with_intra_attention(Some(self.intra_attention))
+                .into(),
             EncoderConfig::Recurrent(c) => c.with_pooling(self.pooling).into(),
             EncoderConfig::Transformer(mut c) => {
                 if self.heads > 0 {
@@ -269,7 +280,10 @@ impl TrainArgs {
                 }
                 c.into()
             }
-            spinn @ EncoderConfig::Spinn(_) => spinn,
+            EncoderConfig::Spinn(c) => match self.transition_input {
+                Some(input) => c.with_classifier_input(Some(input)).into(),
+                None => c.into(),
+            },
         }
     }
 }
@@ -319,4 +333,53 @@ pub fn check_engine(e: &EngineArgs) -> anyhow::Result<()> {
         .map_err(|m| anyhow::anyhow!("--tau-anneal-rate/--tau-anneal-every/--tau-min: {m}"))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        train: TrainArgs,
+    }
+
+    fn encoder(args: &[&str]) -> EncoderConfig {
+        let cli = Cli::try_parse_from(std::iter::once("prog").chain(args.iter().copied()))
+            .expect("the flags parse");
+        cli.train.check().expect("the flags are valid");
+        cli.train.encoder_config(cli.train.dim)
+    }
+
+    #[test]
+    fn cli_gumbel_leaf_and_intra_attention_flags() {
+        let EncoderConfig::Gumbel(c) = encoder(&["--dim", "8"]) else {
+            panic!("gumbel is the default encoder")
+        };
+        assert_eq!((c.leaf, c.uses_intra_attention()), (LeafKind::Lstm, false));
+        let EncoderConfig::Gumbel(c) =
+            encoder(&["--dim", "8", "--leaf", "bi-lstm", "--intra-attention"])
+        else {
+            panic!("a gumbel configuration")
+        };
+        assert_eq!((c.leaf, c.uses_intra_attention()), (LeafKind::BiLstm, true));
+        let odd = Cli::try_parse_from(["prog", "--dim", "7", "--leaf", "bi-lstm"]).unwrap();
+        let err = odd.train.check().unwrap_err().to_string();
+        assert!(err.contains("--dim") && err.contains("even"), "{err}");
+    }
+
+    #[test]
+    fn cli_spinn_transition_input_flag() {
+        let EncoderConfig::Spinn(c) = encoder(&["--encoder", "spinn"]) else {
+            panic!("a SPINN configuration")
+        };
+        assert_eq!(c.transition_input(), ClassifierInput::HiddenCell);
+        let EncoderConfig::Spinn(c) = encoder(&["--encoder", "spinn", "--transition-input", "h"])
+        else {
+            panic!("a SPINN configuration")
+        };
+        assert_eq!(c.transition_input(), ClassifierInput::Hidden);
+    }
 }

@@ -373,14 +373,16 @@ mod tests {
         let device = Default::default();
         for &kind in EncoderKind::value_variants() {
             for &leaf in LeafKind::value_variants() {
-                let config = config(kind, leaf, 3, 7);
+                // The bidirectional leaf splits the width in two halves.
+                let d = if leaf == LeafKind::BiLstm { 8 } else { 7 };
+                let config = config(kind, leaf, 3, d);
                 assert_eq!(config.kind(), kind);
-                assert_eq!(config.d_output(), 7);
+                assert_eq!(config.d_output(), d);
                 let enc: Encoder<Flex> = config.init(&device);
-                assert_eq!(enc.d_output(), 7);
+                assert_eq!(enc.d_output(), d);
                 let x = Tensor::<Flex, 3>::ones([2, 4, 3], &device);
                 let out = enc.encode(EncoderInput::new(x, vec![4, 2]), Decisions::Argmax);
-                assert_eq!(out.sentence.dims(), [2, 7]);
+                assert_eq!(out.sentence.dims(), [2, d]);
                 assert_eq!(out.trees.is_some(), kind.induces_trees());
             }
         }

@@ -40,6 +40,10 @@ pub enum LeafKind {
     /// position: leaf `i` sees words `0..=i`. The better variant in the paper.
     #[default]
     Lstm,
+    /// A left-to-right and a right-to-left LSTM over the words, each `D/2` wide (`D` even); leaf
+    /// `i` is `h = [h→_i; h←_i]`, `c = [c→_i; c←_i]`, where the right-to-left LSTM starts at
+    /// each sentence's own last word (the release's bidirectional leaf RNN).
+    BiLstm,
 }
 
 arbor_cells::value_enum_names!(LeafKind, "leaf kind");
@@ -61,6 +65,20 @@ pub struct GumbelTreeLstmConfig {
     /// code uses 0.01).
     #[config(default = 0.01)]
     pub query_std: f64,
+    /// Intra-attention over the tree's nodes (the release's `intra_attention`): the sentence
+    /// vector is an attention-weighted mix of the `h` of every leaf and every parent instead of
+    /// the root `h` (docs/models.md §2). `None` (configurations written before this option) and
+    /// `Some(false)`: the root `h`.
+    pub intra_attention: Option<bool>,
+}
+
+/// The two LSTM cells of the bidirectional leaf ([`LeafKind::BiLstm`]), each `D/2` wide.
+#[derive(Module, Debug)]
+pub struct BiLstmLeaf<B: Backend> {
+    /// The left-to-right cell (gate order `i, f, g, o`, see [`LstmCell`]).
+    pub forward_cell: LstmCell<B>,
+    /// The right-to-left cell, run over each sentence reversed within its own length.
+    pub backward_cell: LstmCell<B>,
 }
 
 /// The leaf transformation of a [`GumbelTreeLstm`].
@@ -71,36 +89,74 @@ pub enum Leaf<B: Backend> {
     Affine(Linear<B>),
     /// A left-to-right LSTM cell (gate order `i, f, g, o`, see [`LstmCell`]).
     Lstm(LstmCell<B>),
+    /// A left-to-right and a right-to-left LSTM cell, `D/2` wide each.
+    BiLstm(BiLstmLeaf<B>),
+}
+
+/// Every step's state of `cell` run left to right from zeros over `x`.
+///
+/// # Shapes
+/// - `x`: `[batch, n, d_input]`
+/// - output `h`, `c`: `[batch, n, H]`
+fn run_leaf_cell<B: ArborBackend>(cell: &LstmCell<B>, x: Tensor<B, 3>) -> LstmState<B, 3> {
+    let [batch, n, _] = x.dims();
+    let mut state = LstmState::zeros([batch, cell.d_hidden()], &x.device());
+    let (mut hs, mut cs) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for t in 0..n {
+        // The input projection step by step, as the cell runner does for position-wise cells
+        // (slices of one precomputed tensor cost autodiff a full-size gradient per step).
+        let xp_t = cell.precompute(x.clone().narrow(1, t, 1));
+        let width = xp_t.dims()[2];
+        state = cell.step(xp_t.reshape([batch, width]), state).state;
+        hs.push(state.h.clone());
+        cs.push(state.c.clone());
+    }
+    LstmState::new(Tensor::stack(hs, 1), Tensor::stack(cs, 1))
+}
+
+/// Reverses every sentence within its own length, leaving the padding where it is: position
+/// `j < len` takes position `len − 1 − j`, position `j ≥ len` stays. The map is its own inverse.
+///
+/// # Shapes
+/// - `x`: `[batch, n, d]`, `lengths[b] ≤ n`
+/// - output: `[batch, n, d]`
+fn reverse_within_lengths<B: ArborBackend>(x: Tensor<B, 3>, lengths: &[usize]) -> Tensor<B, 3> {
+    let [batch, n, d] = x.dims();
+    let rows: Vec<i64> = (0..batch)
+        .flat_map(|b| {
+            let len = lengths.get(b).copied().unwrap_or(n).min(n);
+            (0..n).map(move |j| (b * n + if j < len { len - 1 - j } else { j }) as i64)
+        })
+        .collect();
+    let rows = Tensor::<B, 1, Int>::from_data(TensorData::new(rows, [batch * n]), &x.device());
+    x.reshape([batch * n, d])
+        .select(0, rows)
+        .reshape([batch, n, d])
 }
 
 impl<B: ArborBackend> Leaf<B> {
     /// The leaf state of every position.
     ///
-    /// Leaf `i` depends on words `0..=i` only, so real leaves never see padding (which is at
-    /// the end); leaves at padded positions hold values that the layers never let reach a
-    /// real node.
+    /// Real leaves never see padding (which is at the end): an affine leaf sees its word, a
+    /// leaf-LSTM leaf `i` words `0..=i`, and a bidirectional leaf `i` words `0..=i` (left to
+    /// right) and `i..len` (right to left, from the sentence's own last word). Leaves at padded
+    /// positions hold values that the layers never let reach a real node.
     ///
     /// # Shapes
     /// - `x`: `[batch, n, d_input]`
+    /// - `lengths`: `batch` entries `≤ n` (read by the bidirectional leaf only)
     /// - output `h`, `c`: `[batch, n, D]`
-    pub fn forward(&self, x: Tensor<B, 3>) -> LstmState<B, 3> {
+    pub fn forward(&self, x: Tensor<B, 3>, lengths: &[usize]) -> LstmState<B, 3> {
         match self {
             Leaf::Affine(linear) => LstmState::split(arbor_cells::linear_rows(linear, x)),
-            Leaf::Lstm(cell) => {
-                let [batch, n, _] = x.dims();
-                let mut state = LstmState::zeros([batch, cell.d_hidden()], &x.device());
-                let (mut hs, mut cs) = (Vec::with_capacity(n), Vec::with_capacity(n));
-                for t in 0..n {
-                    // The input projection step by step, as the cell runner does for
-                    // position-wise cells (slices of one precomputed tensor cost autodiff a
-                    // full-size gradient per step).
-                    let xp_t = cell.precompute(x.clone().narrow(1, t, 1));
-                    let width = xp_t.dims()[2];
-                    state = cell.step(xp_t.reshape([batch, width]), state).state;
-                    hs.push(state.h.clone());
-                    cs.push(state.c.clone());
-                }
-                LstmState::new(Tensor::stack(hs, 1), Tensor::stack(cs, 1))
+            Leaf::Lstm(cell) => run_leaf_cell(cell, x),
+            Leaf::BiLstm(cells) => {
+                let fw = run_leaf_cell(&cells.forward_cell, x.clone());
+                let bw = run_leaf_cell(&cells.backward_cell, reverse_within_lengths(x, lengths));
+                LstmState::new(
+                    Tensor::cat(vec![fw.h, reverse_within_lengths(bw.h, lengths)], 2),
+                    Tensor::cat(vec![fw.c, reverse_within_lengths(bw.c, lengths)], 2),
+                )
             }
         }
     }
@@ -121,6 +177,11 @@ impl<B: ArborBackend> Leaf<B> {
 /// Padding is exact: candidates that involve a padded node are never valid, and an example
 /// whose tree is already complete keeps its root and only drops its last (padding) column, so
 /// every sentence gets the root (and tree) it gets alone.
+///
+/// With intra-attention ([`GumbelSettings::intra_attention`]) the sentence vector is
+/// `Σ_j a_j n_j` over the `h` of the sentence's `2·len − 1` tree nodes (its leaves, then the
+/// parent selected at each layer), `a = softmax_j(n_j · n̄)` with `n̄` their mean; padding
+/// nodes get weight exactly 0.
 #[derive(Module, Debug)]
 pub struct GumbelTreeLstm<B: Backend> {
     /// Word → leaf `(h, c)`.
@@ -131,24 +192,52 @@ pub struct GumbelTreeLstm<B: Backend> {
     pub query: Param<Tensor<B, 1>>,
     /// Width `D`.
     pub d_hidden: usize,
+    /// The settings without weights (temperature, intra-attention).
+    pub settings: GumbelSettings,
+}
+
+/// The settings of a built [`GumbelTreeLstm`] that hold no weights.
+///
+/// They are one field of the module so that a new setting never changes the layout of the
+/// module's record (a constant field records as one empty entry whatever its type), and
+/// checkpoints written before the setting existed still load.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GumbelSettings {
     /// Gumbel-softmax temperature τ.
     pub tau: f64,
+    /// Whether the sentence vector is the intra-attention mix of the tree's nodes (else the
+    /// root `h`).
+    pub intra_attention: bool,
 }
 
 impl GumbelTreeLstmConfig {
-    /// Checks the settings: positive widths, a positive temperature and query scale.
+    /// Checks the settings: positive widths (an even `d_hidden` for the bidirectional leaf,
+    /// whose directions are `d_hidden / 2` wide each), a positive temperature and query scale.
     pub fn validate(&self) -> Result<(), arbor_cells::ConfigError> {
         use arbor_cells::check::{at_least_one, positive};
         at_least_one("d_input", self.d_input)?;
         at_least_one("d_hidden", self.d_hidden)?;
+        if self.leaf == LeafKind::BiLstm && !self.d_hidden.is_multiple_of(2) {
+            return Err(arbor_cells::ConfigError::new(
+                "d_hidden",
+                self.d_hidden,
+                "must be even for the bi-lstm leaf (each direction is d_hidden / 2 wide)",
+            ));
+        }
         positive("tau", self.tau)?;
         positive("query_std", self.query_std)
+    }
+
+    /// Whether the sentence vector is the intra-attention mix of the tree's nodes.
+    pub fn uses_intra_attention(&self) -> bool {
+        self.intra_attention.unwrap_or(false)
     }
 
     /// Builds the encoder on `device`.
     ///
     /// # Panics
-    /// If `d_hidden` or `d_input` is 0, or `tau` is not positive.
+    /// If `d_hidden` or `d_input` is 0, `d_hidden` is odd with the bidirectional leaf, or `tau`
+    /// is not positive.
     pub fn init<B: ArborBackend>(&self, device: &B::Device) -> GumbelTreeLstm<B> {
         assert!(
             self.d_input > 0 && self.d_hidden > 0,
@@ -156,14 +245,25 @@ impl GumbelTreeLstmConfig {
         );
         assert!(self.tau > 0.0, "the temperature must be positive");
         let d = self.d_hidden;
+        // The reference's leaf LSTMs start their forget gates at 1 (docs/init.md).
+        let leaf_cell = |width: usize| {
+            LstmCellConfig::new(self.d_input, width)
+                .with_forget_bias(Some(1.0))
+                .init(device)
+        };
         let leaf = match self.leaf {
             LeafKind::Affine => Leaf::Affine(LinearConfig::new(self.d_input, 2 * d).init(device)),
-            // The reference's leaf LSTM starts its forget gate at 1 (docs/init.md).
-            LeafKind::Lstm => Leaf::Lstm(
-                LstmCellConfig::new(self.d_input, d)
-                    .with_forget_bias(Some(1.0))
-                    .init(device),
-            ),
+            LeafKind::Lstm => Leaf::Lstm(leaf_cell(d)),
+            LeafKind::BiLstm => {
+                assert!(
+                    d.is_multiple_of(2),
+                    "the bi-lstm leaf needs an even d_hidden, got {d}"
+                );
+                Leaf::BiLstm(BiLstmLeaf {
+                    forward_cell: leaf_cell(d / 2),
+                    backward_cell: leaf_cell(d / 2),
+                })
+            }
         };
         let query = Initializer::Normal {
             mean: 0.0,
@@ -175,7 +275,10 @@ impl GumbelTreeLstmConfig {
             composition: BinaryTreeLstmConfig::new(d).init(device),
             query,
             d_hidden: d,
-            tau: self.tau,
+            settings: GumbelSettings {
+                tau: self.tau,
+                intra_attention: self.uses_intra_attention(),
+            },
         }
     }
 }
@@ -186,6 +289,14 @@ pub struct GumbelTreeOutput<B: Backend> {
     /// The root `(h, c)` of every sentence `[batch, D]` (a length-1 sentence's root is its
     /// leaf).
     pub root: LstmState<B, 2>,
+    /// The sentence vector `[batch, D]`: the root `h`, or with intra-attention the
+    /// attention-weighted mix of the `h` of every tree node.
+    pub sentence: Tensor<B, 2>,
+    /// With intra-attention, the weights `[batch, 2n − 1]` over the nodes: columns `0..n` the
+    /// leaves, column `n + t` the parent selected at layer `t`. Example `b`'s real nodes are
+    /// its leaves `0..len` and layers `0..len − 1`; every other column is exactly 0. `None`
+    /// without intra-attention.
+    pub attention: Option<Tensor<B, 2>>,
     /// The leaf states `[batch, n, D]`, `n` the longest length in the batch; positions past
     /// an example's length hold unused values.
     pub leaves: LstmState<B, 3>,
@@ -280,7 +391,7 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
         lengths: &[usize],
         decisions: Decisions<'_>,
     ) -> GumbelTreeOutput<B> {
-        let tau = self.tau;
+        let tau = self.settings.tau;
         match decisions {
             Decisions::Argmax => self.run(embeddings, lengths, |_, logits, mask| {
                 argmax_select(logits, Some(mask))
@@ -307,7 +418,7 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
         lengths: &[usize],
         noise: &[Tensor<B, 2>],
     ) -> GumbelTreeOutput<B> {
-        let tau = self.tau;
+        let tau = self.settings.tau;
         self.run(embeddings, lengths, |t, logits, mask| {
             let g = noise
                 .get(t)
@@ -351,10 +462,16 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
         } else {
             embeddings
         };
-        let leaves = self.leaf.forward(x);
+        let leaves = self.leaf.forward(x, lengths);
         let mut layer = leaves.clone();
         let mut selected = Vec::with_capacity(n.saturating_sub(1));
         let mut probabilities = Vec::with_capacity(n.saturating_sub(1));
+        // Intra-attention's nodes: the leaves, then each layer's selected parent.
+        let attend = self.settings.intra_attention;
+        let mut nodes = Vec::new();
+        if attend {
+            nodes.push(leaves.h.clone());
+        }
         for t in 0..n.saturating_sub(1) {
             let m = n - t;
             // Layer t: example b has lengths[b] − t real nodes while it is incomplete.
@@ -374,20 +491,78 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
             // Eq. 7, fused: s·h̃ + (1 − cum)·h_left + (cum − s)·h_right with cum = cumsum(s).
             layer = LstmState::new(
                 select_mix(s.clone(), parent.h, left.h, right.h),
-                select_mix(s, parent.c, left.c, right.c),
+                select_mix(s.clone(), parent.c, left.c, right.c),
             );
+            if attend {
+                // The selected parent, read from the new layer as the release does:
+                // Σ_k s_k·h'_k (zero for a complete example, whose s is 0).
+                let chosen = s.unsqueeze_dim::<3>(2).mul(layer.h.clone()).sum_dim(1);
+                nodes.push(chosen);
+            }
             selected.push(sel.index);
             probabilities.push(sel.soft);
         }
         let root = LstmState::new(layer.h.reshape([batch, d]), layer.c.reshape([batch, d]));
+        let (sentence, attention) = if attend {
+            let (sentence, weights) = intra_attention(Tensor::cat(nodes, 1), lengths);
+            (sentence, Some(weights))
+        } else {
+            (root.h.clone(), None)
+        };
         GumbelTreeOutput {
             root,
+            sentence,
+            attention,
             leaves,
             selected,
             probabilities,
             lengths: lengths.to_vec(),
         }
     }
+}
+
+/// Intra-attention over the tree's nodes (the release's `intra_attention`, with an exact
+/// padding mask): with `M` the mask of real nodes and `n̄` the mean of the real nodes,
+/// `a = softmax_j(n_j · n̄)` over the real nodes and the result is `Σ_j a_j n_j`.
+///
+/// # Shapes
+/// - `nodes`: `[batch, 2n − 1, D]`: the `n` leaves, then the parent selected at each of the
+///   `n − 1` layers (`n = max(lengths)`)
+/// - output: the mix `[batch, D]` and the weights `[batch, 2n − 1]` (0 on padding nodes)
+fn intra_attention<B: ArborBackend>(
+    nodes: Tensor<B, 3>,
+    lengths: &[usize],
+) -> (Tensor<B, 2>, Tensor<B, 2>) {
+    let [batch, k, d] = nodes.dims();
+    let device = nodes.device();
+    let n = k.div_ceil(2);
+    // Leaf j is real iff j < len; layer t's parent is real iff t < len − 1.
+    let real = host_mask::<B>(
+        batch,
+        k,
+        |b, j| {
+            if j < n {
+                j < lengths[b]
+            } else {
+                j - n + 1 < lengths[b]
+            }
+        },
+        &device,
+    );
+    let counts: Vec<f32> = lengths
+        .iter()
+        .map(|&len| 1.0 / (2 * len.max(1) - 1) as f32)
+        .collect();
+    let inv_count = Tensor::<B, 1>::from_floats(counts.as_slice(), &device).reshape([batch, 1, 1]);
+    let nodes = nodes.mul(real.clone().float().unsqueeze_dim::<3>(2));
+    let mean = nodes.clone().sum_dim(1).mul(inv_count);
+    let scores = nodes.clone().mul(mean).sum_dim(2).reshape([batch, k]);
+    let weights = arbor_cells::masked_softmax(scores, Some(real));
+    let mix = nodes
+        .mul(weights.clone().unsqueeze_dim::<3>(2))
+        .sum_dim(1)
+        .reshape([batch, d]);
+    (mix, weights)
 }
 
 fn sample<B: ArborBackend>(
@@ -406,8 +581,8 @@ impl<B: ArborBackend> SentenceEncoder<B> for GumbelTreeLstm<B> {
         self.d_hidden
     }
 
-    /// Encodes a batch: `sentence` is the root `h`, `tokens` the leaf `h` (zeros at padding),
-    /// `trees` the induced trees.
+    /// Encodes a batch: `sentence` is the root `h` (with intra-attention, the attention mix of
+    /// the tree's nodes), `tokens` the leaf `h` (zeros at padding), `trees` the induced trees.
     ///
     /// # Shapes
     /// - `input.embeddings`: `[batch, time, d_input]`
@@ -430,7 +605,7 @@ impl<B: ArborBackend> SentenceEncoder<B> for GumbelTreeLstm<B> {
         let pad = host_mask::<B>(batch, time, |b, t| t >= lengths[b], &device);
         let tokens = tokens.mask_fill(pad.unsqueeze_dim::<3>(2).expand([batch, time, d]), 0.0);
         EncoderOutput {
-            sentence: out.root.h,
+            sentence: out.sentence,
             tokens: Some(tokens),
             trees: Some(trees),
             aux_loss: None,

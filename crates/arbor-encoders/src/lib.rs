@@ -18,11 +18,12 @@ mod transformer;
 
 pub use any::{Encoder, EncoderConfig, EncoderKind};
 pub use gumbel_tree_lstm::{
-    GumbelTreeLstm, GumbelTreeLstmConfig, GumbelTreeOutput, Leaf, LeafKind,
+    BiLstmLeaf, GumbelSettings, GumbelTreeLstm, GumbelTreeLstmConfig, GumbelTreeOutput, Leaf,
+    LeafKind,
 };
 pub use lstm::{default_chunk_size, LstmEncoder, LstmEncoderConfig, Pooling};
 pub use r2d2::{R2d2, R2d2Config, R2d2Lm, R2d2LmConfig};
-pub use spinn::{Spinn, SpinnConfig, SpinnError, SpinnOutput, SpinnVariant};
+pub use spinn::{ClassifierInput, Spinn, SpinnConfig, SpinnError, SpinnOutput, SpinnVariant};
 pub use transformer::{
     TransformerPooling, TransformerSentenceEncoder, TransformerSentenceEncoderConfig,
 };

@@ -25,8 +25,18 @@ fn model<B: ArborBackend>(leaf: LeafKind, seed: u64) -> GumbelTreeLstm<B> {
     m
 }
 
+/// `x` `[1, len, d]` with its positions in reverse order, built word by word.
+fn reversed<B: ArborBackend>(x: &Tensor<B, 3>) -> Tensor<B, 3> {
+    let len = x.dims()[1];
+    Tensor::cat(
+        (0..len).rev().map(|t| x.clone().narrow(1, t, 1)).collect(),
+        1,
+    )
+}
+
 /// Leaf states of a single unpadded sentence `[1, len, d_in]`, computed independently of
-/// [`Leaf::forward`]: the affine map directly, or the sequence runner on each prefix.
+/// [`Leaf::forward`]: the affine map directly, or the sequence runner on each prefix (and,
+/// for the bidirectional leaf, on each reversed suffix).
 fn reference_leaves<B: ArborBackend>(
     m: &GumbelTreeLstm<B>,
     x: &Tensor<B, 3>,
@@ -38,6 +48,21 @@ fn reference_leaves<B: ArborBackend>(
                 LstmState::split(linear.forward(x.clone().narrow(1, t, 1).reshape([1, D_IN])))
             }
             Leaf::Lstm(cell) => run_sequence(cell, x.clone().narrow(1, 0, t + 1), None, None).last,
+            Leaf::BiLstm(cells) => {
+                let fw = run_sequence(
+                    &cells.forward_cell,
+                    x.clone().narrow(1, 0, t + 1),
+                    None,
+                    None,
+                )
+                .last;
+                let suffix = reversed(&x.clone().narrow(1, t, len - t));
+                let bw = run_sequence(&cells.backward_cell, suffix, None, None).last;
+                LstmState::new(
+                    Tensor::cat(vec![fw.h, bw.h], 1),
+                    Tensor::cat(vec![fw.c, bw.c], 1),
+                )
+            }
         })
         .collect()
 }
@@ -272,7 +297,7 @@ fn a_length_two_sentence_is_one_composition_of_its_leaves() {
 fn the_leaf_lstm_keeps_h_and_c_at_every_position() {
     let m = model::<Fx>(LeafKind::Lstm, 12);
     let x = tensor::<Fx, 3>([1, 5, D_IN], 1.0, 13);
-    let leaves = m.leaf.forward(x.clone());
+    let leaves = m.leaf.forward(x.clone(), &[5]);
     for (t, want) in reference_leaves(&m, &x).into_iter().enumerate() {
         let h = leaves.h.clone().narrow(1, t, 1).reshape([1, D]);
         let c = leaves.c.clone().narrow(1, t, 1).reshape([1, D]);
@@ -363,6 +388,12 @@ fn gradients_reach_the_query_the_composition_and_the_leaves() {
             Leaf::Lstm(cell) => {
                 norm(cell.input.weight.grad(&grads)) * norm(cell.hidden.weight.grad(&grads))
             }
+            Leaf::BiLstm(cells) => [&cells.forward_cell, &cells.backward_cell]
+                .iter()
+                .map(|cell| {
+                    norm(cell.input.weight.grad(&grads)) * norm(cell.hidden.weight.grad(&grads))
+                })
+                .product(),
         };
         assert!(leaf_grad > 0.0, "{leaf}: leaf weights");
     }
@@ -571,4 +602,325 @@ fn an_annealed_temperature_from_the_sampler_replaces_the_models_own() {
     );
     // A non-positive temperature is ignored rather than dividing by zero.
     assert_eq!(own, query_grad_at(&m, Some(0.0)));
+}
+
+/// [`model`] with intra-attention switched on.
+fn attending_model<B: ArborBackend>(leaf: LeafKind, seed: u64) -> GumbelTreeLstm<B> {
+    let mut m = model::<B>(leaf, seed);
+    m.settings.intra_attention = true;
+    m
+}
+
+#[test]
+fn bidirectional_leaves_are_padding_invariant_and_match_a_per_word_reference() {
+    let m = model::<Fx>(LeafKind::BiLstm, 40);
+    let x = padded_batch::<Fx>(&LENGTHS, TIME, D_IN, 41);
+    let n = *LENGTHS.iter().max().unwrap();
+    let leaves = m.leaf.forward(x.clone().narrow(1, 0, n), &LENGTHS);
+    assert_eq!(leaves.h.dims(), [LENGTHS.len(), n, D]);
+    for (b, &len) in LENGTHS.iter().enumerate() {
+        let xb = alone(&x, b, len);
+        let single = m.leaf.forward(xb.clone(), &[len]);
+        for (t, want) in reference_leaves(&m, &xb).into_iter().enumerate() {
+            let at = |s: &LstmState<Fx, 3>, i: usize| {
+                (
+                    to_vec(s.h.clone().narrow(0, i, 1).narrow(1, t, 1)),
+                    to_vec(s.c.clone().narrow(0, i, 1).narrow(1, t, 1)),
+                )
+            };
+            let (h, c) = at(&leaves, b);
+            let what = format!("example {b} (len {len}) leaf {t}");
+            assert_close(&h, &to_vec(want.h.clone()), TOL, &format!("{what}: h"));
+            assert_close(&c, &to_vec(want.c.clone()), TOL, &format!("{what}: c"));
+            let (h1, c1) = at(&single, 0);
+            assert_close(&h, &h1, TOL, &format!("{what}: h vs alone"));
+            assert_close(&c, &c1, TOL, &format!("{what}: c vs alone"));
+        }
+    }
+}
+
+/// Sets an `LstmCell` of width 1 over 1-wide inputs to `g = w·x` and every other
+/// pre-activation 0, so `c_t = ½c_{t−1} + ½tanh(w·x_t)` and `h_t = ½tanh(c_t)`.
+fn half_gates(cell: &mut arbor_cells::LstmCell<Fx>, w: f32) {
+    let device = dev::<Fx>();
+    cell.input.weight = Param::from_tensor(Tensor::from_data(
+        TensorData::new(vec![0.0, 0.0, w, 0.0], [1, 4]),
+        &device,
+    ));
+    cell.input.bias = Some(Param::from_tensor(Tensor::zeros([4], &device)));
+    cell.hidden.weight = Param::from_tensor(Tensor::zeros([1, 4], &device));
+}
+
+#[test]
+fn the_bidirectional_leaf_by_hand() {
+    // D = 2: each direction is one unit wide. Forward g = x, backward g = 2x.
+    let device = dev::<Fx>();
+    let mut m = GumbelTreeLstmConfig::new(1, 2)
+        .with_leaf(LeafKind::BiLstm)
+        .init::<Fx>(&device);
+    let Leaf::BiLstm(cells) = &mut m.leaf else {
+        unreachable!()
+    };
+    half_gates(&mut cells.forward_cell, 1.0);
+    half_gates(&mut cells.backward_cell, 2.0);
+    // Sentence [1, −1, 0.5] padded to 5 with garbage, beside a longer sentence.
+    let words = [1.0f64, -1.0, 0.5];
+    let x = Tensor::<Fx, 3>::from_data(
+        TensorData::new(
+            vec![1.0f32, -1.0, 0.5, 30.0, -30.0, 0.3, 0.2, 0.1, 0.0, -0.1],
+            [2, 5, 1],
+        ),
+        &device,
+    );
+    let leaves = m.leaf.forward(x, &[3, 5]);
+    let mut fw = Vec::new();
+    let mut c = 0.0;
+    for &w in &words {
+        c = 0.5 * c + 0.5 * w.tanh();
+        fw.push(c);
+    }
+    let mut bw = [0.0; 3];
+    let mut c = 0.0;
+    for t in (0..3).rev() {
+        c = 0.5 * c + 0.5 * (2.0 * words[t]).tanh();
+        bw[t] = c;
+    }
+    for t in 0..3 {
+        let got_c = to_vec(leaves.c.clone().narrow(0, 0, 1).narrow(1, t, 1));
+        let got_h = to_vec(leaves.h.clone().narrow(0, 0, 1).narrow(1, t, 1));
+        assert_close(&got_c, &[fw[t], bw[t]], TOL, &format!("c at {t}"));
+        assert_close(
+            &got_h,
+            &[0.5 * fw[t].tanh(), 0.5 * bw[t].tanh()],
+            TOL,
+            &format!("h at {t}"),
+        );
+    }
+}
+
+#[test]
+fn reversing_a_sentence_swaps_the_directions_of_the_bidirectional_leaf() {
+    // With the same weights in both directions, leaf i of a sentence is leaf len − 1 − i of
+    // its reversal with the two halves swapped, wherever the sentences sit in a padded batch.
+    let mut m = model::<Fx>(LeafKind::BiLstm, 42);
+    let Leaf::BiLstm(cells) = &mut m.leaf else {
+        unreachable!()
+    };
+    // Copies of the values (a clone of a lazily initialised parameter would draw its own).
+    let fw = &cells.forward_cell;
+    let copy = |p: &Param<Tensor<Fx, 2>>| Param::from_tensor(p.val());
+    cells.backward_cell.input.weight = copy(&fw.input.weight);
+    cells.backward_cell.input.bias = fw.input.bias.as_ref().map(|b| Param::from_tensor(b.val()));
+    cells.backward_cell.hidden.weight = copy(&fw.hidden.weight);
+    let len = 4;
+    let lengths = [len, 2, len];
+    let x = padded_batch::<Fx>(&lengths, 6, D_IN, 43);
+    let sentence = alone(&x, 0, len);
+    let x = Tensor::cat(
+        vec![
+            x.clone().narrow(0, 0, 2),
+            Tensor::cat(
+                vec![
+                    reversed(&sentence),
+                    x.clone().narrow(0, 2, 1).narrow(1, len, 2),
+                ],
+                1,
+            ),
+        ],
+        0,
+    );
+    let leaves = m.leaf.forward(x, &lengths);
+    let half = D / 2;
+    for i in 0..len {
+        let pick = |t: &Tensor<Fx, 3>, b: usize, p: usize| {
+            to_vec(t.clone().narrow(0, b, 1).narrow(1, p, 1).reshape([D]))
+        };
+        for (what, t) in [("h", &leaves.h), ("c", &leaves.c)] {
+            let a = pick(t, 0, i);
+            let r = pick(t, 2, len - 1 - i);
+            let swapped: Vec<f64> = r[half..].iter().chain(&r[..half]).copied().collect();
+            assert_close(&a, &swapped, TOL, &format!("{what} of leaf {i}"));
+        }
+    }
+}
+
+#[test]
+fn an_odd_width_is_refused_for_the_bidirectional_leaf() {
+    let odd = GumbelTreeLstmConfig::new(3, 5).with_leaf(LeafKind::BiLstm);
+    let err = odd.validate().unwrap_err().to_string();
+    assert!(err.contains("d_hidden") && err.contains("even"), "{err}");
+    assert!(GumbelTreeLstmConfig::new(3, 6)
+        .with_leaf(LeafKind::BiLstm)
+        .validate()
+        .is_ok());
+}
+
+/// Host reference of intra-attention for one unpadded sentence: the leaves, the parents the
+/// per-example reference merges (argmax), the mean, the dot-product scores and the softmax.
+fn reference_attention(m: &GumbelTreeLstm<Fx>, x: &Tensor<Fx, 3>) -> (Vec<f64>, Vec<f64>) {
+    let q = to_vec(m.query.val());
+    let mut nodes = reference_leaves(m, x);
+    let mut all: Vec<Vec<f64>> = nodes.iter().map(|s| to_vec(s.h.clone())).collect();
+    while nodes.len() > 1 {
+        let cands: Vec<LstmState<Fx, 2>> = nodes
+            .windows(2)
+            .map(|w| m.composition.forward(w[0].clone(), w[1].clone(), None))
+            .collect();
+        let score = |c: &LstmState<Fx, 2>| {
+            let h = to_vec(c.h.clone());
+            h.iter().zip(&q).map(|(a, b)| a * b).sum::<f64>()
+        };
+        let k = (0..cands.len())
+            .max_by(|&a, &b| score(&cands[a]).total_cmp(&score(&cands[b])))
+            .unwrap();
+        all.push(to_vec(cands[k].h.clone()));
+        nodes.splice(k..k + 2, [cands[k].clone()]);
+    }
+    let count = all.len() as f64;
+    let mean: Vec<f64> = (0..D)
+        .map(|j| all.iter().map(|v| v[j]).sum::<f64>() / count)
+        .collect();
+    let scores: Vec<f64> = all
+        .iter()
+        .map(|v| v.iter().zip(&mean).map(|(a, b)| a * b).sum())
+        .collect();
+    let top = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let e: Vec<f64> = scores.iter().map(|s| (s - top).exp()).collect();
+    let z: f64 = e.iter().sum();
+    let weights: Vec<f64> = e.iter().map(|v| v / z).collect();
+    let mix = (0..D)
+        .map(|j| all.iter().zip(&weights).map(|(v, w)| v[j] * w).sum())
+        .collect();
+    (mix, weights)
+}
+
+#[test]
+fn intra_attention_is_padding_invariant_ignores_padding_and_matches_a_host_reference() {
+    for &leaf in <LeafKind as arbor_cells::names::ValueEnum>::value_variants() {
+        let m = attending_model::<Fx>(leaf, 44);
+        let x = padded_batch::<Fx>(&LENGTHS, TIME, D_IN, 45);
+        let n = *LENGTHS.iter().max().unwrap();
+        let out = m.forward(x.clone(), &LENGTHS, Decisions::Argmax);
+        let weights = out.attention.clone().expect("attention weights");
+        assert_eq!(weights.dims(), [LENGTHS.len(), 2 * n - 1]);
+        for (b, &len) in LENGTHS.iter().enumerate() {
+            let what = format!("{leaf} leaf, example {b} (len {len})");
+            let w = row(&weights, b);
+            // Real columns: leaves 0..len and layers 0..len − 1 (columns n..n + len − 1).
+            let real = |j: usize| j < len || (j >= n && j - n + 1 < len);
+            for (j, &v) in w.iter().enumerate() {
+                if !real(j) {
+                    assert_eq!(v, 0.0, "{what}: padding node {j} has weight {v}");
+                }
+            }
+            let own: Vec<f64> = (0..len).chain(n..n + len - 1).map(|j| w[j]).collect();
+            let xb = alone(&x, b, len);
+            let single = m.forward(xb.clone(), &[len], Decisions::Argmax);
+            let single_w = row(single.attention.as_ref().unwrap(), 0);
+            assert_close(&own, &single_w, TOL, &format!("{what}: weights vs alone"));
+            assert_close(
+                &row(&out.sentence, b),
+                &row(&single.sentence, 0),
+                TOL,
+                &format!("{what}: sentence vs alone"),
+            );
+            let (mix, want_w) = reference_attention(&m, &xb);
+            assert_close(
+                &own,
+                &want_w,
+                1e-4,
+                &format!("{what}: weights vs reference"),
+            );
+            assert_close(
+                &row(&out.sentence, b),
+                &mix,
+                1e-4,
+                &format!("{what}: sentence vs reference"),
+            );
+            // The root is still the tree's root.
+            let (root, _) = reference(&m, &xb, None);
+            check_root(&out.root, b, &root, &format!("{what}: root"));
+        }
+        // Sampling: the same masks (the last entries of the weights stay 0 for short ones).
+        let sampled = m.forward(
+            x,
+            &LENGTHS,
+            Decisions::Sample(&mut GumbelSampler::seeded(3)),
+        );
+        let w = row(sampled.attention.as_ref().unwrap(), 1); // length 1: its leaf only
+        assert!(
+            (w[0] - 1.0).abs() < 1e-6 && w[1..].iter().all(|&v| v == 0.0),
+            "{w:?}"
+        );
+    }
+}
+
+#[test]
+fn intra_attention_gradients_reach_every_parameter() {
+    for &leaf in <LeafKind as arbor_cells::names::ValueEnum>::value_variants() {
+        let m = attending_model::<Ad>(leaf, 46);
+        let lengths = [4, 2, 5];
+        let x = padded_batch::<Ad>(&lengths, 5, D_IN, 47);
+        let out = m.forward(
+            x,
+            &lengths,
+            Decisions::Sample(&mut GumbelSampler::seeded(5)),
+        );
+        let w = tensor::<Ad, 2>([3, D], 1.0, 48);
+        let grads = out.sentence.mul(w).sum().backward();
+        let nonzero =
+            |g: Option<Tensor<Fx, 2>>| to_vec(g.expect("a gradient")).iter().any(|v| *v != 0.0);
+        let q = m.query.grad(&grads).expect("q has a gradient");
+        assert!(to_vec(q).iter().any(|&v| v != 0.0), "{leaf}: q");
+        assert!(
+            nonzero(m.composition.children.weight.grad(&grads)),
+            "{leaf}: composition"
+        );
+        let cells: Vec<&arbor_cells::LstmCell<Ad>> = match &m.leaf {
+            Leaf::Affine(linear) => {
+                assert!(nonzero(linear.weight.grad(&grads)), "{leaf}: affine leaf");
+                Vec::new()
+            }
+            Leaf::Lstm(cell) => vec![cell],
+            Leaf::BiLstm(c) => vec![&c.forward_cell, &c.backward_cell],
+        };
+        for cell in cells {
+            assert!(
+                nonzero(cell.input.weight.grad(&grads)),
+                "{leaf}: leaf input"
+            );
+            assert!(
+                nonzero(cell.hidden.weight.grad(&grads)),
+                "{leaf}: leaf hidden"
+            );
+        }
+    }
+}
+
+#[test]
+fn encode_returns_the_attention_sentence_vector() {
+    let m = attending_model::<Fx>(LeafKind::BiLstm, 49);
+    let lengths = [3, 1, 4];
+    let x = padded_batch::<Fx>(&lengths, 6, D_IN, 50);
+    let out = m.forward(x.clone(), &lengths, Decisions::Argmax);
+    let enc = m.encode(EncoderInput::new(x, lengths.to_vec()), Decisions::Argmax);
+    assert_eq!(to_vec(enc.sentence), to_vec(out.sentence.clone()));
+    assert_ne!(to_vec(out.sentence), to_vec(out.root.h));
+}
+
+#[test]
+fn configurations_without_the_new_fields_load_with_the_old_behaviour() {
+    let old = r#"{"d_input": 3, "d_hidden": 4, "leaf": "lstm", "tau": 1.0, "query_std": 0.01}"#;
+    let config: GumbelTreeLstmConfig = serde_json::from_str(old).unwrap();
+    assert_eq!(config.intra_attention, None);
+    assert!(!config.uses_intra_attention());
+    let m = config.init::<Fx>(&dev::<Fx>());
+    assert!(!m.settings.intra_attention);
+    let new = GumbelTreeLstmConfig::new(3, 4)
+        .with_leaf(LeafKind::BiLstm)
+        .with_intra_attention(Some(true));
+    let json = serde_json::to_string(&new).unwrap();
+    assert!(json.contains("\"bi-lstm\""), "{json}");
+    let back: GumbelTreeLstmConfig = serde_json::from_str(&json).unwrap();
+    assert!(back.uses_intra_attention() && back.leaf == LeafKind::BiLstm);
 }

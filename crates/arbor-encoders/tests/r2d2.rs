@@ -9,10 +9,10 @@ use arbor_cells::GumbelSampler;
 use arbor_data::tree::BinaryTree;
 use arbor_encoders::r2d2::{
     word_tree, Chart, ChartConfig, Compose, Composed, Composition, CompositionConfig, R2d2Config,
-    R2d2LmConfig,
+    R2d2LmConfig, RoleEmbeddings,
 };
 use arbor_encoders::{Decisions, EncoderConfig, EncoderInput, EncoderKind, SentenceEncoder};
-use burn::module::Module;
+use burn::module::{Module, Param};
 use burn::prelude::*;
 use burn::tensor::TensorData;
 use common::{dev, tensor, Ad, Fx};
@@ -126,6 +126,58 @@ fn with_a_window_of_at_least_n_minus_1_the_pruned_chart_is_exhaustive_cky() {
     }
 }
 
+#[test]
+fn each_layer_reads_its_own_role_table() {
+    let d = 8;
+    let per_layer = composition(d, 5);
+    assert_eq!(per_layer.roles.dims(), [6, d], "one [3, D] table per layer");
+    assert_eq!(per_layer.role_embeddings(), RoleEmbeddings::PerLayer);
+    let left = tensor::<Fx, 2>([5, d], 1.0, 11);
+    let right = tensor::<Fx, 2>([5, d], 1.0, 12);
+    let run = |f: &Composition<Fx>| {
+        let c = f.compose(left.clone(), right.clone());
+        let mut v = rows(c.repr).concat();
+        v.extend(
+            c.log_p
+                .into_data()
+                .convert::<f32>()
+                .into_vec::<f32>()
+                .unwrap(),
+        );
+        v.extend(rows(f.mask_context(left.clone(), right.clone())).concat());
+        v
+    };
+    // Burn initialises parameters lazily, on first use: run once so that the clones below
+    // share the same weights instead of each drawing its own.
+    let a = run(&per_layer);
+    // Tables built from host values.
+    let table = |n: usize| {
+        let v: Vec<f32> = rows(per_layer.roles.val())[..3].concat().repeat(n);
+        Tensor::<Fx, 2>::from_data(TensorData::new(v, [3 * n, d]), &dev::<Fx>())
+    };
+    // The shared layout: one table, read by both layers.
+    let mut shared = per_layer.clone();
+    shared.roles = Param::from_tensor(table(1));
+    assert_eq!(shared.role_embeddings(), RoleEmbeddings::Shared);
+    // Per-layer tables that happen to be equal compute what the shared table does.
+    let mut twice = per_layer.clone();
+    twice.roles = Param::from_tensor(table(2));
+    assert_close(&run(&twice), &run(&shared), 1e-6, "equal tables");
+    // Layer 1's own table matters.
+    let b = run(&shared);
+    assert!(
+        a.iter().zip(&b).any(|(x, y)| (x - y).abs() > 1e-4),
+        "layer 1 reads rows 3..6"
+    );
+    // The shared layout is still built on request.
+    let old = CompositionConfig::new(d)
+        .with_n_layers(3)
+        .with_n_heads(2)
+        .with_role_embeddings(RoleEmbeddings::Shared)
+        .init::<Fx>(&dev::<Fx>());
+    assert_eq!(old.roles.dims(), [3, d]);
+}
+
 /// A composition whose vectors record their span (`e = [start, end]`) and whose `log p`
 /// comes from a table chosen by the test.
 struct Stub {
@@ -171,6 +223,109 @@ fn stub() -> Stub {
         p: p.into_iter().collect(),
         default: 0.5,
     }
+}
+
+/// A composition whose `log p` depends on the split too: `p(i, k, j)` for left `(i, k)` and
+/// right `(k + 1, j)`, so the splits of one cell score differently.
+struct SplitStub;
+
+impl SplitStub {
+    fn p(i: usize, k: usize, j: usize) -> f64 {
+        0.05 + 0.9 * (((i * 7 + k * 13 + j * 29) % 17) as f64 / 16.0)
+    }
+}
+
+impl Compose<Fx> for SplitStub {
+    fn d_model(&self) -> usize {
+        2
+    }
+
+    fn compose(&self, left: Tensor<Fx, 2>, right: Tensor<Fx, 2>) -> Composed<Fx> {
+        let (l, r) = (rows(left), rows(right));
+        let n = l.len();
+        let mut repr = Vec::new();
+        let mut log_p = Vec::new();
+        for (a, b) in l.iter().zip(&r) {
+            let (i, k, j) = (a[0] as usize, a[1] as usize, b[1] as usize);
+            repr.extend([a[0], b[1]]);
+            log_p.push(Self::p(i, k, j).ln() as f32);
+        }
+        Composed {
+            repr: Tensor::from_data(TensorData::new(repr, [n, 2]), &dev::<Fx>()),
+            log_p: Tensor::from_data(TensorData::new(log_p, [n]), &dev::<Fx>()),
+        }
+    }
+}
+
+#[test]
+fn a_cells_log_p_is_the_alpha_weighted_sum_over_its_splits() {
+    // eq. 5: log p_ij = Σ_k α_k log p_ijk. α is one-hot in the forward pass, so the cell's
+    // log p is that of the split α picked: the best un-noised split at evaluation, a
+    // Gumbel-noised one in training (where it may differ from the best split's).
+    let n = 7;
+    let config = ChartConfig {
+        window: n,
+        pruning: false,
+        tau: 1.0,
+    };
+    let spans: Vec<(usize, usize)> = (3..=n)
+        .flat_map(|len| (0..=n - len).map(move |i| (i, i + len - 1)))
+        .collect();
+    let eval = Chart::build(
+        &SplitStub,
+        span_leaves(n),
+        &[n],
+        None,
+        &config,
+        Decisions::Argmax,
+    );
+    for &(i, j) in &spans {
+        let (best, chosen) = eval.splits(0, (i, j)).unwrap();
+        assert_eq!(
+            best,
+            chosen,
+            "evaluation picks the best split of {:?}",
+            (i, j)
+        );
+        let lp = eval.cell_log_p(0, (i, j)).unwrap();
+        assert!((lp - SplitStub::p(i, best, j).ln()).abs() < 1e-5);
+    }
+    let mut differs = 0;
+    for seed in 0..4 {
+        let mut sampler = GumbelSampler::seeded(seed);
+        let train = Chart::build(
+            &SplitStub,
+            span_leaves(n),
+            &[n],
+            None,
+            &config,
+            Decisions::Sample(&mut sampler),
+        );
+        for &(i, j) in &spans {
+            let (best, chosen) = train.splits(0, (i, j)).unwrap();
+            let lp = train.cell_log_p(0, (i, j)).unwrap();
+            let want = SplitStub::p(i, chosen, j).ln();
+            assert!((lp - want).abs() < 1e-5, "{:?}: {lp} vs {want}", (i, j));
+            let t: f32 = train
+                .cell_log_p_tensor(0, (i, j))
+                .unwrap()
+                .into_scalar()
+                .elem();
+            assert!(
+                (t as f64 - want).abs() < 1e-5,
+                "the tensor holds the same value"
+            );
+            if chosen != best {
+                let best_lp = SplitStub::p(i, best, j).ln();
+                assert!((lp - best_lp).abs() > 1e-6, "split-dependent scores differ");
+                differs += 1;
+            }
+        }
+    }
+    assert!(
+        differs > 0,
+        "with noise, some cell picks another split than the best"
+    );
 }
 
 fn span_leaves(n: usize) -> Tensor<Fx, 3> {

@@ -8,7 +8,8 @@ use arbor_cells::GumbelSampler;
 use arbor_data::tree::{BinaryTree, Transition, Transition::Reduce as R, Transition::Shift as S};
 use arbor_encoders::spinn::{check_transitions, repair_transitions, trace, transition_accuracy};
 use arbor_encoders::{
-    Decisions, EncoderInput, SentenceEncoder, Spinn, SpinnConfig, SpinnError, SpinnVariant,
+    ClassifierInput, Decisions, EncoderInput, SentenceEncoder, Spinn, SpinnConfig, SpinnError,
+    SpinnVariant,
 };
 use burn::module::Param;
 use burn::prelude::*;
@@ -203,8 +204,20 @@ fn a_sentence_alone_equals_the_same_sentence_in_a_padded_batch() {
     let (d_in, d, time) = (3, 5, 7);
     let trees = random_trees(&lengths, 11);
     let x = padded_batch::<Fx>(&lengths, time, d_in, 12);
-    for &variant in <SpinnVariant as arbor_cells::names::ValueEnum>::value_variants() {
-        let m = spinn::<Fx>(variant, d_in, d);
+    for (&variant, input) in <SpinnVariant as arbor_cells::names::ValueEnum>::value_variants()
+        .iter()
+        .flat_map(|v| {
+            [
+                (v, ClassifierInput::Hidden),
+                (v, ClassifierInput::HiddenCell),
+            ]
+        })
+    {
+        let m = SpinnConfig::new(d_in, d)
+            .with_variant(variant)
+            .with_d_tracking(3)
+            .with_classifier_input(Some(input))
+            .init::<Fx>(&dev::<Fx>());
         for eval in [false, true] {
             let mut sampler = GumbelSampler::seeded(0);
             let all = m
@@ -222,7 +235,7 @@ fn a_sentence_alone_equals_the_same_sentence_in_a_padded_batch() {
                         decisions(eval, &mut sampler),
                     )
                     .unwrap();
-                let what = format!("{variant} eval={eval} sentence {b}");
+                let what = format!("{variant} ({input} classifier) eval={eval} sentence {b}");
                 assert_close(&row(&all.root.h, b), &row(&one.root.h, 0), 1e-5, &what);
                 assert_close(&row(&all.root.c, b), &row(&one.root.c, 0), 1e-5, &what);
                 assert_eq!(all.transitions[b], one.transitions[0], "{what}");
@@ -380,4 +393,86 @@ fn spinn_kinds_in_the_common_configuration() {
         assert_eq!(out.sentence.dims(), [2, 6]);
     }
     assert!(!EncoderKind::Lstm.needs_transitions() && !EncoderKind::Gumbel.needs_transitions());
+}
+
+#[test]
+fn the_transition_classifier_reads_h_or_h_and_c() {
+    let (d_in, d, dt) = (3, 4, 3);
+    let build = |input: Option<ClassifierInput>| {
+        SpinnConfig::new(d_in, d)
+            .with_variant(SpinnVariant::Full)
+            .with_d_tracking(dt)
+            .with_classifier_input(input)
+            .init::<Ad>(&dev::<Ad>())
+    };
+    // The default is the PyTorch port's [h; c]; the width of the classifier's input says which.
+    assert_eq!(
+        SpinnConfig::new(d_in, d).transition_input(),
+        ClassifierInput::HiddenCell
+    );
+    for (input, width) in [
+        (None, dt),
+        (Some(ClassifierInput::Hidden), dt),
+        (Some(ClassifierInput::HiddenCell), 2 * dt),
+    ] {
+        let m = build(input);
+        let c = m.classifier.as_ref().unwrap();
+        assert_eq!(c.weight.dims(), [width, 2], "{input:?}");
+        let want = input.unwrap_or(ClassifierInput::Hidden);
+        assert_eq!(m.transition_input(), Some(want));
+    }
+    assert_eq!(
+        spinn::<Fx>(SpinnVariant::Pi, d_in, d).transition_input(),
+        None
+    );
+
+    // [h; c] with the h rows and the bias zeroed: the loss (and so the predictions) depend on
+    // the c rows alone.
+    let lengths = [3usize, 5, 2];
+    let trees = random_trees(&lengths, 7);
+    let x = padded_batch::<Ad>(&lengths, 5, d_in, 8);
+    let loss = |c_rows: Tensor<Ad, 2>| {
+        let mut m = build(Some(ClassifierInput::HiddenCell));
+        let c = m.classifier.as_mut().unwrap();
+        let w = Tensor::cat(vec![Tensor::zeros([dt, 2], &dev::<Ad>()), c_rows], 0);
+        c.weight = Param::from_tensor(w);
+        c.bias = Some(Param::from_tensor(Tensor::zeros([2], &dev::<Ad>())));
+        let out = m.encode(
+            EncoderInput::new(x.clone(), lengths.to_vec()).with_transitions(transitions(&trees)),
+            Decisions::Sample(&mut GumbelSampler::seeded(0)),
+        );
+        let aux = out.aux_loss.expect("a transition loss");
+        let value = aux.clone().into_scalar() as f64;
+        let grads = aux.backward();
+        let g = m.classifier.as_ref().unwrap().weight.grad(&grads).unwrap();
+        (value, to_vec(g.narrow(0, dt, dt)))
+    };
+    let (flat, _) = loss(Tensor::zeros([dt, 2], &dev::<Ad>()));
+    assert!((flat - std::f64::consts::LN_2).abs() < 1e-6, "{flat}");
+    let (value, g) = loss(tensor::<Ad, 2>([dt, 2], 3.0, 9));
+    assert!((value - flat).abs() > 1e-3, "the loss ignores c: {value}");
+    assert!(
+        g.iter().any(|v| v.abs() > 0.0),
+        "no gradient reaches the c rows"
+    );
+}
+
+#[test]
+fn old_configurations_keep_an_h_classifier() {
+    let old = r#"{"d_input": 3, "d_hidden": 4, "variant": "full", "d_tracking": 0,
+                  "transition_weight": 1.0}"#;
+    let config: SpinnConfig = serde_json::from_str(old).unwrap();
+    assert_eq!(config.classifier_input, None);
+    assert_eq!(config.transition_input(), ClassifierInput::Hidden);
+    let m = config.init::<Fx>(&dev::<Fx>());
+    assert_eq!(m.classifier.as_ref().unwrap().weight.dims(), [4, 2]);
+    let json = serde_json::to_string(&SpinnConfig::new(3, 4)).unwrap();
+    assert!(json.contains("\"classifier_input\":\"h-c\""), "{json}");
+    let back: SpinnConfig = serde_json::from_str(&json).unwrap();
+    assert_eq!(back.transition_input(), ClassifierInput::HiddenCell);
+    assert_eq!("h".parse::<ClassifierInput>(), Ok(ClassifierInput::Hidden));
+    assert_eq!(
+        "h-c".parse::<ClassifierInput>(),
+        Ok(ClassifierInput::HiddenCell)
+    );
 }

@@ -7,10 +7,11 @@
 //! weights of an old checkpoint load into the same modules.
 
 use arbor_cells::CellKind;
-use arbor_encoders::r2d2::CompositionConfig;
+use arbor_encoders::r2d2::{CompositionConfig, RoleEmbeddings};
 use arbor_encoders::{
-    EncoderConfig, EncoderKind, GumbelTreeLstmConfig, LeafKind, LstmEncoderConfig, Pooling,
-    R2d2Config, R2d2LmConfig, SpinnConfig, TransformerPooling, TransformerSentenceEncoderConfig,
+    ClassifierInput, EncoderConfig, EncoderKind, GumbelTreeLstmConfig, LeafKind, LstmEncoderConfig,
+    Pooling, R2d2Config, R2d2LmConfig, SpinnConfig, TransformerPooling,
+    TransformerSentenceEncoderConfig,
 };
 use serde::Deserialize;
 
@@ -91,7 +92,8 @@ impl FlatEncoderConfig {
                 d_in,
                 CompositionConfig::new(d)
                     .with_n_layers(self.n_layers)
-                    .with_n_heads(self.heads()),
+                    .with_n_heads(self.heads())
+                    .with_role_embeddings(RoleEmbeddings::Shared),
             )
             .with_window(self.window)
             .with_tau(self.tau)
@@ -101,6 +103,8 @@ impl FlatEncoderConfig {
                     .with_variant(self.kind.spinn_variant().unwrap_or_default())
                     .with_d_tracking(self.tracking_dim)
                     .with_transition_weight(self.transition_weight)
+                    // Those models' transition classifiers read the tracking h only.
+                    .with_classifier_input(Some(ClassifierInput::Hidden))
                     .into()
             }
             EncoderKind::Transformer | EncoderKind::TransformerFastTrees => {
@@ -132,6 +136,22 @@ fn arbor_blocks_stack(c: &FlatEncoderConfig) -> arbor_blocks::TransformerEncoder
             0 => arbor_encoders::default_chunk_size(d),
             k => k,
         })
+}
+
+/// R2D2 records written before role embeddings could be per layer: a composition record
+/// without `role_embeddings` had one role table shared by all layers, so it gets
+/// `"shared"` (today's default is one table per layer, which would not fit its weights).
+/// `encoder` is an R2D2 encoder record (`{"model": "r2d2", ..., "composition": {...}}` or
+/// the LM's nested encoder); other records are left alone.
+pub(crate) fn r2d2_shared_roles_if_unset(encoder: &mut serde_json::Value) {
+    if let Some(composition) = encoder
+        .get_mut("composition")
+        .and_then(|c| c.as_object_mut())
+    {
+        composition
+            .entry("role_embeddings")
+            .or_insert_with(|| serde_json::json!("shared"));
+    }
 }
 
 /// Whether a stored encoder record is the flat format-1 one.
@@ -169,7 +189,8 @@ impl FlatR2d2LmConfig {
                 CompositionConfig::new(d)
                     .with_n_layers(self.n_layers)
                     .with_n_heads(self.n_heads)
-                    .with_d_ff(self.d_ff),
+                    .with_d_ff(self.d_ff)
+                    .with_role_embeddings(RoleEmbeddings::Shared),
             )
             .with_window(self.window)
             .with_pruning(self.pruning)
@@ -184,7 +205,8 @@ mod tests {
     use serde_json::json;
 
     use crate::{ModelConfig, ModelMeta, R2d2Meta};
-    use arbor_encoders::{EncoderConfig, EncoderKind};
+    use arbor_encoders::r2d2::{CompositionConfig, RoleEmbeddings};
+    use arbor_encoders::{EncoderConfig, EncoderKind, R2d2Config, R2d2LmConfig};
 
     /// A classification checkpoint's metadata as format 1 wrote it.
     fn format1(kind: EncoderKind) -> serde_json::Value {
@@ -223,10 +245,21 @@ mod tests {
                     assert_eq!((c.n_layers, c.pooling), (2, arbor_encoders::Pooling::Max))
                 }
                 EncoderConfig::R2d2(c) => assert_eq!(
-                    (c.window, c.composition.n_layers, c.composition.n_heads),
-                    (3, 2, 4)
+                    (
+                        c.window,
+                        c.composition.n_layers,
+                        c.composition.n_heads,
+                        c.composition.role_embeddings
+                    ),
+                    (3, 2, 4, RoleEmbeddings::Shared)
                 ),
-                EncoderConfig::Spinn(c) => assert_eq!(c.d_tracking, 5),
+                EncoderConfig::Spinn(c) => {
+                    assert_eq!(c.d_tracking, 5);
+                    assert_eq!(
+                        c.transition_input(),
+                        arbor_encoders::ClassifierInput::Hidden
+                    );
+                }
                 EncoderConfig::Transformer(c) => assert_eq!(
                     (c.stack.n_heads, c.stack.d_ff, c.stack.chunk_size, c.pooling),
                     (4, 48, 6, arbor_encoders::TransformerPooling::First)
@@ -262,5 +295,66 @@ mod tests {
             (16, 3, 2)
         );
         assert_eq!((c.window, c.pruning), (2, false));
+        assert_eq!(c.composition.role_embeddings, RoleEmbeddings::Shared);
+    }
+
+    /// Today's R2D2 LM metadata as JSON, with the composition's `role_embeddings` removed: what
+    /// checkpoints written between the nested configurations and per-layer role tables hold.
+    fn r2d2_meta_without_role_layout() -> serde_json::Value {
+        let model = R2d2LmConfig::new(30).with_encoder(R2d2Config::new(
+            16,
+            CompositionConfig::new(16).with_n_layers(3).with_n_heads(2),
+        ));
+        let meta = R2d2Meta {
+            model,
+            vocab: vec!["[PAD]".into()],
+        };
+        let mut task = serde_json::to_value(&meta).unwrap();
+        let composition = task["model"]["encoder"]["composition"]
+            .as_object_mut()
+            .unwrap();
+        assert_eq!(
+            composition.remove("role_embeddings"),
+            Some(json!("per-layer"))
+        );
+        json!({ "task": task })
+    }
+
+    #[test]
+    fn r2d2_records_without_a_role_layout_read_as_one_shared_table() {
+        let old = r2d2_meta_without_role_layout();
+        let meta = R2d2Meta::from_checkpoint(&old).unwrap();
+        let c = &meta.model.encoder.composition;
+        assert_eq!(c.role_embeddings, RoleEmbeddings::Shared);
+        assert_eq!((c.n_layers, c.n_heads, meta.model.d_model()), (3, 2, 16));
+        // The model it builds has the old layout: one [3, D] role table.
+        let model = meta.model.init::<burn::backend::Flex>(&Default::default());
+        assert_eq!(model.encoder.composition.roles.dims(), [3, 16]);
+        // A record that says which layout it has keeps it.
+        let mut explicit = old.clone();
+        explicit["task"]["model"]["encoder"]["composition"]["role_embeddings"] = json!("per-layer");
+        let meta = R2d2Meta::from_checkpoint(&explicit).unwrap();
+        assert_eq!(
+            meta.model.encoder.composition.role_embeddings,
+            RoleEmbeddings::PerLayer
+        );
+        // The same for an R2D2 sentence encoder inside a classifier's metadata.
+        let mut classifier = format1(EncoderKind::R2d2);
+        let encoder = ModelMeta::from_checkpoint(&classifier)
+            .unwrap()
+            .model
+            .encoder()
+            .clone();
+        let mut encoder = serde_json::to_value(&encoder).unwrap();
+        encoder["composition"]
+            .as_object_mut()
+            .unwrap()
+            .remove("role_embeddings");
+        classifier["task"]["model"]["encoder"] = encoder;
+        let meta = ModelMeta::from_checkpoint(&classifier).unwrap();
+        let EncoderConfig::R2d2(c) = meta.model.encoder() else {
+            panic!("an R2D2 encoder")
+        };
+        assert_eq!(c.composition.role_embeddings, RoleEmbeddings::Shared);
     }
 }

@@ -65,6 +65,9 @@ impl ModelMeta {
                     })?;
                 *encoder = serde_json::to_value(flat.into_config()).map_err(|e| e.to_string())?;
             }
+            if encoder.get("model").and_then(|m| m.as_str()) == Some("r2d2") {
+                crate::legacy::r2d2_shared_roles_if_unset(encoder);
+            }
         }
         serde_json::from_value(task)
             .map_err(|e| format!("checkpoint has no usable model metadata: {e}"))

@@ -20,7 +20,11 @@ pub struct R2d2Meta {
 impl R2d2Meta {
     /// Reads the metadata back from a checkpoint's JSON (`meta["task"]`), including checkpoints
     /// written before R2D2's configurations nested one composition configuration (a flat model
-    /// record with `d_model`).
+    /// record with `d_model`) and before role embeddings were per layer (a composition record
+    /// without `role_embeddings` is read as [`RoleEmbeddings::Shared`], the layout its weights
+    /// have).
+    ///
+    /// [`RoleEmbeddings::Shared`]: arbor_encoders::r2d2::RoleEmbeddings::Shared
     pub fn from_checkpoint(meta: &serde_json::Value) -> Result<Self, String> {
         let mut task = meta["task"].clone();
         if let Some(model) = task.get_mut("model") {
@@ -30,6 +34,9 @@ impl R2d2Meta {
                     format!("checkpoint has an unreadable format-1 R2D2 record: {e}")
                 })?;
                 *model = serde_json::to_value(flat.into_config()).map_err(|e| e.to_string())?;
+            }
+            if let Some(encoder) = model.get_mut("encoder") {
+                crate::legacy::r2d2_shared_roles_if_unset(encoder);
             }
         }
         serde_json::from_value(task)

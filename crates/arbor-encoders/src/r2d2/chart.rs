@@ -61,7 +61,11 @@ struct CellMeta {
     lpt_row: usize,
     /// Split points `k` (the left child is `(i, k)`), best un-noised `log p̃_ijk` first.
     splits: Vec<usize>,
-    /// `log p` of the best split (for a bigram cell: its only split), un-noised.
+    /// The split the selection `α` picked (eq. 2): the best one at evaluation, a Gumbel-noised
+    /// one in training.
+    chosen: usize,
+    /// `log p_ij = Σ_k α_k log p_ijk` (eq. 5), as FIND scores it. `α` is one-hot in the forward
+    /// pass, so this is `log p` of the chosen split.
     log_p: f64,
 }
 
@@ -234,7 +238,7 @@ fn shifted_right_branching(span: (usize, usize)) -> BinaryTree {
     t
 }
 
-/// The growing store of cell vectors `e_ij` and `log p̃_ij`.
+/// The growing store of cell vectors `e_ij`, `log p̃_ij` and `log p_ij`.
 ///
 /// Rows are appended step by step and kept in chunks whose sizes at least halve from each
 /// chunk to the next (a chunk is merged into its predecessor when that is less than twice its
@@ -243,10 +247,13 @@ fn shifted_right_branching(span: (usize, usize)) -> BinaryTree {
 /// it reads plus an amortised `O(log)` per row, instead of re-concatenating the whole store.
 #[derive(Debug)]
 struct Store<B: Backend> {
-    /// `(first row, e, log p̃)` of each chunk, in row order.
-    chunks: Vec<(usize, Tensor<B, 2>, Tensor<B, 1>)>,
+    /// The chunks, in row order.
+    chunks: Vec<Chunk<B>>,
     rows: usize,
 }
+
+/// `(first row, e, log p̃, log p)` of one chunk of the [`Store`].
+type Chunk<B> = (usize, Tensor<B, 2>, Tensor<B, 1>, Tensor<B, 1>);
 
 impl<B: ArborBackend> Store<B> {
     fn new() -> Self {
@@ -256,24 +263,25 @@ impl<B: ArborBackend> Store<B> {
         }
     }
 
-    /// Appends rows; returns the index of the first.
-    fn push(&mut self, e: Tensor<B, 2>, lpt: Tensor<B, 1>) -> usize {
+    /// Appends rows of `e`, `log p̃` and `log p`; returns the index of the first.
+    fn push(&mut self, e: Tensor<B, 2>, lpt: Tensor<B, 1>, lp: Tensor<B, 1>) -> usize {
         let first = self.rows;
         let n = e.dims()[0];
         self.rows += n;
-        self.chunks.push((first, e, lpt));
+        self.chunks.push((first, e, lpt, lp));
         while self.chunks.len() >= 2 {
             let last = self.chunks.len() - 1;
-            let size = |c: &(usize, Tensor<B, 2>, Tensor<B, 1>)| c.1.dims()[0];
+            let size = |c: &Chunk<B>| c.1.dims()[0];
             if size(&self.chunks[last - 1]) >= 2 * size(&self.chunks[last]) {
                 break;
             }
-            let (_, e2, l2) = self.chunks.pop().unwrap_or_else(|| unreachable!());
-            let (start, e1, l1) = self.chunks.pop().unwrap_or_else(|| unreachable!());
+            let (_, e2, l2, p2) = self.chunks.pop().unwrap_or_else(|| unreachable!());
+            let (start, e1, l1, p1) = self.chunks.pop().unwrap_or_else(|| unreachable!());
             self.chunks.push((
                 start,
                 Tensor::cat(vec![e1, e2], 0),
                 Tensor::cat(vec![l1, l2], 0),
+                Tensor::cat(vec![p1, p2], 0),
             ));
         }
         first
@@ -297,7 +305,7 @@ impl<B: ArborBackend> Store<B> {
     fn gather_one<const D: usize>(
         &self,
         rows: &[usize],
-        part: impl Fn(&(usize, Tensor<B, 2>, Tensor<B, 1>)) -> Tensor<B, D>,
+        part: impl Fn(&Chunk<B>) -> Tensor<B, D>,
     ) -> Tensor<B, D> {
         let device = self.chunks[0].1.device();
         let mut by_chunk: Vec<Vec<(usize, usize)>> = vec![Vec::new(); self.chunks.len()];
@@ -405,6 +413,7 @@ impl<B: ArborBackend> Chart<B> {
         store.push(
             leaves.reshape([batch * time, d]),
             Tensor::zeros([batch * time], &device),
+            Tensor::zeros([batch * time], &device),
         );
         let sentences = lengths
             .iter()
@@ -465,9 +474,11 @@ impl<B: ArborBackend> Chart<B> {
                 // The new terminals' log p̃ become constants.
                 let rows: Vec<usize> = merged_rows.iter().map(|r| r.2).collect();
                 let detached = chart.store.gather_one(&rows, |c| c.2.clone()).detach();
-                let first = chart
-                    .store
-                    .push(Tensor::zeros([rows.len(), d], &device), detached);
+                let first = chart.store.push(
+                    Tensor::zeros([rows.len(), d], &device),
+                    detached,
+                    Tensor::zeros([rows.len()], &device),
+                );
                 for (t, (b, span, _)) in merged_rows.into_iter().enumerate() {
                     if let Some(cell) = chart.sentences[b].cells.get_mut(&span) {
                         cell.lpt_row = first + t;
@@ -528,14 +539,10 @@ impl<B: ArborBackend> Chart<B> {
             .clone()
             .add(lpt.clone().narrow(0, 0, n))
             .add(lpt.narrow(0, n, n));
-        let host: Vec<f32> = Tensor::cat(vec![lpt_k.clone().detach(), composed.log_p.detach()], 0)
-            .into_data()
-            .convert::<f32>()
-            .into_vec()
-            .unwrap_or_default();
         let lpt_k = lpt_k.reshape([c, k]);
-        let (e_new, lpt_new) = if k == 1 {
-            (composed.repr, lpt_k.reshape([c]))
+        let (e_new, lpt_new, lp_new, chosen) = if k == 1 {
+            let lp = composed.log_p.clone();
+            (composed.repr, lpt_k.clone().reshape([c]), lp, None)
         } else {
             // eq. 2–5.
             let sel = match decisions {
@@ -553,18 +560,44 @@ impl<B: ArborBackend> Chart<B> {
                 .mul(alpha.clone().reshape([c, k, 1]))
                 .sum_dim(1)
                 .reshape([c, d]);
-            (e, lpt_k.mul(alpha).sum_dim(1).reshape([c]))
+            // log p_ij = Σ_k α_k log p_ijk: in training the soft α's gradient reaches every
+            // split's score, as in the reference.
+            let lp = composed
+                .log_p
+                .clone()
+                .reshape([c, k])
+                .mul(alpha.clone())
+                .sum_dim(1)
+                .reshape([c]);
+            let lpt = lpt_k.clone().mul(alpha).sum_dim(1).reshape([c]);
+            (e, lpt, lp, Some(sel.index.float()))
         };
-        let first = self.store.push(e_new, lpt_new);
+        // One read of everything the host needs: the un-noised log p̃_ijk (ranking), log p_ijk,
+        // and the split α picked.
+        let mut parts = vec![lpt_k.detach().reshape([n]), composed.log_p.detach()];
+        parts.extend(chosen.map(|t| t.detach()));
+        let host: Vec<f32> = Tensor::cat(parts, 0)
+            .into_data()
+            .convert::<f32>()
+            .into_vec()
+            .unwrap_or_default();
+        let first = self.store.push(e_new, lpt_new, lp_new);
         for (t, (b, span, splits)) in jobs.into_iter().enumerate() {
             let scores = &host[t * k..(t + 1) * k];
             let mut order: Vec<usize> = (0..k).collect();
             order.sort_by(|&x, &y| scores[y].total_cmp(&scores[x]).then(x.cmp(&y)));
-            let log_p = host.get(n + t * k + order[0]).copied().unwrap_or(0.0) as f64;
+            let pick = if k == 1 {
+                0
+            } else {
+                host.get(2 * n + t)
+                    .map_or(order[0], |&i| (i as usize).min(k - 1))
+            };
+            let log_p = host.get(n + t * k + pick).copied().unwrap_or(0.0) as f64;
             let meta = CellMeta {
                 e_row: first + t,
                 lpt_row: first + t,
                 splits: order.iter().map(|&o| splits[o]).collect(),
+                chosen: splits[pick],
                 log_p,
             };
             self.sentences[b].add_cell(span, meta);
@@ -630,6 +663,32 @@ impl<B: ArborBackend> Chart<B> {
     /// pruning or for sentences of at most `m + 1` tokens).
     pub fn merges(&self) -> Vec<Vec<(usize, usize)>> {
         self.sentences.iter().map(|s| s.merged.clone()).collect()
+    }
+
+    /// `log p_ij` of sentence `b`'s cell over `span` as the chart computed it (eq. 5:
+    /// `Σ_k α_k log p_ijk` with the selection `α` of that cell; 0 for a leaf), or `None` when
+    /// there is no such cell.
+    pub fn cell_log_p(&self, b: usize, span: (usize, usize)) -> Option<f64> {
+        if span.0 == span.1 {
+            return (span.0 < self.sentences.get(b)?.n).then_some(0.0);
+        }
+        self.sentences.get(b)?.cells.get(&span).map(|c| c.log_p)
+    }
+
+    /// The same `log p_ij` of a cell of two or more tokens, as a tensor `[1]` that carries the
+    /// gradient of the selection `α` (in training: of the soft α, so every split's `log p_ijk`
+    /// gets one), or `None` when there is no such cell.
+    pub fn cell_log_p_tensor(&self, b: usize, span: (usize, usize)) -> Option<Tensor<B, 1>> {
+        let row = self.sentences.get(b)?.cells.get(&span)?.e_row;
+        Some(self.store.gather_one(&[row], |c| c.3.clone()))
+    }
+
+    /// The split points of sentence `b`'s cell over `span`: `(best, chosen)`, where `best` has
+    /// the highest un-noised `log p̃_ijk` (tree recovery and pruning follow it) and `chosen` is
+    /// the one the selection `α` picked (the same at evaluation; Gumbel-noised in training).
+    pub fn splits(&self, b: usize, span: (usize, usize)) -> Option<(usize, usize)> {
+        let cell = self.sentences.get(b)?.cells.get(&span)?;
+        Some((cell.splits[0], cell.chosen))
     }
 
     /// Whether sentence `b` has a computed cell over `span`.

@@ -37,6 +37,19 @@ pub trait Compose<B: ArborBackend> {
     fn compose(&self, left: Tensor<B, 2>, right: Tensor<B, 2>) -> Composed<B>;
 }
 
+/// How the role embeddings (task token, left, right) are laid out over the `N` layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RoleEmbeddings {
+    /// One `[3, D]` table per layer, as in the reference code (each `TreeEncoderLayer` owns
+    /// its `position_embedding`). The default for new models.
+    #[default]
+    PerLayer,
+    /// One `[3, D]` table shared by every layer: arbor's layout before per-layer tables, kept
+    /// so that older checkpoints load and compute what they did.
+    Shared,
+}
+
 /// Configuration of a [`Composition`].
 #[derive(Config, Debug)]
 pub struct CompositionConfig {
@@ -51,12 +64,17 @@ pub struct CompositionConfig {
     /// Feed-forward width (0: `4·D`).
     #[config(default = 0)]
     pub d_ff: usize,
+    /// One role table per layer (the reference's layout) or one shared by all layers.
+    /// Checkpoint metadata written before this field existed lacks it; the readers in
+    /// `arbor-tasks` map it to [`RoleEmbeddings::Shared`].
+    #[config(default = "RoleEmbeddings::PerLayer")]
+    pub role_embeddings: RoleEmbeddings,
 }
 
 /// R2D2's composition Transformer.
 ///
 /// Inputs are `[E[CLS], E[SUM], left, right]`; role embeddings (0: task tokens, 1: left,
-/// 2: right) are added to queries and keys only. The attention mask lets each task token see
+/// 2: right; one table per layer by default) are added to queries and keys only. The attention mask lets each task token see
 /// itself and both children, and the children see only the two children. `[CLS]` mixes
 /// (`w = softmax(Linear_2(o[CLS]))`), `[SUM]` scores (`log p = logsigmoid(Linear_1(o[SUM]))`).
 ///
@@ -66,9 +84,14 @@ pub struct CompositionConfig {
 pub struct Composition<B: Backend> {
     /// The `N` layers.
     pub layers: Vec<RoleTransformerLayer<B>>,
-    /// Task-token embeddings `[3, D]`: rows `[CLS]`, `[SUM]`, `[MASK]`.
+    /// Task-token embeddings `[3, D]`: rows `[CLS]`, `[SUM]`, `[MASK]`. `[0, D]` when the
+    /// language model looks these tokens up in its vocabulary embedding instead
+    /// ([`crate::r2d2::R2d2SpecialIds`]).
     pub task_tokens: Param<Tensor<B, 2>>,
-    /// Role embeddings `[3, D]`: task token, left, right.
+    /// Role embeddings, three rows (task token, left, right) per table: `[3·N, D]` with one
+    /// table per layer (layer `l` reads rows `3l..3l+3`, [`RoleEmbeddings::PerLayer`]) or
+    /// `[3, D]` with one table for all layers ([`RoleEmbeddings::Shared`]). The layout is read
+    /// from the row count, so records written before per-layer tables load unchanged.
     pub roles: Param<Tensor<B, 2>>,
     /// `Linear_1`: `o[SUM]` → merge score, `D → 1`.
     pub score: Linear<B>,
@@ -99,6 +122,10 @@ impl CompositionConfig {
         let d = self.d_model;
         let d_ff = if self.d_ff == 0 { 4 * d } else { self.d_ff };
         let layer = RoleTransformerLayerConfig::new(d, self.n_heads, d_ff);
+        let tables = match self.role_embeddings {
+            RoleEmbeddings::PerLayer => self.n_layers,
+            RoleEmbeddings::Shared => 1,
+        };
         let normal = Initializer::Normal {
             mean: 0.0,
             std: 0.02,
@@ -111,7 +138,7 @@ impl CompositionConfig {
                 mean: 0.0,
                 std: 1.0,
             }
-            .init([3, d], device),
+            .init([3 * tables, d], device),
             score: LinearConfig::new(d, 1).init(device),
             mix: LinearConfig::new(d, 2).init(device),
             d_model: d,
@@ -148,6 +175,16 @@ fn mask_bias<B: ArborBackend>(l: usize, tasks: usize, device: &B::Device) -> Ten
 }
 
 impl<B: ArborBackend> Composition<B> {
+    /// The layout of the role embeddings, read from the row count of [`Composition::roles`].
+    pub fn role_embeddings(&self) -> RoleEmbeddings {
+        let n = self.layers.len();
+        if n > 1 && self.roles.dims()[0] >= 3 * n {
+            RoleEmbeddings::PerLayer
+        } else {
+            RoleEmbeddings::Shared
+        }
+    }
+
     /// Runs the layers over sequences whose first `tasks` positions are task tokens.
     ///
     /// # Shapes
@@ -157,13 +194,24 @@ impl<B: ArborBackend> Composition<B> {
     fn encode(&self, x: Tensor<B, 3>, role_ids: &[usize], tasks: usize) -> Tensor<B, 3> {
         let device = x.device();
         let l = role_ids.len();
-        let ids: Vec<i64> = role_ids.iter().map(|&r| r as i64).collect();
-        let ids = Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [l]), &device);
-        let roles = self.roles.val().select(0, ids);
         let bias = mask_bias::<B>(l, tasks, &device);
-        self.layers
-            .iter()
-            .fold(x, |x, layer| layer.forward(x, roles.clone(), bias.clone()))
+        // The role rows of table `t`: one `select` per table.
+        let rows_of = |t: usize| {
+            let ids: Vec<i64> = role_ids.iter().map(|&r| (3 * t + r) as i64).collect();
+            let ids = Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [l]), &device);
+            self.roles.val().select(0, ids)
+        };
+        match self.role_embeddings() {
+            RoleEmbeddings::Shared => {
+                let roles = rows_of(0);
+                self.layers
+                    .iter()
+                    .fold(x, |x, layer| layer.forward(x, roles.clone(), bias.clone()))
+            }
+            RoleEmbeddings::PerLayer => self.layers.iter().enumerate().fold(x, |x, (t, layer)| {
+                layer.forward(x, rows_of(t), bias.clone())
+            }),
+        }
     }
 
     /// The task token `which` (0: `[CLS]`, 1: `[SUM]`, 2: `[MASK]`) repeated `n` times.

@@ -15,7 +15,9 @@ mod layer;
 mod lm;
 
 pub use chart::{Chart, ChartConfig, ChartStats};
-pub use composition::{layer_norm_noaffine, Compose, Composed, Composition, CompositionConfig};
+pub use composition::{
+    layer_norm_noaffine, Compose, Composed, Composition, CompositionConfig, RoleEmbeddings,
+};
 pub use encoder::{R2d2, R2d2Config};
 pub use layer::{RoleTransformerLayer, RoleTransformerLayerConfig};
 pub use lm::{LmLoss, R2d2Lm, R2d2LmConfig};

@@ -109,6 +109,33 @@ pub enum SpinnVariant {
 
 arbor_cells::value_enum_names!(SpinnVariant, "SPINN variant");
 
+/// What full SPINN's transition classifier reads from the tracking LSTM's new state.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+pub enum ClassifierInput {
+    /// The tracking `h` only (the paper; arbor before this option existed).
+    #[serde(rename = "h")]
+    #[value(name = "h")]
+    Hidden,
+    /// `[h; c]`, the PyTorch port's `predict_use_cell` (its default).
+    #[default]
+    #[serde(rename = "h-c")]
+    #[value(name = "h-c")]
+    HiddenCell,
+}
+
+arbor_cells::value_enum_names!(ClassifierInput, "transition-classifier input");
+
 /// Configuration of a [`Spinn`] encoder.
 #[derive(Config, Debug)]
 pub struct SpinnConfig {
@@ -125,6 +152,11 @@ pub struct SpinnConfig {
     /// Weight `α` of the transition cross-entropy added to the task loss (full SPINN).
     #[config(default = 1.0)]
     pub transition_weight: f64,
+    /// What the transition classifier reads (full SPINN): `[h; c]` of the tracking LSTM by
+    /// default, as the PyTorch port's `predict_use_cell`. `None` (configurations written
+    /// before this option) means `h`, as those models were built.
+    #[config(default = "Some(ClassifierInput::HiddenCell)")]
+    pub classifier_input: Option<ClassifierInput>,
 }
 
 /// SPINN (Bowman et al. 2016): a shift-reduce Tree-LSTM over a thin stack.
@@ -143,7 +175,9 @@ pub struct SpinnConfig {
 /// (zeros for missing items) and its new `h` is the composition's external input `e`. It only
 /// steps for examples whose step is real: SKIP padding leaves its state untouched.
 ///
-/// **Transitions** (full). `Linear(tracking h → {SHIFT, REDUCE})` after the tracking update.
+/// **Transitions** (full). `Linear([h; c] → {SHIFT, REDUCE})` of the tracking state after the
+/// tracking update (or `Linear(h → …)`, [`ClassifierInput::Hidden`]; the classifier's input
+/// width says which).
 /// Training (any [`Decisions::Sample`]) follows the gold transitions (teacher forcing) and
 /// returns `α`·mean cross-entropy over the real steps as the auxiliary loss. Evaluation
 /// ([`Decisions::Argmax`]) follows the classifier's argmax under the validity rule
@@ -165,7 +199,8 @@ pub struct Spinn<B: Backend> {
     pub composition: BinaryTreeLstm<B>,
     /// The tracking LSTM over `[h(top); h(second); h(buffer top)]` (PI and full).
     pub tracker: Option<LstmCell<B>>,
-    /// The transition classifier `tracking h → [SHIFT, REDUCE]` logits (full).
+    /// The transition classifier: tracking `[h; c]` (or `h`) → `[SHIFT, REDUCE]` logits (full).
+    /// Its input width, `2·D_t` or `D_t`, says which it reads.
     pub classifier: Option<Linear<B>>,
     /// Width `D`.
     pub d_hidden: usize,
@@ -187,6 +222,11 @@ impl SpinnConfig {
             ));
         }
         Ok(())
+    }
+
+    /// What the transition classifier reads ([`ClassifierInput::Hidden`] when unset).
+    pub fn transition_input(&self) -> ClassifierInput {
+        self.classifier_input.unwrap_or(ClassifierInput::Hidden)
     }
 
     /// Builds the encoder on `device`.
@@ -211,8 +251,13 @@ impl SpinnConfig {
                 .with_d_external(if tracking { dt } else { 0 })
                 .init(device),
             tracker: tracking.then(|| LstmCellConfig::new(3 * d, dt).init(device)),
-            classifier: (self.variant == SpinnVariant::Full)
-                .then(|| LinearConfig::new(dt, 2).init(device)),
+            classifier: (self.variant == SpinnVariant::Full).then(|| {
+                let width = match self.transition_input() {
+                    ClassifierInput::Hidden => dt,
+                    ClassifierInput::HiddenCell => 2 * dt,
+                };
+                LinearConfig::new(width, 2).init(device)
+            }),
             d_hidden: d,
             transition_weight: self.transition_weight,
         }
@@ -279,6 +324,16 @@ impl<B: ArborBackend> Spinn<B> {
             (Some(_), None) => SpinnVariant::Pi,
             (Some(_), Some(_)) => SpinnVariant::Full,
         }
+    }
+
+    /// What the transition classifier reads, from its input width (`None` without one).
+    pub fn transition_input(&self) -> Option<ClassifierInput> {
+        let (cell, classifier) = (self.tracker.as_ref()?, self.classifier.as_ref()?);
+        Some(if classifier.weight.dims()[0] == 2 * cell.d_hidden() {
+            ClassifierInput::HiddenCell
+        } else {
+            ClassifierInput::Hidden
+        })
     }
 
     /// Whether this call parses with the classifier rather than following given transitions.
@@ -358,6 +413,7 @@ impl<B: ArborBackend> Spinn<B> {
             .as_ref()
             .map(|cell| LstmState::<B, 2>::zeros([batch, cell.d_hidden()], &device));
         // Teacher-forced classifier logits and gold ids per step, for the transition loss.
+        let with_cell = self.transition_input() == Some(ClassifierInput::HiddenCell);
         let mut logits_steps: Vec<Tensor<B, 2>> = Vec::new();
         let mut gold_ids: Vec<i64> = Vec::new();
         let mut gold_rows: Vec<i64> = Vec::new();
@@ -413,6 +469,8 @@ impl<B: ArborBackend> Spinn<B> {
 
             // Tracking LSTM (eq. of §3.2): input [h(top); h(second); h(buffer top)].
             let mut e = None;
+            // The classifier's input: the tracking h, or [h; c].
+            let mut classifier_in = None;
             if let (Some(cell), Some(state)) = (&self.tracker, tracking.take()) {
                 let x = Tensor::cat(
                     vec![
@@ -425,6 +483,11 @@ impl<B: ArborBackend> Spinn<B> {
                 let new = cell.step(cell.input.forward(x), state.clone()).state;
                 let state = state.select(mask(active.clone()), new);
                 e = Some(state.h.clone());
+                classifier_in = Some(if with_cell {
+                    state.clone().concat()
+                } else {
+                    state.h.clone()
+                });
                 tracking = Some(state);
             }
 
@@ -435,8 +498,8 @@ impl<B: ArborBackend> Spinn<B> {
                     .map(|s| s.get(t - 1).copied().unwrap_or(Transition::Skip))
                     .collect(),
                 Plan::Own => {
-                    let logits = match (&self.classifier, &e) {
-                        (Some(c), Some(h)) => c.forward(h.clone()),
+                    let logits = match (&self.classifier, &classifier_in) {
+                        (Some(c), Some(input)) => c.forward(input.clone()),
                         _ => Tensor::zeros([batch, 2], &device),
                     };
                     let wanted: Vec<i64> = logits
@@ -458,8 +521,9 @@ impl<B: ArborBackend> Spinn<B> {
                         .collect()
                 }
             };
-            if let (Plan::Given(_), Some(c), Some(h)) = (&plan, &self.classifier, &e) {
-                logits_steps.push(c.forward(h.clone()));
+            if let (Plan::Given(_), Some(c), Some(input)) = (&plan, &self.classifier, classifier_in)
+            {
+                logits_steps.push(c.forward(input));
                 for (b, op) in ops.iter().enumerate() {
                     if *op != Transition::Skip {
                         gold_rows.push(((t - 1) * batch + b) as i64);
