@@ -15,9 +15,11 @@
 //! The `arbor-convert` program wraps all of it.
 
 mod error;
+pub mod gumbel;
 mod model;
 mod safetensors;
 mod state_dict;
+pub mod vocab;
 mod weights;
 
 pub use error::ConvertError;

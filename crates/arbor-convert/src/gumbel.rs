@@ -1,0 +1,451 @@
+//! The Gumbel Tree-LSTM SNLI and SST models of jihunchoi/unsupervised-treelstm
+//! (`model/treelstm.py`, `snli/model.py`, `sst/model.py`), as their `state_dict()` is saved.
+//! The key-by-key layout is in docs/encoders.md ("Reference parameter layouts") and
+//! docs/interop.md.
+
+use arbor_cells::ArborBackend;
+use arbor_encoders::{Encoder, EncoderConfig, GumbelTreeLstmConfig, LeafKind};
+use arbor_heads::{
+    NliClassifier, NliClassifierConfig, SentenceClassifier, SentenceClassifierConfig,
+    TokenEmbeddingConfig,
+};
+use arbor_tasks::{ModelConfig, ModelMeta};
+
+use crate::vocab::{gather_rows, ReferenceVocab};
+use crate::{imported_meta, Array, ConvertError, Imported, StateDict, Weights};
+
+/// How the reference scores a candidate parent `h̃` with its query `q`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum QueryScale {
+    /// `q·h̃ / √hidden_dim`, as the released code computes it (the default; `hidden_dim` is
+    /// the leaf width, half the tree width with the bidirectional leaf).
+    #[default]
+    SqrtHidden,
+    /// `q·h̃` with no scaling (early versions of the code).
+    None,
+}
+
+/// What the weights of a Gumbel Tree-LSTM model cannot tell.
+#[derive(Debug, Clone)]
+pub struct GumbelImport {
+    /// The reference vocabulary (its `<PAD>`/`<UNK>` included or appended).
+    pub vocab: ReferenceVocab,
+    /// Label names in the reference's class order (`None`: the reference's own, see
+    /// [`snli_labels`] and [`sst_labels`]).
+    pub labels: Option<Vec<String>>,
+    /// How the reference scales the query score.
+    pub query_scale: QueryScale,
+    /// Whether the model was trained with `intra_attention` (adds no weights).
+    pub intra_attention: bool,
+    /// The Gumbel-softmax temperature (the reference's `gumbel_temperature`, 1).
+    pub tau: f64,
+    /// The classifier's dropout (recorded in the configuration; no effect at evaluation).
+    pub dropout: f64,
+}
+
+/// The SNLI reference's label order (`snli/dump_dataset.py`: neutral 0, entailment 1,
+/// contradiction 2).
+pub fn snli_labels() -> Vec<String> {
+    ["neutral", "entailment", "contradiction"]
+        .map(String::from)
+        .to_vec()
+}
+
+/// The SST reference's binary label order (negative 0, positive 1).
+pub fn sst_labels() -> Vec<String> {
+    ["negative", "positive"].map(String::from).to_vec()
+}
+
+/// The encoder read off the weights.
+struct EncoderShape {
+    config: GumbelTreeLstmConfig,
+    vocab_rows: usize,
+    d_word: usize,
+}
+
+fn read_encoder_shape(sd: &StateDict, opts: &GumbelImport) -> Result<EncoderShape, ConvertError> {
+    let layout = "gumbel";
+    let emb = sd.require_shape("word_embedding.weight", layout)?;
+    let (vocab_rows, d_word) = (emb[0], emb[1]);
+    let d_tree = sd.require_shape("encoder.comp_query", layout)?[0];
+    let leaf = if sd.contains("encoder.word_linear.weight") {
+        LeafKind::Affine
+    } else if sd.contains("encoder.leaf_rnn_cell_bw.weight_ih") {
+        LeafKind::BiLstm
+    } else if sd.contains("encoder.leaf_rnn_cell.weight_ih") {
+        LeafKind::Lstm
+    } else {
+        return Err(ConvertError::Layout {
+            path: sd.path().to_path_buf(),
+            layout: layout.into(),
+            problems: vec![
+                "no leaf transformation: neither `encoder.word_linear.weight` (affine leaves) nor \
+                 `encoder.leaf_rnn_cell.weight_ih` (leaf LSTM)"
+                    .into(),
+            ],
+        });
+    };
+    let config = GumbelTreeLstmConfig::new(d_word, d_tree)
+        .with_leaf(leaf)
+        .with_tau(opts.tau)
+        .with_intra_attention(Some(opts.intra_attention));
+    config
+        .validate()
+        .map_err(|e| ConvertError::Config(format!("{}: {e}", sd.path().display())))?;
+    Ok(EncoderShape {
+        config,
+        vocab_rows,
+        d_word,
+    })
+}
+
+/// Takes the encoder's keys (`encoder.*`) into `w` under arbor's `encoder.*` paths.
+fn map_encoder(sd: &mut StateDict, e: &EncoderShape, q: QueryScale, w: &mut Weights) {
+    let (x, d) = (e.d_word, e.config.d_hidden);
+    let lstm = |sd: &mut StateDict, w: &mut Weights, from: &str, to: &str, h: usize| {
+        let wi = sd.take(&format!("{from}.weight_ih"), &[4 * h, x]);
+        let wh = sd.take(&format!("{from}.weight_hh"), &[4 * h, h]);
+        let bi = sd.take(&format!("{from}.bias_ih"), &[4 * h]);
+        let bh = sd.take(&format!("{from}.bias_hh"), &[4 * h]);
+        // Both sides order the gates i, f, g, o; arbor has one bias on the input map.
+        w.put_some(format!("{to}.input.weight"), wi.map(|a| a.t()));
+        w.put_some(format!("{to}.hidden.weight"), wh.map(|a| a.t()));
+        if let (Some(bi), Some(bh)) = (bi, bh) {
+            w.put(format!("{to}.input.bias"), bi.add(&bh));
+        }
+    };
+    match e.config.leaf {
+        LeafKind::Affine => {
+            // Output rows 0..D are h, D..2D are c: arbor's [h; c] split.
+            let wl = sd.take("encoder.word_linear.weight", &[2 * d, x]);
+            w.put_some("encoder.leaf.weight", wl.map(|a| a.t()));
+            w.put_some(
+                "encoder.leaf.bias",
+                sd.take("encoder.word_linear.bias", &[2 * d]),
+            );
+        }
+        LeafKind::Lstm => lstm(sd, w, "encoder.leaf_rnn_cell", "encoder.leaf", d),
+        LeafKind::BiLstm => {
+            lstm(
+                sd,
+                w,
+                "encoder.leaf_rnn_cell",
+                "encoder.leaf.forward_cell",
+                d / 2,
+            );
+            lstm(
+                sd,
+                w,
+                "encoder.leaf_rnn_cell_bw",
+                "encoder.leaf.backward_cell",
+                d / 2,
+            );
+        }
+    }
+    // comp_linear's blocks are i, f_l, f_r, u, o; arbor's are i, f_l, f_r, o, g (u = g).
+    const ORDER: [usize; 5] = [0, 1, 2, 4, 3];
+    let cw = sd.take("encoder.treelstm_layer.comp_linear.weight", &[5 * d, 2 * d]);
+    w.put_some(
+        "encoder.composition.children.weight",
+        cw.map(|a| a.reorder_blocks(&ORDER).t()),
+    );
+    if let Some(b) = sd.take("encoder.treelstm_layer.comp_linear.bias", &[5 * d]) {
+        // The reference computes σ(f + 1) for both forget gates: the 1 becomes arbor's bias.
+        let blocks = b.reorder_blocks(&ORDER).blocks(5);
+        let plus_one: Vec<Array> = blocks
+            .iter()
+            .enumerate()
+            .map(|(k, blk)| {
+                if k == 1 || k == 2 {
+                    blk.map(|v| v + 1.0)
+                } else {
+                    blk.clone()
+                }
+            })
+            .collect();
+        w.put(
+            "encoder.composition.children.bias",
+            Array::concat(&plus_one),
+        );
+    }
+    // arbor scores q·h̃/√D.
+    let leaf_width = if e.config.leaf == LeafKind::BiLstm {
+        d / 2
+    } else {
+        d
+    };
+    let factor = match q {
+        QueryScale::SqrtHidden => (d as f32 / leaf_width as f32).sqrt(),
+        QueryScale::None => (d as f32).sqrt(),
+    };
+    let query = sd.take("encoder.comp_query", &[d]);
+    w.put_some("encoder.query", query.map(|a| a.map(|v| v * factor)));
+}
+
+/// The classifier MLP read off the weights: hidden layers `classifier.mlp.{k}.0` and an output
+/// layer (`classifier.clf_linear`, or the last `classifier.mlp` entry as in the SNLI model),
+/// with the optional batch norms before the first and the last linear layer.
+struct MlpShape {
+    hidden: usize,
+    d_hidden: usize,
+    classes: usize,
+    clf_linear: bool,
+    batch_norm: bool,
+}
+
+fn read_mlp_shape(sd: &StateDict, d_in: usize) -> Result<MlpShape, ConvertError> {
+    let mut n = 0;
+    while sd.contains(&format!("classifier.mlp.{n}.0.weight")) {
+        n += 1;
+    }
+    let clf_linear = sd.contains("classifier.clf_linear.weight");
+    let (hidden, out_key) = if clf_linear {
+        (n, "classifier.clf_linear.weight".to_string())
+    } else if n > 0 {
+        (n - 1, format!("classifier.mlp.{}.0.weight", n - 1))
+    } else {
+        return Err(ConvertError::Layout {
+            path: sd.path().to_path_buf(),
+            layout: "gumbel".into(),
+            problems: vec!["no classifier: neither `classifier.mlp.0.0.weight` nor \
+                 `classifier.clf_linear.weight`"
+                .into()],
+        });
+    };
+    let out = sd.require_shape(&out_key, "gumbel")?;
+    let d_hidden = if hidden > 0 {
+        sd.require_shape("classifier.mlp.0.0.weight", "gumbel")?[0]
+    } else {
+        d_in
+    };
+    Ok(MlpShape {
+        hidden,
+        d_hidden,
+        classes: out[0],
+        clf_linear,
+        batch_norm: sd.contains("classifier.bn_mlp_input.weight"),
+    })
+}
+
+fn map_mlp(sd: &mut StateDict, m: &MlpShape, d_in: usize, label_rows: &[usize], w: &mut Weights) {
+    let mut width = d_in;
+    for k in 0..m.hidden {
+        let wk = sd.take(
+            &format!("classifier.mlp.{k}.0.weight"),
+            &[m.d_hidden, width],
+        );
+        w.put_some(format!("mlp.linears.{k}.weight"), wk.map(|a| a.t()));
+        let bk = sd.take(&format!("classifier.mlp.{k}.0.bias"), &[m.d_hidden]);
+        w.put_some(format!("mlp.linears.{k}.bias"), bk);
+        width = m.d_hidden;
+    }
+    let prefix = if m.clf_linear {
+        "classifier.clf_linear".to_string()
+    } else {
+        format!("classifier.mlp.{}.0", m.hidden)
+    };
+    // Output rows are re-ordered into arbor's label order.
+    let wo = sd.take(&format!("{prefix}.weight"), &[m.classes, width]);
+    w.put_some(
+        format!("mlp.linears.{}.weight", m.hidden),
+        wo.map(|a| gather_rows(&a, label_rows).t()),
+    );
+    let bo = sd.take(&format!("{prefix}.bias"), &[m.classes]);
+    w.put_some(
+        format!("mlp.linears.{}.bias", m.hidden),
+        bo.map(|a| {
+            gather_rows(&a.reshape(vec![m.classes, 1]), label_rows).reshape(vec![m.classes])
+        }),
+    );
+    if m.batch_norm {
+        let norm = |sd: &mut StateDict, w: &mut Weights, from: &str, to: usize, f: usize| {
+            for (src, dst) in [
+                ("weight", "gamma"),
+                ("bias", "beta"),
+                ("running_mean", "running_mean"),
+                ("running_var", "running_var"),
+            ] {
+                let a = sd.take(&format!("classifier.{from}.{src}"), &[f]);
+                w.put_some(format!("mlp.norms.{to}.{dst}"), a);
+            }
+            sd.ignore(&format!("classifier.{from}.num_batches_tracked"));
+        };
+        norm(sd, w, "bn_mlp_input", 0, d_in);
+        norm(sd, w, "bn_mlp_output", m.hidden, width);
+        // The reference normalises only before the first and the last linear layer; arbor's
+        // norms in between become the identity (var = 1 − ε so that √(var + ε) = 1).
+        for k in 1..m.hidden {
+            let f = m.d_hidden;
+            w.put(
+                format!("mlp.norms.{k}.gamma"),
+                Array::zeros(vec![f]).map(|_| 1.0),
+            );
+            w.put(format!("mlp.norms.{k}.beta"), Array::zeros(vec![f]));
+            w.put(format!("mlp.norms.{k}.running_mean"), Array::zeros(vec![f]));
+            w.put(
+                format!("mlp.norms.{k}.running_var"),
+                Array::zeros(vec![f]).map(|_| 1.0 - 1e-5),
+            );
+        }
+    }
+}
+
+/// Label names and the reference row of each arbor class, in `arbor_order` when given (the
+/// order arbor's program uses for that task), else in the reference's order.
+fn label_rows(
+    labels: &[String],
+    classes: usize,
+    arbor_order: Option<&[&str]>,
+) -> Result<(Vec<String>, Vec<usize>), ConvertError> {
+    if labels.len() != classes {
+        return Err(ConvertError::Config(format!(
+            "{} label names ({}) for a classifier with {classes} classes: give --labels in the \
+             reference's class order",
+            labels.len(),
+            labels.join(",")
+        )));
+    }
+    match arbor_order {
+        Some(order)
+            if order.len() == classes && order.iter().all(|o| labels.iter().any(|l| l == o)) =>
+        {
+            let rows = order
+                .iter()
+                .map(|o| labels.iter().position(|l| l == o).expect("checked above"))
+                .collect();
+            Ok((order.iter().map(|s| s.to_string()).collect(), rows))
+        }
+        _ => Ok((labels.to_vec(), (0..classes).collect())),
+    }
+}
+
+fn embedding(
+    sd: &mut StateDict,
+    e: &EncoderShape,
+    vocab: &ReferenceVocab,
+    w: &mut Weights,
+) -> Result<(TokenEmbeddingConfig, Vec<String>), ConvertError> {
+    let (tokens, rows) = vocab
+        .to_arbor(e.vocab_rows)
+        .map_err(|err| ConvertError::file(sd.path(), err))?;
+    let emb = sd.take("word_embedding.weight", &[e.vocab_rows, e.d_word]);
+    w.put_some(
+        "embedding.embedding.weight",
+        emb.map(|a| gather_rows(&a, &rows)),
+    );
+    Ok((TokenEmbeddingConfig::new(e.vocab_rows, e.d_word), tokens))
+}
+
+/// Imports a `SNLIModel` state dict as an arbor pair classifier (`snli --eval-only
+/// --checkpoint`). Output classes are re-ordered into arbor's SNLI label order (entailment,
+/// neutral, contradiction) when the labels are SNLI's.
+///
+/// # Errors
+/// A [`ConvertError`] naming every missing, unexpected or mis-shaped key, a vocabulary that
+/// does not fit the embedding, or labels that do not fit the classifier.
+pub fn import_gumbel_snli<B: ArborBackend>(
+    mut sd: StateDict,
+    opts: &GumbelImport,
+    device: &B::Device,
+) -> Result<Imported<NliClassifier<B, Encoder<B>>>, ConvertError> {
+    let e = read_encoder_shape(&sd, opts)?;
+    let d = e.config.d_hidden;
+    let m = read_mlp_shape(&sd, 4 * d)?;
+    let labels = opts.labels.clone().unwrap_or_else(snli_labels);
+    let (labels, rows) = label_rows(
+        &labels,
+        m.classes,
+        Some(&["entailment", "neutral", "contradiction"]),
+    )?;
+    let mut w = Weights::new();
+    let (emb_config, tokens) = embedding(&mut sd, &e, &opts.vocab, &mut w)?;
+    map_encoder(&mut sd, &e, opts.query_scale, &mut w);
+    map_mlp(&mut sd, &m, 4 * d, &rows, &mut w);
+    let path = sd.path().to_path_buf();
+    sd.finish("gumbel-snli")?;
+
+    let encoder = EncoderConfig::Gumbel(e.config);
+    let head = NliClassifierConfig::new(e.vocab_rows, e.d_word, m.d_hidden)
+        .with_n_classes(m.classes)
+        .with_n_mlp_hidden(m.hidden)
+        .with_dropout(opts.dropout)
+        .with_batch_norm(m.batch_norm);
+    let model = head.init(
+        encoder.init::<B>(device),
+        emb_config.init::<B>(device),
+        device,
+    );
+    let model = w.apply(model, &path, "gumbel-snli")?;
+    let meta = ModelMeta {
+        model: ModelConfig::Nli {
+            embedding: emb_config,
+            encoder,
+            head,
+        },
+        vocab: tokens,
+        labels,
+        lowercase: true,
+    };
+    Ok(Imported {
+        model,
+        meta: imported_meta(to_json(&meta), &path, "gumbel-snli"),
+    })
+}
+
+/// Imports an `SSTModel` state dict as an arbor sentence classifier (`sst --eval-only
+/// --checkpoint`).
+///
+/// # Errors
+/// As [`import_gumbel_snli`].
+pub fn import_gumbel_sst<B: ArborBackend>(
+    mut sd: StateDict,
+    opts: &GumbelImport,
+    device: &B::Device,
+) -> Result<Imported<SentenceClassifier<B, Encoder<B>>>, ConvertError> {
+    let e = read_encoder_shape(&sd, opts)?;
+    let d = e.config.d_hidden;
+    let m = read_mlp_shape(&sd, d)?;
+    let labels = match &opts.labels {
+        Some(l) => l.clone(),
+        None if m.classes == 2 => sst_labels(),
+        None => (0..m.classes).map(|k| k.to_string()).collect(),
+    };
+    let (labels, rows) = label_rows(&labels, m.classes, Some(&["negative", "positive"]))?;
+    let mut w = Weights::new();
+    let (emb_config, tokens) = embedding(&mut sd, &e, &opts.vocab, &mut w)?;
+    map_encoder(&mut sd, &e, opts.query_scale, &mut w);
+    map_mlp(&mut sd, &m, d, &rows, &mut w);
+    let path = sd.path().to_path_buf();
+    sd.finish("gumbel-sst")?;
+
+    let encoder = EncoderConfig::Gumbel(e.config);
+    let head = SentenceClassifierConfig::new(m.d_hidden)
+        .with_n_classes(m.classes)
+        .with_n_mlp_hidden(m.hidden)
+        .with_dropout(opts.dropout)
+        .with_batch_norm(m.batch_norm);
+    let model = head.init(
+        encoder.init::<B>(device),
+        emb_config.init::<B>(device),
+        device,
+    );
+    let model = w.apply(model, &path, "gumbel-sst")?;
+    let meta = ModelMeta {
+        model: ModelConfig::Classify {
+            embedding: emb_config,
+            encoder,
+            head,
+        },
+        vocab: tokens,
+        labels,
+        lowercase: true,
+    };
+    Ok(Imported {
+        model,
+        meta: imported_meta(to_json(&meta), &path, "gumbel-sst"),
+    })
+}
+
+fn to_json(meta: &ModelMeta) -> serde_json::Value {
+    serde_json::to_value(meta).expect("model metadata always serialises")
+}

@@ -1,0 +1,209 @@
+//! Gumbel Tree-LSTM models saved with jihunchoi/unsupervised-treelstm's layout import and
+//! reproduce the reference outputs (fixtures from `fixtures/gumbel.py`) to 1e-5.
+
+mod common;
+
+use arbor_convert::gumbel::{import_gumbel_snli, import_gumbel_sst, GumbelImport, QueryScale};
+use arbor_convert::vocab::ReferenceVocab;
+use arbor_convert::{Array, StateDict};
+use arbor_encoders::{Decisions, EncoderInput, SentenceEncoder};
+use arbor_heads::SentenceBatch;
+use burn::backend::Flex;
+use burn::prelude::*;
+use common::{assert_close, fixture, Fixture};
+
+type B = Flex;
+const TOL: f32 = 1e-5;
+
+fn options(fx: &Fixture) -> GumbelImport {
+    GumbelImport {
+        vocab: ReferenceVocab::read(&fx.dir.join("vocab.txt"), None, "<PAD>", "<UNK>").unwrap(),
+        labels: None,
+        query_scale: match fx.inputs["query_scale"].as_str().unwrap() {
+            "none" => QueryScale::None,
+            _ => QueryScale::SqrtHidden,
+        },
+        intra_attention: fx.inputs["intra_attention"].as_bool().unwrap(),
+        tau: 1.0,
+        dropout: 0.1,
+    }
+}
+
+/// Reference ids → arbor ids, through the token names.
+fn arbor_ids(fx: &Fixture, arbor_vocab: &[String], key: &str) -> Vec<Vec<u32>> {
+    let reference: Vec<String> = serde_json::from_value(fx.inputs["vocab"].clone()).unwrap();
+    let sentences: Vec<Vec<usize>> = serde_json::from_value(fx.inputs[key].clone()).unwrap();
+    sentences
+        .iter()
+        .map(|s| {
+            s.iter()
+                .map(|&r| arbor_vocab.iter().position(|t| *t == reference[r]).unwrap() as u32)
+                .collect()
+        })
+        .collect()
+}
+
+fn values(t: Tensor<B, 2>) -> (Vec<f32>, Vec<usize>) {
+    let dims = t.dims().to_vec();
+    (t.into_data().into_vec::<f32>().unwrap(), dims)
+}
+
+fn vocab_of(meta: &serde_json::Value) -> Vec<String> {
+    serde_json::from_value(meta["task"]["vocab"].clone()).unwrap()
+}
+
+/// Columns of a `[n, classes]` output in another order.
+fn columns(a: &Array, order: &[usize]) -> Vec<f32> {
+    let c = a.shape()[1];
+    a.values()
+        .chunks(c)
+        .flat_map(|row| order.iter().map(move |&k| row[k]))
+        .collect()
+}
+
+fn check_snli(name: &str) {
+    let fx = fixture(name);
+    let device = Default::default();
+    let imported = import_gumbel_snli::<B>(fx.state_dict.clone(), &options(&fx), &device).unwrap();
+    let vocab = vocab_of(&imported.meta);
+    assert_eq!(&vocab[..2], ["<pad>", "<unk>"]);
+    let labels: Vec<String> =
+        serde_json::from_value(imported.meta["task"]["labels"].clone()).unwrap();
+    assert_eq!(labels, ["entailment", "neutral", "contradiction"]);
+    let model = &imported.model;
+    let premises = arbor_ids(&fx, &vocab, "premises");
+    let hypotheses = arbor_ids(&fx, &vocab, "hypotheses");
+
+    for (side, sentences) in [("premise", &premises), ("hypothesis", &hypotheses)] {
+        let batch = SentenceBatch::<B>::from_ids(sentences, 0, &device);
+        let x = model.embedding.forward(batch.ids);
+        let out = model
+            .encoder
+            .encode(EncoderInput::new(x, batch.lengths), Decisions::Argmax);
+        let (v, dims) = values(out.sentence);
+        assert_close(&fx, side, &v, &dims, TOL);
+    }
+
+    let mut both = premises.clone();
+    both.extend(hypotheses);
+    let out = model.forward(
+        SentenceBatch::from_ids(&both, 0, &device),
+        Decisions::Argmax,
+    );
+    let (v, dims) = values(out.logits);
+    // The reference orders the classes neutral, entailment, contradiction.
+    let expected = columns(&fx.expected["logits"], &[1, 0, 2]);
+    assert_eq!(dims, fx.expected["logits"].shape());
+    for (a, b) in v.iter().zip(&expected) {
+        assert!((a - b).abs() <= TOL, "{name}: logits {v:?} vs {expected:?}");
+    }
+}
+
+fn check_sst(name: &str) {
+    let fx = fixture(name);
+    let device = Default::default();
+    let imported = import_gumbel_sst::<B>(fx.state_dict.clone(), &options(&fx), &device).unwrap();
+    let vocab = vocab_of(&imported.meta);
+    let model = &imported.model;
+    let sentences = arbor_ids(&fx, &vocab, "sentences");
+    let batch = SentenceBatch::<B>::from_ids(&sentences, 0, &device);
+    let x = model.embedding.forward(batch.ids.clone());
+    let out = model.encoder.encode(
+        EncoderInput::new(x, batch.lengths.clone()),
+        Decisions::Argmax,
+    );
+    let (v, dims) = values(out.sentence);
+    assert_close(&fx, "sentence", &v, &dims, TOL);
+    let (v, dims) = values(model.forward(batch, Decisions::Argmax).logits);
+    assert_close(&fx, "logits", &v, &dims, TOL);
+}
+
+#[test]
+fn snli_leaf_lstm_model_matches_the_reference() {
+    check_snli("gumbel-snli-lstm");
+}
+
+#[test]
+fn snli_affine_leaf_unscaled_query_two_layer_mlp_matches_the_reference() {
+    check_snli("gumbel-snli-affine");
+}
+
+#[test]
+fn sst_bidirectional_leaf_with_intra_attention_and_batch_norm_matches_the_reference() {
+    check_sst("gumbel-sst-bilstm-intra");
+}
+
+#[test]
+fn sst_two_hidden_layers_with_batch_norm_matches_the_reference() {
+    check_sst("gumbel-sst-lstm-bn2");
+}
+
+#[test]
+fn a_damaged_state_dict_is_refused_with_every_problem_named() {
+    let fx = fixture("gumbel-snli-lstm");
+    let mut arrays = std::collections::BTreeMap::new();
+    for (k, shape) in fx.state_dict.entries() {
+        arrays.insert(k.to_string(), Array::zeros(shape.to_vec()));
+    }
+    arrays.remove("encoder.leaf_rnn_cell.bias_hh");
+    arrays.insert(
+        "encoder.treelstm_layer.comp_linear.bias".into(),
+        Array::zeros(vec![7]),
+    );
+    arrays.insert("encoder.extra.weight".into(), Array::zeros(vec![2, 2]));
+    let sd = StateDict::from_arrays("broken.pt", arrays);
+    let err = import_gumbel_snli::<B>(sd, &options(&fx), &Default::default())
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("broken.pt: does not match the gumbel-snli layout (3 problems)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("missing key `encoder.leaf_rnn_cell.bias_hh`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("`encoder.treelstm_layer.comp_linear.bias` has shape [7], expected [40]"),
+        "{err}"
+    );
+    assert!(
+        err.contains("unexpected key `encoder.extra.weight`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_vocabulary_of_the_wrong_size_is_refused() {
+    let fx = fixture("gumbel-snli-lstm");
+    let mut opts = options(&fx);
+    opts.vocab.tokens.pop();
+    opts.vocab.tokens.pop();
+    opts.vocab.tokens.push("<PAD>".into());
+    opts.vocab.tokens.push("<UNK>".into());
+    opts.vocab.tokens.remove(0);
+    let err = import_gumbel_snli::<B>(fx.state_dict.clone(), &opts, &Default::default())
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("11 entries") && err.contains("12 rows"),
+        "{err}"
+    );
+}
+
+#[test]
+fn labels_that_do_not_fit_the_classifier_are_refused() {
+    let fx = fixture("gumbel-snli-lstm");
+    let mut opts = options(&fx);
+    opts.labels = Some(vec!["yes".into(), "no".into()]);
+    let err = import_gumbel_snli::<B>(fx.state_dict.clone(), &opts, &Default::default())
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("2 label names") && err.contains("3 classes"),
+        "{err}"
+    );
+}
