@@ -407,3 +407,52 @@ fn vocabulary_files_are_read_strictly() {
         ["b", "a", "<eos>", "c", "d"]
     );
 }
+
+#[test]
+fn the_import_command_writes_a_checkpoint_ptb_lm_can_load() {
+    let device = Default::default();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, flavour, sub) in [
+        ("rnn_lm_on_lstm", RnnLmFlavour::OnLstm, "on-lstm"),
+        ("rnn_lm_fasttrees", RnnLmFlavour::FastTrees, "fasttrees"),
+        (
+            "rnn_lm_faster_fasttrees",
+            RnnLmFlavour::FasterFastTrees,
+            "faster-fasttrees",
+        ),
+    ] {
+        let fx = fixture(name);
+        let out = dir.path().join(format!("{sub}.ckpt"));
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_arbor-convert"))
+            .args(["import", sub, "--state-dict"])
+            .arg(fx.dir.join("state_dict.pt"))
+            .arg("--corpus-train")
+            .arg(fx.dir.join("train.txt"))
+            .args(["--weight-drop", "0.3", "--out"])
+            .arg(&out)
+            .status()
+            .unwrap();
+        assert!(status.success(), "{name}");
+        let file = arbor_train::CheckpointFile::load(&out).unwrap();
+        assert_eq!(file.meta["imported"]["layout"], flavour.layout());
+        let CheckpointModel::RnnLm { config, .. } = CheckpointModel::from_meta(&file.meta).unwrap()
+        else {
+            panic!("{name}: not a language-model checkpoint")
+        };
+        let (model, meta) =
+            arbor_train::load_model::<B, _>(config.init::<B>(&device), &out, &device).unwrap();
+        check(&fx, name, &model, &reference_ids(&meta));
+    }
+    // A bad flag value is an error, not a panic.
+    let fx = fixture("rnn_lm_on_lstm");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_arbor-convert"))
+        .args(["import", "on-lstm", "--state-dict"])
+        .arg(fx.dir.join("state_dict.pt"))
+        .args(["--weight-drop", "1.5", "--out"])
+        .arg(dir.path().join("bad.ckpt"))
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--weight-drop 1.5"), "{stderr}");
+}

@@ -178,9 +178,16 @@ fn import_lm(flavour: RnnLmFlavour, args: RnnLmArgs) -> Result<()> {
     let imported = import_rnn_lm::<Flex>(sd, &opts, &device)?;
     imported.save::<Flex>(&args.files.out)?;
     let model = &imported.meta["task"]["model"];
+    let scaled = if flavour == RnnLmFlavour::FasterFastTrees {
+        "its unused hidden-to-hidden weights left out".to_string()
+    } else {
+        format!(
+            "hidden-to-hidden weights scaled by 1 - {}",
+            args.weight_drop
+        )
+    };
     println!(
-        "wrote {} ({}: {} tokens, emb {}, hidden {}, {} layers, chunk size {}; hidden-to-hidden \
-         weights scaled by 1 - {})",
+        "wrote {} ({}: {} tokens, emb {}, hidden {}, {} layers, chunk size {}; {scaled})",
         args.files.out.display(),
         flavour.layout(),
         model["n_tokens"],
@@ -188,7 +195,6 @@ fn import_lm(flavour: RnnLmFlavour, args: RnnLmArgs) -> Result<()> {
         model["d_hidden"],
         model["n_layers"],
         model["chunk_size"],
-        args.weight_drop,
     );
     Ok(())
 }
