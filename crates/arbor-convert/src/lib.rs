@@ -9,6 +9,8 @@
 //!   tensor in one error, so a load is never partial.
 //! - [`Imported`] is the result: the model and the checkpoint metadata that arbor's programs
 //!   read (`--eval-only --checkpoint`, `--parse`, `r2d2`, `ptb_lm`).
+//! - [`import_rnn_lm`]: the ON-LSTM, FastTrees and Faster FastTrees language models of the
+//!   reference code bases.
 //! - [`export_safetensors`] / [`import_safetensors`]: any arbor checkpoint ⇄ `model.safetensors`
 //!   plus `config.json`, bit-exact both ways.
 //!
@@ -17,6 +19,7 @@
 mod error;
 pub mod gumbel;
 mod model;
+mod rnn_lm;
 mod safetensors;
 mod state_dict;
 pub mod vocab;
@@ -25,6 +28,10 @@ mod weights;
 pub use error::ConvertError;
 pub use model::{
     imported_meta, model_parameters, record_bytes, save_checkpoint, CheckpointModel, Imported,
+};
+pub use rnn_lm::{
+    import_rnn_lm, ReferenceVocab, RnnLmFlavour, RnnLmImport, ABSENT_TOKEN_LOGIT,
+    MAX_FULL_SOFTMAX_VOCAB, REFERENCE_WEIGHT_DROP,
 };
 pub use safetensors::{
     export_safetensors, import_export_dir, import_safetensors, Exported, CONFIG_FILE, FORMAT,

@@ -4,7 +4,11 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use arbor_convert::{export_safetensors, import_safetensors, CheckpointModel, StateDict};
+use arbor_convert::{
+    export_safetensors, import_rnn_lm, import_safetensors, CheckpointModel, ReferenceVocab,
+    RnnLmFlavour, RnnLmImport, StateDict,
+};
+use burn::backend::Flex;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -14,8 +18,7 @@ struct Cli {
     command: Command,
 }
 
-/// What every `import` reads and writes (used by the `import` subcommands as they land).
-#[allow(dead_code)]
+/// What every `import` reads and writes.
 #[derive(clap::Args, Debug)]
 struct ImportFiles {
     /// The reference model's state dict (`torch.save` output: `.pt`, `.pth`, `.bin`; or
@@ -31,8 +34,49 @@ struct ImportFiles {
     out: PathBuf,
 }
 
+/// The reference models `import` reads, one subcommand each.
+#[derive(Subcommand, Debug)]
+enum Import {
+    /// An ON-LSTM language model (yikangshen/Ordered-Neurons, `--model ON` of billptw/FastTrees).
+    OnLstm(RnnLmArgs),
+    /// A FastTrees language model (billptw/FastTrees `--model FT`).
+    Fasttrees(RnnLmArgs),
+    /// A Faster FastTrees language model (billptw/FastTrees `--model FFT`).
+    FasterFasttrees(RnnLmArgs),
+}
+
+/// The flags of the language-model imports.
+#[derive(clap::Args, Debug)]
+struct RnnLmArgs {
+    #[command(flatten)]
+    files: ImportFiles,
+    /// Rebuild the reference's dictionary from its training text, as its `data.Corpus` does
+    /// (order of first appearance, `<eos>` after every line), instead of reading `--vocab`.
+    #[arg(long, conflicts_with = "vocab")]
+    corpus_train: Option<PathBuf>,
+    /// With `--corpus-train`: the validation text, whose new words the reference added next.
+    #[arg(long, requires = "corpus_train")]
+    corpus_valid: Option<PathBuf>,
+    /// With `--corpus-train`: the test text, whose new words the reference added last.
+    #[arg(long, requires = "corpus_valid")]
+    corpus_test: Option<PathBuf>,
+    /// The reference's DropConnect rate `--wdrop` the model was trained with: its evaluation
+    /// scales the hidden-to-hidden weights by (1 - wdrop), so the import does too.
+    #[arg(long, default_value_t = arbor_convert::REFERENCE_WEIGHT_DROP)]
+    weight_drop: f64,
+    /// The token the reference appended to every line, if not `<eos>` (e.g. `</s>`); it
+    /// becomes arbor's `<eos>`.
+    #[arg(long, default_value = "<eos>")]
+    eos_token: String,
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Imports a reference model's PyTorch state dict as an arbor checkpoint.
+    Import {
+        #[command(subcommand)]
+        family: Import,
+    },
     /// Lists the tensors of a PyTorch state dict, a safetensors file or an arbor checkpoint.
     Inspect {
         /// The file: `.pt`/`.pth`/`.bin`, `.safetensors` or an arbor `.ckpt`.
@@ -66,6 +110,7 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
+        Command::Import { family } => import(family),
         Command::Inspect { file } => inspect(&file),
         Command::Export { checkpoint, out } => {
             let e = export_safetensors(&checkpoint, &out)?;
@@ -88,6 +133,70 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
     }
+}
+
+fn import(family: Import) -> Result<()> {
+    let (flavour, args) = match family {
+        Import::OnLstm(a) => (RnnLmFlavour::OnLstm, a),
+        Import::Fasttrees(a) => (RnnLmFlavour::FastTrees, a),
+        Import::FasterFasttrees(a) => (RnnLmFlavour::FasterFastTrees, a),
+    };
+    import_lm(flavour, args)
+}
+
+fn import_lm(flavour: RnnLmFlavour, args: RnnLmArgs) -> Result<()> {
+    let vocab = match (&args.files.vocab, &args.corpus_train) {
+        (Some(file), _) => Some(ReferenceVocab::read_file(file)?),
+        (None, Some(train)) => {
+            let files: Vec<PathBuf> = [
+                Some(train),
+                args.corpus_valid.as_ref(),
+                args.corpus_test.as_ref(),
+            ]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
+            Some(ReferenceVocab::from_corpus(&files)?)
+        }
+        (None, None) => {
+            eprintln!(
+                "arbor-convert: no --vocab or --corpus-train: tokens are named <0>, <1>, ... and \
+                 the checkpoint cannot read text"
+            );
+            None
+        }
+    };
+    let opts = RnnLmImport {
+        flavour,
+        weight_drop: args.weight_drop,
+        vocab,
+        eos_token: args.eos_token,
+    };
+    let sd = StateDict::read(&args.files.state_dict)?;
+    let device = Default::default();
+    let imported = import_rnn_lm::<Flex>(sd, &opts, &device)?;
+    imported.save::<Flex>(&args.files.out)?;
+    let model = &imported.meta["task"]["model"];
+    let scaled = if flavour == RnnLmFlavour::FasterFastTrees {
+        "its unused hidden-to-hidden weights left out".to_string()
+    } else {
+        format!(
+            "hidden-to-hidden weights scaled by 1 - {}",
+            args.weight_drop
+        )
+    };
+    println!(
+        "wrote {} ({}: {} tokens, emb {}, hidden {}, {} layers, chunk size {}; {scaled})",
+        args.files.out.display(),
+        flavour.layout(),
+        model["n_tokens"],
+        model["d_embed"],
+        model["d_hidden"],
+        model["n_layers"],
+        model["chunk_size"],
+    );
+    Ok(())
 }
 
 fn inspect(file: &std::path::Path) -> Result<()> {
