@@ -28,7 +28,7 @@ pub enum QueryScale {
 /// What the weights of a Gumbel Tree-LSTM model cannot tell.
 #[derive(Debug, Clone)]
 pub struct GumbelImport {
-    /// The reference vocabulary (its `<PAD>`/`<UNK>` included or appended).
+    /// The reference vocabulary (with its `<PAD>`/`<UNK>`: see [`with_reference_specials`]).
     pub vocab: ReferenceVocab,
     /// Label names in the reference's class order (`None`: the reference's own, see
     /// [`snli_labels`] and [`sst_labels`]).
@@ -41,6 +41,15 @@ pub struct GumbelImport {
     pub tau: f64,
     /// The classifier's dropout (recorded in the configuration; no effect at evaluation).
     pub dropout: f64,
+}
+
+/// The padding and unknown-word tokens unsupervised-treelstm's `Vocab` appends after the
+/// words of its vocabulary file.
+pub const SPECIALS: [&str; 2] = ["<PAD>", "<UNK>"];
+
+/// `vocab` as the reference uses it: its file's words, then `<PAD>` and `<UNK>`.
+pub fn with_reference_specials(vocab: ReferenceVocab) -> ReferenceVocab {
+    vocab.with_specials(&SPECIALS)
 }
 
 /// The SNLI reference's label order (`snli/dump_dataset.py`: neutral 0, entailment 1,
@@ -325,9 +334,7 @@ fn embedding(
     vocab: &ReferenceVocab,
     w: &mut Weights,
 ) -> Result<(TokenEmbeddingConfig, Vec<String>), ConvertError> {
-    let (tokens, rows) = vocab
-        .to_arbor(e.vocab_rows)
-        .map_err(|err| ConvertError::file(sd.path(), err))?;
+    let (tokens, rows) = vocab.to_arbor(e.vocab_rows, SPECIALS[0], SPECIALS[1])?;
     let emb = sd.take("word_embedding.weight", &[e.vocab_rows, e.d_word]);
     w.put_some(
         "embedding.embedding.weight",

@@ -30,12 +30,13 @@ pub use model::{
     imported_meta, model_parameters, record_bytes, save_checkpoint, CheckpointModel, Imported,
 };
 pub use rnn_lm::{
-    import_rnn_lm, ReferenceVocab, RnnLmFlavour, RnnLmImport, ABSENT_TOKEN_LOGIT,
-    MAX_FULL_SOFTMAX_VOCAB, REFERENCE_WEIGHT_DROP,
+    import_rnn_lm, RnnLmFlavour, RnnLmImport, ABSENT_TOKEN_LOGIT, MAX_FULL_SOFTMAX_VOCAB,
+    REFERENCE_WEIGHT_DROP,
 };
 pub use safetensors::{
     export_safetensors, import_export_dir, import_safetensors, Exported, CONFIG_FILE, FORMAT,
     WEIGHTS_FILE,
 };
 pub use state_dict::{Array, StateDict};
+pub use vocab::ReferenceVocab;
 pub use weights::{parameters, Weights};

@@ -18,14 +18,12 @@
 //! `[f̃, ĩ, i, f, ĉ, o]`. Faster FastTrees keeps an `hh` of ON-LSTM's shape that its cell never
 //! calls: it is checked and left out.
 
-use std::collections::HashSet;
-use std::path::{Path, PathBuf};
-
 use arbor_cells::{ArborBackend, CellKind};
 use arbor_data::readers::lm::EOS;
 use arbor_data::vocab::{PAD, UNK};
 use arbor_lm::{RnnLm, RnnLmConfig};
 
+use crate::vocab::ReferenceVocab;
 use crate::{imported_meta, Array, ConvertError, Imported, StateDict, Weights};
 
 /// The decoder bias given to tokens arbor needs but the reference model does not have
@@ -82,88 +80,6 @@ impl RnnLmFlavour {
             _ => 4 * h + 2 * c,
         }
     }
-}
-
-/// The reference model's vocabulary, in its id order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReferenceVocab {
-    /// Token of every reference id.
-    pub tokens: Vec<String>,
-    /// Where it came from (named in errors).
-    pub source: String,
-}
-
-impl ReferenceVocab {
-    /// Reads a vocabulary file: one token per line, in id order (a final newline is allowed).
-    ///
-    /// # Errors
-    /// When the file cannot be read, is not UTF-8, or has an empty line or a repeated token.
-    pub fn read_file(path: &Path) -> Result<Self, ConvertError> {
-        let text = read_text(path)?;
-        let mut tokens = Vec::new();
-        let mut seen = HashSet::new();
-        for (n, line) in text.lines().enumerate() {
-            let token = line.trim_end_matches('\r');
-            if token.is_empty() || token.chars().any(char::is_whitespace) {
-                return Err(ConvertError::file(
-                    path,
-                    format!("line {}: expected one token per line, got {line:?}", n + 1),
-                ));
-            }
-            if !seen.insert(token.to_string()) {
-                return Err(ConvertError::file(
-                    path,
-                    format!("line {}: token {token:?} appears twice", n + 1),
-                ));
-            }
-            tokens.push(token.to_string());
-        }
-        if tokens.is_empty() {
-            return Err(ConvertError::file(path, "holds no tokens"));
-        }
-        Ok(ReferenceVocab {
-            tokens,
-            source: path.display().to_string(),
-        })
-    }
-
-    /// Rebuilds the dictionary the way the reference's `data.Corpus` does: the words of every
-    /// line (split on whitespace) followed by `<eos>`, each new word taking the next id, reading
-    /// `files` in order (the reference reads `train.txt`, then `valid.txt`, then `test.txt`
-    /// into one dictionary).
-    ///
-    /// # Errors
-    /// When a file cannot be read or is not UTF-8, or `files` is empty.
-    pub fn from_corpus(files: &[PathBuf]) -> Result<Self, ConvertError> {
-        if files.is_empty() {
-            return Err(ConvertError::Config(
-                "rebuilding the reference dictionary needs its training text (--corpus-train)"
-                    .into(),
-            ));
-        }
-        let mut tokens = Vec::new();
-        let mut seen = HashSet::new();
-        for path in files {
-            let text = read_text(path)?;
-            for line in text.lines() {
-                for w in line.split_whitespace().chain([EOS]) {
-                    if seen.insert(w.to_string()) {
-                        tokens.push(w.to_string());
-                    }
-                }
-            }
-        }
-        let names: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
-        Ok(ReferenceVocab {
-            tokens,
-            source: names.join(" + "),
-        })
-    }
-}
-
-fn read_text(path: &Path) -> Result<String, ConvertError> {
-    let bytes = std::fs::read(path).map_err(|e| ConvertError::file(path, e))?;
-    String::from_utf8(bytes).map_err(|e| ConvertError::file(path, format!("not UTF-8: {e}")))
 }
 
 /// How to import a reference language model.

@@ -6,72 +6,106 @@
 //! them: [`ReferenceVocab::to_arbor`] gives arbor's token list and, for each arbor id, the
 //! reference row it takes.
 
-use std::path::Path;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use arbor_data::readers::lm::EOS;
 
 use crate::ConvertError;
 
-/// A reference vocabulary in id order, with the names of its padding and unknown tokens.
-#[derive(Debug, Clone, PartialEq)]
+/// A reference model's vocabulary, in its id order.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReferenceVocab {
-    /// Tokens in reference id order.
+    /// Token of every reference id.
     pub tokens: Vec<String>,
-    /// The reference's padding token.
-    pub pad: String,
-    /// The reference's unknown-word token.
-    pub unk: String,
+    /// Where it came from (named in errors).
+    pub source: String,
 }
 
 impl ReferenceVocab {
-    /// Reads a vocabulary file: one entry per line in id order, the token being the line's first
-    /// whitespace-separated field (so `word<TAB>count` files work); blank lines are refused.
-    /// `limit` keeps the first entries only (the reference's `--vocab-size`). When the file
-    /// does not list `pad` / `unk`, they are appended after the words, in that order (what
-    /// `utils/vocab.py` of unsupervised-treelstm does with `add_pad`, `add_unk`).
+    /// Reads a vocabulary file: one entry per line in id order, the token being the line's
+    /// first whitespace-separated field (so `word<TAB>count` files, as unsupervised-treelstm's
+    /// `build_vocab.py` writes them, work too).
     ///
     /// # Errors
-    /// An unreadable file, a blank line (named by number) or a duplicate token.
-    pub fn read(
-        path: &Path,
-        limit: Option<usize>,
-        pad: &str,
-        unk: &str,
-    ) -> Result<Self, ConvertError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConvertError::file(path, e))?;
+    /// When the file cannot be read, is not UTF-8, or has an empty line or a repeated token
+    /// (named by line number).
+    pub fn read_file(path: &Path) -> Result<Self, ConvertError> {
+        let text = read_text(path)?;
         let mut tokens = Vec::new();
-        for (i, line) in text.lines().enumerate() {
-            if limit.is_some_and(|n| tokens.len() >= n) {
-                break;
-            }
+        let mut seen = HashSet::new();
+        for (n, line) in text.lines().enumerate() {
             let Some(token) = line.split_whitespace().next() else {
                 return Err(ConvertError::file(
                     path,
-                    format!("line {}: empty line in a vocabulary file", i + 1),
+                    format!("line {}: expected one token per line, got {line:?}", n + 1),
                 ));
             };
+            if !seen.insert(token.to_string()) {
+                return Err(ConvertError::file(
+                    path,
+                    format!("line {}: token {token:?} appears twice", n + 1),
+                ));
+            }
             tokens.push(token.to_string());
         }
-        for special in [pad, unk] {
-            if !tokens.iter().any(|t| t == special) {
-                tokens.push(special.to_string());
-            }
+        if tokens.is_empty() {
+            return Err(ConvertError::file(path, "holds no tokens"));
         }
-        let v = ReferenceVocab {
+        Ok(ReferenceVocab {
             tokens,
-            pad: pad.to_string(),
-            unk: unk.to_string(),
-        };
-        v.check_unique().map_err(|e| ConvertError::file(path, e))?;
-        Ok(v)
+            source: path.display().to_string(),
+        })
     }
 
-    fn check_unique(&self) -> Result<(), String> {
-        let mut seen = std::collections::HashSet::new();
-        for (i, t) in self.tokens.iter().enumerate() {
-            if !seen.insert(t.as_str()) {
-                return Err(format!("duplicate vocabulary entry {t:?} (id {i})"));
+    /// Keeps the first `n` entries (the reference's `--vocab-size`).
+    pub fn truncated(mut self, n: usize) -> Self {
+        self.tokens.truncate(n);
+        self
+    }
+
+    /// Appends each of `specials` the vocabulary does not list yet, in order (what
+    /// unsupervised-treelstm's `Vocab` does with `add_pad`, `add_unk`: `<PAD>`, then `<UNK>`,
+    /// after the words).
+    pub fn with_specials(mut self, specials: &[&str]) -> Self {
+        for s in specials {
+            if !self.tokens.iter().any(|t| t == s) {
+                self.tokens.push(s.to_string());
             }
         }
-        Ok(())
+        self
+    }
+    /// Rebuilds the dictionary the way the reference's `data.Corpus` does: the words of every
+    /// line (split on whitespace) followed by `<eos>`, each new word taking the next id, reading
+    /// `files` in order (the reference reads `train.txt`, then `valid.txt`, then `test.txt`
+    /// into one dictionary).
+    ///
+    /// # Errors
+    /// When a file cannot be read or is not UTF-8, or `files` is empty.
+    pub fn from_corpus(files: &[PathBuf]) -> Result<Self, ConvertError> {
+        if files.is_empty() {
+            return Err(ConvertError::Config(
+                "rebuilding the reference dictionary needs its training text (--corpus-train)"
+                    .into(),
+            ));
+        }
+        let mut tokens = Vec::new();
+        let mut seen = HashSet::new();
+        for path in files {
+            let text = read_text(path)?;
+            for line in text.lines() {
+                for w in line.split_whitespace().chain([EOS]) {
+                    if seen.insert(w.to_string()) {
+                        tokens.push(w.to_string());
+                    }
+                }
+            }
+        }
+        let names: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+        Ok(ReferenceVocab {
+            tokens,
+            source: names.join(" + "),
+        })
     }
 
     /// The arbor vocabulary (`<pad>`, `<unk>`, then the other tokens in reference order) and,
@@ -80,14 +114,19 @@ impl ReferenceVocab {
     /// # Errors
     /// When `n_rows` (the embedding's row count) differs from the vocabulary size, or the
     /// reference's padding/unknown tokens are missing.
-    pub fn to_arbor(&self, n_rows: usize) -> Result<(Vec<String>, Vec<usize>), ConvertError> {
+    pub fn to_arbor(
+        &self,
+        n_rows: usize,
+        pad: &str,
+        unk: &str,
+    ) -> Result<(Vec<String>, Vec<usize>), ConvertError> {
         if self.tokens.len() != n_rows {
             return Err(ConvertError::Config(format!(
-                "the vocabulary has {} entries (with {} and {}) but the embedding has {n_rows} \
-                 rows: give the vocabulary file (and --vocab-size) the model was trained with",
+                "{}: the vocabulary has {} entries (with {pad} and {unk}) but the embedding has \
+                 {n_rows} rows: give the vocabulary file (and --vocab-size) the model was \
+                 trained with",
+                self.source,
                 self.tokens.len(),
-                self.pad,
-                self.unk
             )));
         }
         let find = |t: &str| {
@@ -96,8 +135,8 @@ impl ReferenceVocab {
                 .position(|x| x == t)
                 .ok_or_else(|| ConvertError::Config(format!("the vocabulary has no {t:?} token")))
         };
-        let pad = find(&self.pad)?;
-        let unk = find(&self.unk)?;
+        let pad = find(pad)?;
+        let unk = find(unk)?;
         let mut tokens = vec![
             arbor_data::vocab::PAD.to_string(),
             arbor_data::vocab::UNK.to_string(),
@@ -119,6 +158,11 @@ impl ReferenceVocab {
     }
 }
 
+fn read_text(path: &Path) -> Result<String, ConvertError> {
+    let bytes = std::fs::read(path).map_err(|e| ConvertError::file(path, e))?;
+    String::from_utf8(bytes).map_err(|e| ConvertError::file(path, format!("not UTF-8: {e}")))
+}
+
 /// Rows `order[0], order[1], ...` of `a` (an embedding matrix or an output layer).
 pub fn gather_rows(a: &crate::Array, order: &[usize]) -> crate::Array {
     let rows: Vec<crate::Array> = order.iter().map(|&r| a.rows(r, r + 1)).collect();
@@ -134,19 +178,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("vocab.txt");
         std::fs::write(&p, "the\t0\ncat 3\nsat\n").unwrap();
-        let v = ReferenceVocab::read(&p, None, "<PAD>", "<UNK>").unwrap();
+        let v = ReferenceVocab::read_file(&p)
+            .unwrap()
+            .with_specials(&["<PAD>", "<UNK>"]);
         assert_eq!(v.tokens, ["the", "cat", "sat", "<PAD>", "<UNK>"]);
-        let (tokens, rows) = v.to_arbor(5).unwrap();
+        let (tokens, rows) = v.to_arbor(5, "<PAD>", "<UNK>").unwrap();
         assert_eq!(tokens, ["<pad>", "<unk>", "the", "cat", "sat"]);
         assert_eq!(rows, [3, 4, 0, 1, 2]);
-        assert!(v.to_arbor(6).unwrap_err().to_string().contains("6 rows"));
-        let v = ReferenceVocab::read(&p, Some(2), "<PAD>", "<UNK>").unwrap();
+        let err = v.to_arbor(6, "<PAD>", "<UNK>").unwrap_err().to_string();
+        assert!(err.contains("6 rows"), "{err}");
+        let v = ReferenceVocab::read_file(&p)
+            .unwrap()
+            .truncated(2)
+            .with_specials(&["<PAD>", "<UNK>"]);
         assert_eq!(v.tokens, ["the", "cat", "<PAD>", "<UNK>"]);
-        std::fs::write(&p, "a\n\nb\n").unwrap();
-        let err = ReferenceVocab::read(&p, None, "<PAD>", "<UNK>").unwrap_err();
-        assert!(err.to_string().contains("line 2"), "{err}");
-        std::fs::write(&p, "a\nb\na\n").unwrap();
-        let err = ReferenceVocab::read(&p, None, "<PAD>", "<UNK>").unwrap_err();
-        assert!(err.to_string().contains("duplicate"), "{err}");
     }
 }

@@ -3,9 +3,10 @@
 
 mod common;
 
-use arbor_convert::gumbel::{import_gumbel_snli, import_gumbel_sst, GumbelImport, QueryScale};
-use arbor_convert::vocab::ReferenceVocab;
-use arbor_convert::{Array, StateDict};
+use arbor_convert::gumbel::{
+    import_gumbel_snli, import_gumbel_sst, with_reference_specials, GumbelImport, QueryScale,
+};
+use arbor_convert::{Array, ReferenceVocab, StateDict};
 use arbor_encoders::{Decisions, EncoderInput, SentenceEncoder};
 use arbor_heads::SentenceBatch;
 use burn::backend::Flex;
@@ -17,7 +18,9 @@ const TOL: f32 = 1e-5;
 
 fn options(fx: &Fixture) -> GumbelImport {
     GumbelImport {
-        vocab: ReferenceVocab::read(&fx.dir.join("vocab.txt"), None, "<PAD>", "<UNK>").unwrap(),
+        vocab: with_reference_specials(
+            ReferenceVocab::read_file(&fx.dir.join("vocab.txt")).unwrap(),
+        ),
         labels: None,
         query_scale: match fx.inputs["query_scale"].as_str().unwrap() {
             "none" => QueryScale::None,

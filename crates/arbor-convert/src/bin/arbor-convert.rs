@@ -4,6 +4,9 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
+use arbor_convert::gumbel::{
+    import_gumbel_snli, import_gumbel_sst, with_reference_specials, GumbelImport, QueryScale,
+};
 use arbor_convert::{
     export_safetensors, import_rnn_lm, import_safetensors, CheckpointModel, ReferenceVocab,
     RnnLmFlavour, RnnLmImport, StateDict,
@@ -37,12 +40,54 @@ struct ImportFiles {
 /// The reference models `import` reads, one subcommand each.
 #[derive(Subcommand, Debug)]
 enum Import {
+    /// A Gumbel Tree-LSTM SNLI or SST model (jihunchoi/unsupervised-treelstm).
+    Gumbel(GumbelArgs),
     /// An ON-LSTM language model (yikangshen/Ordered-Neurons, `--model ON` of billptw/FastTrees).
     OnLstm(RnnLmArgs),
     /// A FastTrees language model (billptw/FastTrees `--model FT`).
     Fasttrees(RnnLmArgs),
     /// A Faster FastTrees language model (billptw/FastTrees `--model FFT`).
     FasterFasttrees(RnnLmArgs),
+}
+
+/// The flags of the Gumbel Tree-LSTM import.
+#[derive(clap::Args, Debug)]
+struct GumbelArgs {
+    #[command(flatten)]
+    files: ImportFiles,
+    /// Which model: the SNLI pair classifier (`snli/model.py`) or the SST sentence classifier
+    /// (`sst/model.py`).
+    #[arg(long, value_enum)]
+    task: GumbelTask,
+    /// The reference's `--vocab-size`: how many entries of --vocab it kept.
+    #[arg(long)]
+    vocab_size: Option<usize>,
+    /// Label names in the reference's class order, comma-separated (default: the reference's
+    /// own, neutral,entailment,contradiction for SNLI and negative,positive for binary SST).
+    #[arg(long, value_delimiter = ',')]
+    labels: Option<Vec<String>>,
+    /// How the reference scaled its composition query score: by √hidden_dim as the released
+    /// code does, or not at all (early versions).
+    #[arg(long, value_enum, default_value_t = QueryScale::SqrtHidden)]
+    query_scale: QueryScale,
+    /// The model was trained with --intra-attention (it adds no weights, so say so).
+    #[arg(long)]
+    intra_attention: bool,
+    /// Gumbel-softmax temperature recorded for training (the reference's is 1).
+    #[arg(long, default_value_t = 1.0)]
+    tau: f64,
+    /// The classifier's dropout recorded for training (no effect at evaluation).
+    #[arg(long, default_value_t = 0.1)]
+    dropout: f64,
+}
+
+/// Which Gumbel Tree-LSTM model.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum GumbelTask {
+    /// `SNLIModel`.
+    Snli,
+    /// `SSTModel`.
+    Sst,
 }
 
 /// The flags of the language-model imports.
@@ -137,11 +182,61 @@ fn run(cli: Cli) -> Result<()> {
 
 fn import(family: Import) -> Result<()> {
     let (flavour, args) = match family {
+        Import::Gumbel(a) => return import_gumbel(a),
         Import::OnLstm(a) => (RnnLmFlavour::OnLstm, a),
         Import::Fasttrees(a) => (RnnLmFlavour::FastTrees, a),
         Import::FasterFasttrees(a) => (RnnLmFlavour::FasterFastTrees, a),
     };
     import_lm(flavour, args)
+}
+
+fn import_gumbel(a: GumbelArgs) -> Result<()> {
+    let Some(vocab_file) = &a.files.vocab else {
+        anyhow::bail!(
+            "--vocab is required for a Gumbel Tree-LSTM model: the reference's vocabulary file \
+             (the one given to its dump_dataset.py)"
+        );
+    };
+    let mut vocab = ReferenceVocab::read_file(vocab_file)?;
+    if let Some(n) = a.vocab_size {
+        vocab = vocab.truncated(n);
+    }
+    let opts = GumbelImport {
+        vocab: with_reference_specials(vocab),
+        labels: a.labels,
+        query_scale: a.query_scale,
+        intra_attention: a.intra_attention,
+        tau: a.tau,
+        dropout: a.dropout,
+    };
+    let sd = StateDict::read(&a.files.state_dict)?;
+    let device = Default::default();
+    let task = match a.task {
+        GumbelTask::Snli => {
+            let imported = import_gumbel_snli::<Flex>(sd, &opts, &device)?;
+            imported.save::<Flex>(&a.files.out)?;
+            imported.meta["task"].clone()
+        }
+        GumbelTask::Sst => {
+            let imported = import_gumbel_sst::<Flex>(sd, &opts, &device)?;
+            imported.save::<Flex>(&a.files.out)?;
+            imported.meta["task"].clone()
+        }
+    };
+    let encoder = &task["model"]["encoder"];
+    println!(
+        "wrote {} (gumbel-{}: {} words, leaf {}, width {}, labels {})",
+        a.files.out.display(),
+        match a.task {
+            GumbelTask::Snli => "snli",
+            GumbelTask::Sst => "sst",
+        },
+        task["vocab"].as_array().map_or(0, Vec::len),
+        encoder["leaf"],
+        encoder["d_hidden"],
+        task["labels"],
+    );
+    Ok(())
 }
 
 fn import_lm(flavour: RnnLmFlavour, args: RnnLmArgs) -> Result<()> {
