@@ -12,7 +12,9 @@ use arbor_data::tree::{BinaryTree, TreePrep};
 use arbor_data::wordpiece::{
     save_vocab_txt, train_wordpiece, WordPieceTokenizer, WordPieceTrainConfig,
 };
-use arbor_encoders::r2d2::{word_tree, CompositionConfig, R2d2Config, R2d2Lm, R2d2LmConfig};
+use arbor_encoders::r2d2::{
+    word_tree, CompositionConfig, R2d2Config, R2d2Lm, R2d2LmConfig, R2d2SpecialIds,
+};
 use arbor_encoders::Decisions;
 use arbor_train::{load_model, seed_everything, train, CheckpointFile, OptimizerKind};
 use burn::backend::Autodiff;
@@ -249,10 +251,15 @@ impl BackendJob for PretrainJob {
             }
             None => {
                 eprintln!("training a WordPiece vocabulary of {} pieces", a.vocab_size);
-                let config = WordPieceTrainConfig {
+                // R2D2's own special tokens join the usual ones, so that, as in the reference,
+                // they are rows of the tied embedding (R2d2SpecialIds::from_vocab).
+                let mut config = WordPieceTrainConfig {
                     vocab_size: a.vocab_size,
                     ..WordPieceTrainConfig::default()
                 };
+                config
+                    .special_tokens
+                    .extend(["[BOS]", "[EOS]", "[SUM]"].map(String::from));
                 let pieces = train_wordpiece(train_sents.iter().map(String::as_str), &config)?;
                 save_vocab_txt(&pieces, &vocab_path)?;
                 (WordPieceTokenizer::from_pieces(&pieces, true)?, pieces)
@@ -272,9 +279,29 @@ impl BackendJob for PretrainJob {
                 a.max_len
             );
         }
-        let model_config = a.model_config(tok.vocab_size());
+        // [CLS], [SUM], [MASK], [BOS], [EOS] are vocabulary rows when the vocabulary has them.
+        let mut model_config = a
+            .model_config(tok.vocab_size())
+            .with_special_ids(R2d2SpecialIds::from_vocab(&vocab));
+        // A resumed run keeps the configuration its checkpoint was written with (runs from
+        // before per-layer role tables and tied special tokens keep their layout).
+        let last = a.engine.out.join("last.ckpt");
+        if a.engine.resume && last.exists() {
+            let file = CheckpointFile::load(&last)?;
+            model_config = R2d2Meta::from_checkpoint(&file.meta)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", last.display()))?
+                .model;
+        }
         seed_everything::<Ad<B>>(&device, a.engine.seed);
         let model = model_config.init::<Ad<B>>(&device);
+        match &model_config.special_ids {
+            Some(ids) => eprintln!(
+                "special tokens tied to vocabulary rows: [CLS] {}, [SUM] {}, [MASK] {}, \
+                 [BOS] {}, [EOS] {}",
+                ids.cls, ids.sum, ids.mask, ids.bos, ids.eos
+            ),
+            None => eprintln!("special tokens: separate parameters (not in the vocabulary)"),
+        }
         let tokens: usize = train_ids.iter().map(Vec::len).sum();
         eprintln!(
             "R2D2 pretraining: {} training sentences ({} pieces, ≤ {} each), {} validation; \

@@ -107,6 +107,18 @@ fn pretrain_resume_eval_and_parse() {
     }
     let vocab = std::fs::read_to_string(out.join("vocab.txt")).unwrap();
     assert!(vocab.lines().any(|l| l == "[UNK]") && vocab.lines().any(|l| l == "cat"));
+    // The trained vocabulary has R2D2's special tokens, so the model ties them to its rows.
+    let meta = arbor_train::CheckpointFile::load(&out.join("last.ckpt"))
+        .unwrap()
+        .meta;
+    let meta = arbor_tasks::R2d2Meta::from_checkpoint(&meta).unwrap();
+    let ids = meta
+        .model
+        .special_ids
+        .expect("special ids from the vocabulary");
+    assert_eq!(meta.vocab[ids.bos as usize], "[BOS]");
+    assert_eq!(meta.vocab[ids.sum as usize], "[SUM]");
+    assert_eq!(meta.vocab[ids.cls as usize], "[CLS]");
     let first = metric_steps(&out);
     assert!(first.iter().any(|(k, s)| k == "eval:valid" && *s == 2));
     assert!(first.iter().all(|(_, s)| *s <= 3));

@@ -9,7 +9,7 @@ use arbor_cells::GumbelSampler;
 use arbor_data::tree::BinaryTree;
 use arbor_encoders::r2d2::{
     word_tree, Chart, ChartConfig, Compose, Composed, Composition, CompositionConfig, R2d2Config,
-    R2d2LmConfig, RoleEmbeddings,
+    R2d2LmConfig, R2d2SpecialIds, RoleEmbeddings,
 };
 use arbor_encoders::{Decisions, EncoderConfig, EncoderInput, EncoderKind, SentenceEncoder};
 use burn::module::{Module, Param};
@@ -580,4 +580,111 @@ fn r2d2_is_available_as_an_encoder_kind() {
     assert_eq!(out.sentence.dims(), [2, 8]);
     let trees = out.trees.unwrap();
     assert_eq!((trees[0].num_leaves(), trees[1].num_leaves()), (5, 3));
+}
+
+#[test]
+fn special_ids_follow_the_reference_vocabulary() {
+    // A stock BERT vocabulary: [unused3], [unused4], [unused6] at the rows 4, 5, 7 that the
+    // reference's own vocabulary names [BOS], [EOS], [SUM].
+    let mut bert: Vec<String> = vec!["[PAD]".into()];
+    bert.extend((0..99).map(|i| format!("[unused{i}]")));
+    bert.extend(["[UNK]", "[CLS]", "[SEP]", "[MASK]", "the"].map(String::from));
+    let ids = R2d2SpecialIds::from_vocab(&bert).unwrap();
+    assert_eq!(
+        ids,
+        R2d2SpecialIds {
+            cls: 101,
+            sum: 7,
+            mask: 103,
+            bos: 4,
+            eos: 5
+        }
+    );
+    // The reference's vocabulary names them; names win over [unusedN].
+    let mut named = bert.clone();
+    for (i, name) in [(4, "[BOS]"), (5, "[EOS]"), (7, "[SUM]")] {
+        named[i] = name.into();
+    }
+    named.push("[unused3]".into());
+    assert_eq!(R2d2SpecialIds::from_vocab(&named), Some(ids));
+    // A vocabulary without them: separate parameters.
+    let small = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"];
+    assert_eq!(R2d2SpecialIds::from_vocab(&small), None);
+    // Ids must exist in the vocabulary.
+    let config = R2d2LmConfig::new(50).with_special_ids(Some(ids));
+    assert!(config.validate().is_err());
+}
+
+#[test]
+fn tied_special_tokens_are_rows_of_the_vocabulary_embedding() {
+    Ad::seed(&dev::<Ad>(), 4);
+    let ids = R2d2SpecialIds {
+        cls: 10,
+        sum: 11,
+        mask: 12,
+        bos: 13,
+        eos: 14,
+    };
+    let lm = R2d2LmConfig::new(20)
+        .with_encoder(R2d2Config::new(8, CompositionConfig::new(8).with_n_heads(2)).with_window(2))
+        .with_special_ids(Some(ids))
+        .init::<Ad>(&dev::<Ad>());
+    assert_eq!(lm.encoder.composition.task_tokens.dims(), [0, 8]);
+    assert_eq!(lm.edges.dims(), [0, 8]);
+    // Sentences that never use the special ids: their rows get gradients only as task tokens
+    // and sentence edges.
+    let sents: Vec<Vec<u32>> = vec![vec![1, 2, 3, 4, 5, 6], vec![7, 8, 9]];
+    let refs: Vec<&[u32]> = sents.iter().map(|s| s.as_slice()).collect();
+    let mut sampler = GumbelSampler::seeded(2);
+    let out = lm.lm_loss(&refs, Decisions::Sample(&mut sampler));
+    let grads = out.loss.backward();
+    let g = lm
+        .embedding
+        .weight
+        .grad(&grads)
+        .expect("embedding gradient");
+    let row_norm = |r: usize| -> f32 { g.clone().narrow(0, r, 1).abs().sum().into_scalar().elem() };
+    for (name, r) in [
+        ("[CLS]", 10),
+        ("[SUM]", 11),
+        ("[MASK]", 12),
+        ("[BOS]", 13),
+        ("[EOS]", 14),
+    ] {
+        let n = row_norm(r);
+        assert!(n > 0.0 && n.is_finite(), "{name}: {n}");
+    }
+    // Row 15 is used by nothing but the output softmax.
+    assert!(row_norm(15) > 0.0, "the tied softmax reaches every row");
+    // Pseudo-perplexity runs on the tied tokens too.
+    let inner = burn::module::AutodiffModule::valid(&lm);
+    let nll = inner.pseudo_nll(&refs);
+    assert!(nll.iter().flatten().all(|x| x.is_finite() && *x > 0.0));
+}
+
+#[test]
+fn records_written_before_special_ids_existed_still_load() {
+    use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+    let config = R2d2LmConfig::new(20)
+        .with_encoder(R2d2Config::new(8, CompositionConfig::new(8).with_n_heads(2)).with_window(2));
+    let lm = config.init::<Fx>(&dev::<Fx>());
+    let sents: Vec<Vec<u32>> = vec![vec![1, 2, 3, 4, 5, 6], vec![7, 8, 9]];
+    let refs: Vec<&[u32]> = sents.iter().map(|s| s.as_slice()).collect();
+    let loss = |m: &arbor_encoders::R2d2Lm<Fx>| -> f32 {
+        m.lm_loss(&refs, Decisions::Argmax)
+            .loss
+            .into_scalar()
+            .elem()
+    };
+    // Parameters are initialised on first use: use them before cloning.
+    let want = loss(&lm);
+    let rec = BinBytesRecorder::<FullPrecisionSettings>::default();
+    let bytes = Recorder::<Fx>::record(&rec, lm.clone().into_record(), ()).unwrap();
+    // The new trailing field is one empty-record byte; a record from before it ends earlier.
+    assert_eq!(bytes.last(), Some(&0));
+    let old = bytes[..bytes.len() - 1].to_vec();
+    let record = Recorder::<Fx>::load(&rec, old, &dev::<Fx>()).unwrap();
+    let back = config.init::<Fx>(&dev::<Fx>()).load_record(record);
+    assert_eq!(loss(&back), want);
+    assert_eq!(back.special_ids, None);
 }

@@ -214,14 +214,29 @@ impl<B: ArborBackend> Composition<B> {
         }
     }
 
-    /// The task token `which` (0: `[CLS]`, 1: `[SUM]`, 2: `[MASK]`) repeated `n` times.
-    fn task_token(&self, which: usize, n: usize) -> Tensor<B, 3> {
+    /// The task token `which` (0: `[CLS]`, 1: `[SUM]`, 2: `[MASK]`) of `tokens` (`None`: this
+    /// composition's own [`Composition::task_tokens`]) repeated `n` times.
+    fn task_token(&self, tokens: Option<&Tensor<B, 2>>, which: usize, n: usize) -> Tensor<B, 3> {
         let d = self.d_model;
-        self.task_tokens
-            .val()
+        tokens
+            .cloned()
+            .unwrap_or_else(|| self.task_tokens.val())
             .narrow(0, which, 1)
             .reshape([1, 1, d])
             .expand([n, 1, d])
+    }
+
+    /// This composition with the `[CLS]`, `[SUM]`, `[MASK]` vectors taken from `tokens`
+    /// instead of its own [`Composition::task_tokens`] (R2D2's LM passes rows of its
+    /// vocabulary embedding, as the reference does).
+    ///
+    /// # Shapes
+    /// - `tokens`: `[3, D]`, rows `[CLS]`, `[SUM]`, `[MASK]`
+    pub fn with_task_tokens(&self, tokens: Tensor<B, 2>) -> WithTaskTokens<'_, B> {
+        WithTaskTokens {
+            composition: self,
+            tokens,
+        }
     }
 
     /// The bidirectional LM's inference: the Transformer over `[E[MASK], left, right]`, and
@@ -231,10 +246,20 @@ impl<B: ArborBackend> Composition<B> {
     /// - `left`, `right`: `[n, D]`
     /// - output: `[n, D]`
     pub fn mask_context(&self, left: Tensor<B, 2>, right: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.mask_context_with(None, left, right)
+    }
+
+    /// [`Composition::mask_context`] with the task tokens of `tokens` (`None`: its own).
+    fn mask_context_with(
+        &self,
+        tokens: Option<&Tensor<B, 2>>,
+        left: Tensor<B, 2>,
+        right: Tensor<B, 2>,
+    ) -> Tensor<B, 2> {
         let [n, d] = left.dims();
         let x = Tensor::cat(
             vec![
-                self.task_token(2, n),
+                self.task_token(tokens, 2, n),
                 left.reshape([n, 1, d]),
                 right.reshape([n, 1, d]),
             ],
@@ -245,20 +270,54 @@ impl<B: ArborBackend> Composition<B> {
     }
 }
 
-impl<B: ArborBackend> Compose<B> for Composition<B> {
+/// A [`Composition`] whose `[CLS]`, `[SUM]`, `[MASK]` vectors come from elsewhere
+/// ([`Composition::with_task_tokens`]).
+#[derive(Debug, Clone)]
+pub struct WithTaskTokens<'a, B: Backend> {
+    composition: &'a Composition<B>,
+    /// `[3, D]`: `[CLS]`, `[SUM]`, `[MASK]`.
+    tokens: Tensor<B, 2>,
+}
+
+impl<B: ArborBackend> WithTaskTokens<'_, B> {
+    /// [`Composition::mask_context`] with these task tokens.
+    ///
+    /// # Shapes
+    /// - `left`, `right`: `[n, D]`
+    /// - output: `[n, D]`
+    pub fn mask_context(&self, left: Tensor<B, 2>, right: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.composition
+            .mask_context_with(Some(&self.tokens), left, right)
+    }
+}
+
+impl<B: ArborBackend> Compose<B> for WithTaskTokens<'_, B> {
     fn d_model(&self) -> usize {
-        self.d_model
+        self.composition.d_model
     }
 
     /// # Shapes
     /// - `left`, `right`: `[n, D]`
     /// - output: `repr` `[n, D]`, `log_p` `[n]`
     fn compose(&self, left: Tensor<B, 2>, right: Tensor<B, 2>) -> Composed<B> {
+        self.composition
+            .compose_with(Some(&self.tokens), left, right)
+    }
+}
+
+impl<B: ArborBackend> Composition<B> {
+    /// [`Compose::compose`] with the task tokens of `tokens` (`None`: its own).
+    fn compose_with(
+        &self,
+        tokens: Option<&Tensor<B, 2>>,
+        left: Tensor<B, 2>,
+        right: Tensor<B, 2>,
+    ) -> Composed<B> {
         let [n, d] = left.dims();
         let x = Tensor::cat(
             vec![
-                self.task_token(0, n),
-                self.task_token(1, n),
+                self.task_token(tokens, 0, n),
+                self.task_token(tokens, 1, n),
                 left.reshape([n, 1, d]),
                 right.reshape([n, 1, d]),
             ],
@@ -276,5 +335,18 @@ impl<B: ArborBackend> Compose<B> for Composition<B> {
             repr: layer_norm_noaffine(mixed),
             log_p,
         }
+    }
+}
+
+impl<B: ArborBackend> Compose<B> for Composition<B> {
+    fn d_model(&self) -> usize {
+        self.d_model
+    }
+
+    /// # Shapes
+    /// - `left`, `right`: `[n, D]`
+    /// - output: `repr` `[n, D]`, `log_p` `[n]`
+    fn compose(&self, left: Tensor<B, 2>, right: Tensor<B, 2>) -> Composed<B> {
+        self.compose_with(None, left, right)
     }
 }

@@ -101,18 +101,45 @@ impl<B: ArborBackend> R2d2<B> {
         word_ids: Option<&[Vec<usize>]>,
         decisions: Decisions<'_>,
     ) -> Chart<B> {
+        self.forward_with_tokens(embeddings, lengths, word_ids, decisions, None)
+    }
+
+    /// [`R2d2::forward`] with the composition's `[CLS]`, `[SUM]`, `[MASK]` vectors taken from
+    /// `tokens` (`None`: the composition's own), see [`Composition::with_task_tokens`].
+    ///
+    /// # Shapes
+    /// - as [`R2d2::forward`]; `tokens`: `[3, D]`
+    pub fn forward_with_tokens(
+        &self,
+        embeddings: Tensor<B, 3>,
+        lengths: &[usize],
+        word_ids: Option<&[Vec<usize>]>,
+        decisions: Decisions<'_>,
+        tokens: Option<Tensor<B, 2>>,
+    ) -> Chart<B> {
         let leaves = match &self.input {
             Some(linear) => arbor_cells::linear_rows(linear, embeddings),
             None => embeddings,
         };
-        Chart::build(
-            &self.composition,
-            leaves,
-            lengths,
-            word_ids,
-            &self.chart_config(),
-            decisions,
-        )
+        let config = self.chart_config();
+        match tokens {
+            Some(t) => Chart::build(
+                &self.composition.with_task_tokens(t),
+                leaves,
+                lengths,
+                word_ids,
+                &config,
+                decisions,
+            ),
+            None => Chart::build(
+                &self.composition,
+                leaves,
+                lengths,
+                word_ids,
+                &config,
+                decisions,
+            ),
+        }
     }
 }
 

@@ -12,6 +12,57 @@ use super::composition::{layer_norm_noaffine, CompositionConfig};
 use super::encoder::{R2d2, R2d2Config};
 use crate::Decisions;
 
+/// Vocabulary ids of R2D2's special tokens, whose embeddings are then rows of the LM's (tied)
+/// vocabulary embedding, as in the reference code (its config's `cls_token_id`,
+/// `sum_token_id`, `mask_token_id`, `bos_token_id`, `eos_token_id`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct R2d2SpecialIds {
+    /// `[CLS]`: the composition's mixing token.
+    pub cls: u32,
+    /// `[SUM]`: the composition's scoring token.
+    pub sum: u32,
+    /// `[MASK]`: the LM's prediction token.
+    pub mask: u32,
+    /// `[BOS]`: the left context of a sentence's first token.
+    pub bos: u32,
+    /// `[EOS]`: the right context of a sentence's last token.
+    pub eos: u32,
+}
+
+impl R2d2SpecialIds {
+    /// The reference's choice in a WordPiece vocabulary (pieces in id order): `[CLS]` and
+    /// `[MASK]`, and `[SUM]`, `[BOS]`, `[EOS]`, or, in a stock BERT vocabulary without them,
+    /// `[unused6]`, `[unused3]`, `[unused4]`: the rows 7, 4 and 5 that the reference's own
+    /// vocabulary renames `[SUM]`, `[BOS]`, `[EOS]` and its configuration points at. `None`
+    /// when any of the five is missing.
+    pub fn from_vocab<S: AsRef<str>>(pieces: &[S]) -> Option<Self> {
+        let find = |names: &[&str]| {
+            names.iter().find_map(|name| {
+                pieces
+                    .iter()
+                    .position(|p| p.as_ref() == *name)
+                    .and_then(|i| u32::try_from(i).ok())
+            })
+        };
+        Some(R2d2SpecialIds {
+            cls: find(&["[CLS]"])?,
+            sum: find(&["[SUM]", "[unused6]"])?,
+            mask: find(&["[MASK]"])?,
+            bos: find(&["[BOS]", "[unused3]"])?,
+            eos: find(&["[EOS]", "[unused4]"])?,
+        })
+    }
+
+    /// `[CLS]`, `[SUM]`, `[MASK]`: the composition's task tokens, in its row order.
+    fn task_ids(&self) -> [u32; 3] {
+        [self.cls, self.sum, self.mask]
+    }
+
+    fn all(&self) -> [u32; 5] {
+        [self.cls, self.sum, self.mask, self.bos, self.eos]
+    }
+}
+
 /// Configuration of an [`R2d2Lm`].
 #[derive(Config, Debug)]
 pub struct R2d2LmConfig {
@@ -21,12 +72,26 @@ pub struct R2d2LmConfig {
     /// model width `D` (its `d_input` is ignored: the LM's embeddings are `D` wide).
     #[config(default = "R2d2Config::new(128, CompositionConfig::new(128))")]
     pub encoder: R2d2Config,
+    /// Vocabulary ids of `[CLS]`, `[SUM]`, `[MASK]`, `[BOS]`, `[EOS]`: their vectors are then
+    /// rows of the tied vocabulary embedding, as in the reference. `None` (the default, and
+    /// what checkpoints written before this field read as): separate parameters
+    /// ([`Composition::task_tokens`](super::Composition::task_tokens), [`R2d2Lm::edges`]).
+    pub special_ids: Option<R2d2SpecialIds>,
 }
 
 impl R2d2LmConfig {
     /// Checks the settings: a non-empty vocabulary and the encoder's settings.
     pub fn validate(&self) -> Result<(), arbor_cells::ConfigError> {
         arbor_cells::check::at_least_one("vocab_size", self.vocab_size)?;
+        if let Some(ids) = &self.special_ids {
+            if let Some(&id) = ids.all().iter().find(|&&id| id as usize >= self.vocab_size) {
+                return Err(arbor_cells::ConfigError::new(
+                    "special_ids",
+                    id,
+                    format!("must be below vocab_size ({})", self.vocab_size),
+                ));
+            }
+        }
         R2d2Config {
             d_input: self.d_model(),
             ..self.encoder.clone()
@@ -57,26 +122,40 @@ impl R2d2LmConfig {
     /// Builds the model on `device`.
     ///
     /// # Panics
-    /// As [`R2d2Config::init`]; also if `vocab_size` is 0.
+    /// As [`R2d2Config::init`]; also if `vocab_size` is 0 or a special id is not below it.
     pub fn init<B: ArborBackend>(&self, device: &B::Device) -> R2d2Lm<B> {
         assert!(self.vocab_size > 0, "the vocabulary must not be empty");
+        assert!(
+            self.special_ids
+                .is_none_or(|ids| ids.all().iter().all(|&i| (i as usize) < self.vocab_size)),
+            "special ids must be below the vocabulary size"
+        );
         let d = self.d_model();
         let normal = Initializer::Normal {
             mean: 0.0,
             std: 0.02,
         };
+        let mut encoder = R2d2Config {
+            d_input: d,
+            ..self.encoder.clone()
+        }
+        .init(device);
+        // Tied special tokens: no separate rows (empty tables keep the record's layout).
+        let edge_rows = if self.special_ids.is_some() {
+            encoder.composition.task_tokens = Initializer::Zeros.init([0, d], device);
+            0
+        } else {
+            2
+        };
         R2d2Lm {
             embedding: EmbeddingConfig::new(self.vocab_size, d)
                 .with_initializer(normal.clone())
                 .init(device),
-            encoder: R2d2Config {
-                d_input: d,
-                ..self.encoder.clone()
-            }
-            .init(device),
-            edges: normal.init([2, d], device),
+            encoder,
+            edges: normal.init([edge_rows, d], device),
             head: LinearConfig::new(d, d).init(device),
             out_bias: Initializer::Zeros.init([self.vocab_size], device),
+            special_ids: self.special_ids,
         }
     }
 }
@@ -91,12 +170,21 @@ pub struct R2d2Lm<B: Backend> {
     pub embedding: Embedding<B>,
     /// The encoder (composition function and chart).
     pub encoder: R2d2<B>,
-    /// `[BOS]` and `[EOS]` vectors `[2, D]`, the contexts at the sentence's edges.
+    /// `[BOS]` and `[EOS]` vectors `[2, D]`, the contexts at the sentence's edges; `[0, D]`
+    /// when [`R2d2Lm::special_ids`] takes them from the embedding.
     pub edges: Param<Tensor<B, 2>>,
     /// The head's `Linear`, `D → D`.
     pub head: Linear<B>,
     /// Output bias `[V]`.
     pub out_bias: Param<Tensor<B, 1>>,
+    /// When set, `[CLS]`, `[SUM]`, `[MASK]`, `[BOS]`, `[EOS]` are these rows of
+    /// [`R2d2Lm::embedding`] (and the composition's `task_tokens` and `edges` are empty).
+    ///
+    /// Kept as the last field on purpose: a constant field adds one byte (an empty record) at
+    /// its place in the binary record, and records written before this field existed end just
+    /// before it, which Burn reads as the empty record. A field added before it would shift
+    /// every later byte of those records.
+    pub special_ids: Option<R2d2SpecialIds>,
 }
 
 /// The LM loss of a batch.
@@ -129,6 +217,40 @@ impl<B: ArborBackend> R2d2Lm<B> {
         self.embedding.weight.dims()[0]
     }
 
+    /// Rows `ids` of the vocabulary embedding.
+    ///
+    /// # Shapes
+    /// - output: `[ids.len(), D]`
+    fn embedding_rows(&self, ids: &[u32]) -> Tensor<B, 2> {
+        let device = self.embedding.weight.device();
+        let rows: Vec<usize> = ids.iter().map(|&i| i as usize).collect();
+        self.embedding
+            .weight
+            .val()
+            .select(0, index_tensor::<B>(&rows, &device))
+    }
+
+    /// The composition's `[CLS]`, `[SUM]`, `[MASK]` vectors when they are tied to the
+    /// vocabulary (`None`: the composition's own).
+    ///
+    /// # Shapes
+    /// - output: `[3, D]`
+    fn task_vectors(&self) -> Option<Tensor<B, 2>> {
+        self.special_ids
+            .map(|ids| self.embedding_rows(&ids.task_ids()))
+    }
+
+    /// The `[BOS]` and `[EOS]` vectors.
+    ///
+    /// # Shapes
+    /// - output: `[2, D]`
+    pub fn edge_vectors(&self) -> Tensor<B, 2> {
+        match self.special_ids {
+            Some(ids) => self.embedding_rows(&[ids.bos, ids.eos]),
+            None => self.edges.val(),
+        }
+    }
+
     /// Builds the charts of token-id sentences (each non-empty).
     ///
     /// # Panics
@@ -149,8 +271,13 @@ impl<B: ArborBackend> R2d2Lm<B> {
         );
         let ids = pad_ids::<B>(sentences, &device);
         let lengths: Vec<usize> = sentences.iter().map(|s| s.len()).collect();
-        self.encoder
-            .forward(self.embedding.forward(ids), &lengths, word_ids, decisions)
+        self.encoder.forward_with_tokens(
+            self.embedding.forward(ids),
+            &lengths,
+            word_ids,
+            decisions,
+            self.task_vectors(),
+        )
     }
 
     /// Vocabulary log-probabilities from left and right contexts.
@@ -159,7 +286,13 @@ impl<B: ArborBackend> R2d2Lm<B> {
     /// - `left`, `right`: `[n, D]`
     /// - output: `[n, V]`
     pub fn predict(&self, left: Tensor<B, 2>, right: Tensor<B, 2>) -> Tensor<B, 2> {
-        let h = self.encoder.composition.mask_context(left, right);
+        let composition = &self.encoder.composition;
+        let h = match self.task_vectors() {
+            Some(tokens) => composition
+                .with_task_tokens(tokens)
+                .mask_context(left, right),
+            None => composition.mask_context(left, right),
+        };
         let h = layer_norm_noaffine(gelu(self.head.forward(h)));
         let logits = h
             .matmul(self.embedding.weight.val().transpose())
@@ -191,7 +324,7 @@ impl<B: ArborBackend> R2d2Lm<B> {
         let all = chart.vectors();
         let device = all.device();
         let rows = all.dims()[0];
-        let all = Tensor::cat(vec![all, self.edges.val()], 0);
+        let all = Tensor::cat(vec![all, self.edge_vectors()], 0);
         let (bos, eos) = (rows, rows + 1);
         let (mut left, mut right, mut targets) = (Vec::new(), Vec::new(), Vec::new());
         for (ctx, s) in chart.context_rows().iter().zip(sentences) {
@@ -249,7 +382,7 @@ impl<B: ArborBackend> R2d2Lm<B> {
             self.chart(&contexts, None, Decisions::Argmax).roots()
         };
         let c = contexts.len();
-        let all = Tensor::cat(vec![roots, self.edges.val()], 0);
+        let all = Tensor::cat(vec![roots, self.edge_vectors()], 0);
         let left: Vec<usize> = slots.iter().map(|s| s.0.unwrap_or(c)).collect();
         let right: Vec<usize> = slots.iter().map(|s| s.1.unwrap_or(c + 1)).collect();
         let l = all.clone().select(0, index_tensor::<B>(&left, &device));

@@ -17,10 +17,11 @@ mod lm;
 pub use chart::{Chart, ChartConfig, ChartStats};
 pub use composition::{
     layer_norm_noaffine, Compose, Composed, Composition, CompositionConfig, RoleEmbeddings,
+    WithTaskTokens,
 };
 pub use encoder::{R2d2, R2d2Config};
 pub use layer::{RoleTransformerLayer, RoleTransformerLayerConfig};
-pub use lm::{LmLoss, R2d2Lm, R2d2LmConfig};
+pub use lm::{LmLoss, R2d2Lm, R2d2LmConfig, R2d2SpecialIds};
 
 use arbor_data::tree::BinaryTree;
 
