@@ -15,11 +15,15 @@ use clap::Parser;
 
 use crate::cli::TrainArgs;
 use crate::common::{
-    best_or_last, classification_task, parse_one, print_tree, scored_checkpoint, words, Labels,
+    best_or_last, checkpoint_in, checkpoint_meta, classification_task, parse_one, print_tree,
+    scored_checkpoint, tokenize, words, Labels,
 };
 use crate::result::RunResult;
+use arbor_data::vocab::Vocab;
+use arbor_tasks::ModelConfig;
 use arbor_tasks::{ClassifyData, ClassifyTask};
 use arbor_train::device::{run_on, BackendJob};
+use arbor_train::load_model;
 
 /// Default `--embed-init-std` of this program: the Gumbel Tree-LSTM reference's `normal_(0, 0.01)`; on SST-2 a small start also learns faster than N(0, 1), docs/results.md.
 pub const EMBED_INIT_STD: f64 = 0.01;
@@ -40,6 +44,15 @@ pub struct SstArgs {
     /// How many validation sentences to draw trees for after training.
     #[arg(long, default_value_t = 3)]
     pub show_trees: usize,
+    /// Only evaluate a trained model (see --checkpoint) on --valid and --test.
+    #[arg(long)]
+    pub eval_only: bool,
+    /// Checkpoint file or run directory to load (default: --out).
+    #[arg(long)]
+    pub checkpoint: Option<PathBuf>,
+    /// Print the tree a trained model builds for this sentence, and exit.
+    #[arg(long)]
+    pub parse: Option<String>,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub common: TrainArgs,
@@ -92,12 +105,12 @@ pub fn read_split(path: &Path) -> Result<SstSplit> {
 
 const LOWERCASE: bool = true;
 
-fn to_data(split: &SstSplit, vocab: &arbor_data::vocab::Vocab) -> ClassifyData {
+fn to_data(split: &SstSplit, vocab: &arbor_data::vocab::Vocab, lowercase: bool) -> ClassifyData {
     ClassifyData {
         sentences: split
             .examples
             .iter()
-            .map(|e| vocab.encode(&words(&e.tokens, LOWERCASE)))
+            .map(|e| vocab.encode(&words(&e.tokens, lowercase)))
             .collect(),
         labels: split.examples.iter().map(|e| e.label as usize).collect(),
         transitions: split.transitions.clone(),
@@ -129,9 +142,9 @@ impl BackendJob for Job {
         let eval = self
             .eval
             .iter()
-            .map(|(n, s)| (n.clone(), to_data(s, &vocab)))
+            .map(|(n, s)| (n.clone(), to_data(s, &vocab, LOWERCASE)))
             .collect();
-        let train_data = to_data(&self.train, &vocab);
+        let train_data = to_data(&self.train, &vocab, LOWERCASE);
         let (model, task): (_, ClassifyTask<Ad<B>>) =
             classification_task(a, &vocab, &labels, train_data, eval, &device)?;
         eprintln!(
@@ -179,14 +192,99 @@ impl BackendJob for Job {
     }
 }
 
+/// Scores a trained checkpoint (`--eval-only`) or draws one sentence's tree (`--parse`).
+struct EvalJob {
+    args: SstArgs,
+    eval: Vec<(String, SstSplit)>,
+}
+
+impl BackendJob for EvalJob {
+    type Output = Result<()>;
+
+    fn run<B: ArborBackend>(self, device: B::Device) -> Result<()> {
+        let dir = self
+            .args
+            .checkpoint
+            .clone()
+            .unwrap_or(self.args.common.engine.out.clone());
+        let path = checkpoint_in(&dir)?;
+        let meta = checkpoint_meta(&path)?;
+        let ModelConfig::Classify {
+            embedding,
+            encoder,
+            head,
+        } = &meta.model
+        else {
+            bail!(
+                "{} holds a pair classifier, not a sentence classifier",
+                path.display()
+            );
+        };
+        let model = head.init(
+            encoder.init::<B>(&device),
+            embedding.init::<B>(&device),
+            &device,
+        );
+        let (model, _) = load_model(model, &path, &device)?;
+        let vocab = Vocab::from_tokens(meta.vocab.clone())?;
+        if let Some(sentence) = &self.args.parse {
+            let words = tokenize(sentence, meta.lowercase);
+            if words.is_empty() {
+                bail!("--parse: the sentence has no words");
+            }
+            match parse_one(
+                &model.embedding,
+                &model.encoder,
+                &vocab.encode(&words),
+                &device,
+            ) {
+                Some(tree) => print_tree("tree", &tree, &words),
+                None => println!("the {} encoder builds no tree", encoder.kind()),
+            }
+            return Ok(());
+        }
+        println!("model: {}", path.display());
+        for (name, split) in &self.eval {
+            let data = to_data(split, &vocab, meta.lowercase);
+            if encoder.kind().needs_transitions() && data.transitions.is_none() {
+                bail!(
+                    "{name}: the {} encoder follows gold trees; pass SST tree files, not tsv",
+                    encoder.kind()
+                );
+            }
+            let r = arbor_tasks::evaluate(&model, &data, 256, false, &device);
+            println!(
+                "{name:>8} accuracy {:.4} ({} / {})",
+                r.accuracy(),
+                r.correct,
+                r.total
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Runs the program.
 pub fn run(args: SstArgs) -> Result<()> {
     args.common.check()?;
-    let train = read_split(&args.train)?;
+    let device = args.common.device.clone();
+    if args.parse.is_some() {
+        return run_on(
+            &device,
+            EvalJob {
+                args,
+                eval: Vec::new(),
+            },
+        )?;
+    }
     let mut eval = vec![("valid".to_string(), read_split(&args.valid)?)];
     if let Some(t) = &args.test {
         eval.push(("test".into(), read_split(t)?));
     }
+    if args.eval_only {
+        return run_on(&device, EvalJob { args, eval })?;
+    }
+    let train = read_split(&args.train)?;
     if args.common.encoder.needs_transitions() {
         for (name, split) in
             std::iter::once(("train", &train)).chain(eval.iter().map(|(n, s)| (n.as_str(), s)))
@@ -200,6 +298,5 @@ pub fn run(args: SstArgs) -> Result<()> {
             }
         }
     }
-    let device = args.common.device.clone();
     run_on(&device, Job { args, train, eval })?
 }
