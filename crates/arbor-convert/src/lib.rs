@@ -17,6 +17,7 @@
 mod error;
 mod model;
 mod safetensors;
+mod spinn;
 mod state_dict;
 mod weights;
 
@@ -27,6 +28,10 @@ pub use model::{
 pub use safetensors::{
     export_safetensors, import_export_dir, import_safetensors, Exported, CONFIG_FILE, FORMAT,
     WEIGHTS_FILE,
+};
+pub use spinn::{
+    import_spinn, model_state_dict, read_vocab, SpinnImport, SPINN_LAYOUT, SPINN_PAD,
+    SPINN_SNLI_LABELS, SPINN_UNK,
 };
 pub use state_dict::{Array, StateDict};
 pub use weights::{parameters, Weights};
