@@ -144,6 +144,7 @@ fn import(family: Import) -> Result<()> {
 }
 
 fn import_spinn_files(args: SpinnArgs) -> Result<()> {
+    let sd = model_state_dict(StateDict::read(&args.files.state_dict)?);
     let vocab = args.files.vocab.as_deref().map(read_vocab).transpose()?;
     if vocab.is_none() {
         eprintln!(
@@ -160,7 +161,6 @@ fn import_spinn_files(args: SpinnArgs) -> Result<()> {
         transition_weight: args.transition_weight,
         dropout: args.dropout,
     };
-    let sd = model_state_dict(StateDict::read(&args.files.state_dict)?);
     let device = Default::default();
     let imported = import_spinn::<Flex>(sd, &opts, &device)?;
     imported.save::<Flex>(&args.files.out)?;
