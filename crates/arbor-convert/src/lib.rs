@@ -21,6 +21,7 @@ pub mod gumbel;
 mod model;
 mod rnn_lm;
 mod safetensors;
+mod spinn;
 mod state_dict;
 pub mod vocab;
 mod weights;
@@ -36,6 +37,10 @@ pub use rnn_lm::{
 pub use safetensors::{
     export_safetensors, import_export_dir, import_safetensors, Exported, CONFIG_FILE, FORMAT,
     WEIGHTS_FILE,
+};
+pub use spinn::{
+    import_spinn, model_state_dict, read_vocab, SpinnImport, SPINN_LAYOUT, SPINN_PAD,
+    SPINN_SNLI_LABELS, SPINN_UNK,
 };
 pub use state_dict::{Array, StateDict};
 pub use vocab::ReferenceVocab;

@@ -8,8 +8,8 @@ use arbor_convert::gumbel::{
     import_gumbel_snli, import_gumbel_sst, with_reference_specials, GumbelImport, QueryScale,
 };
 use arbor_convert::{
-    export_safetensors, import_rnn_lm, import_safetensors, CheckpointModel, ReferenceVocab,
-    RnnLmFlavour, RnnLmImport, StateDict,
+    export_safetensors, import_rnn_lm, import_safetensors, import_spinn, model_state_dict,
+    read_vocab, CheckpointModel, ReferenceVocab, RnnLmFlavour, RnnLmImport, SpinnImport, StateDict,
 };
 use burn::backend::Flex;
 use clap::{Parser, Subcommand};
@@ -48,6 +48,9 @@ enum Import {
     Fasttrees(RnnLmArgs),
     /// A Faster FastTrees language model (billptw/FastTrees `--model FFT`).
     FasterFasttrees(RnnLmArgs),
+    /// A SPINN SNLI model of nyu-mll/spinn's PyTorch port (SPINN-PI-NT, SPINN-PI or full SPINN,
+    /// read off the keys).
+    Spinn(SpinnArgs),
 }
 
 /// The flags of the Gumbel Tree-LSTM import.
@@ -77,6 +80,36 @@ struct GumbelArgs {
     #[arg(long, default_value_t = 1.0)]
     tau: f64,
     /// The classifier's dropout recorded for training (no effect at evaluation).
+    #[arg(long, default_value_t = 0.1)]
+    dropout: f64,
+}
+
+/// The flags of the SPINN import.
+#[derive(clap::Args, Debug)]
+struct SpinnArgs {
+    #[command(flatten)]
+    files: ImportFiles,
+    /// The GloVe-format text vectors the model was trained with, when the state dict has no
+    /// `embed.embed.weight` (the reference keeps pretrained vectors outside its state dict);
+    /// needs --vocab.
+    #[arg(long, requires = "vocab")]
+    embeddings: Option<PathBuf>,
+    /// The label names in the model's output order, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "entailment,neutral,contradiction"
+    )]
+    labels: Vec<String>,
+    /// Lower-case words before lookup (the model was trained with the reference's
+    /// `--lowercase`).
+    #[arg(long)]
+    lowercase: bool,
+    /// Weight of the transition loss if full SPINN is trained further (the reference's
+    /// `--transition_weight`; not in the weights).
+    #[arg(long, default_value_t = 1.0)]
+    transition_weight: f64,
+    /// Classifier dropout if the model is trained further (not used at evaluation).
     #[arg(long, default_value_t = 0.1)]
     dropout: f64,
 }
@@ -183,6 +216,7 @@ fn run(cli: Cli) -> Result<()> {
 fn import(family: Import) -> Result<()> {
     let (flavour, args) = match family {
         Import::Gumbel(a) => return import_gumbel(a),
+        Import::Spinn(a) => return import_spinn_files(a),
         Import::OnLstm(a) => (RnnLmFlavour::OnLstm, a),
         Import::Fasttrees(a) => (RnnLmFlavour::FastTrees, a),
         Import::FasterFasttrees(a) => (RnnLmFlavour::FasterFastTrees, a),
@@ -291,6 +325,48 @@ fn import_lm(flavour: RnnLmFlavour, args: RnnLmArgs) -> Result<()> {
         model["n_layers"],
         model["chunk_size"],
     );
+    Ok(())
+}
+
+fn import_spinn_files(args: SpinnArgs) -> Result<()> {
+    let sd = model_state_dict(StateDict::read(&args.files.state_dict)?);
+    let vocab = args.files.vocab.as_deref().map(read_vocab).transpose()?;
+    if vocab.is_none() {
+        eprintln!(
+            "arbor-convert: no --vocab: tokens are named <pad>, <unk>, <2>, <3>, ... and the \
+             checkpoint cannot read text"
+        );
+    }
+    let opts = SpinnImport {
+        vocab,
+        vocab_file: args.files.vocab.clone(),
+        embeddings: args.embeddings,
+        labels: args.labels,
+        lowercase: args.lowercase,
+        transition_weight: args.transition_weight,
+        dropout: args.dropout,
+    };
+    let device = Default::default();
+    let imported = import_spinn::<Flex>(sd, &opts, &device)?;
+    imported.save::<Flex>(&args.files.out)?;
+    let encoder = &imported.meta["task"]["model"]["encoder"];
+    println!(
+        "wrote {} ({}: {}, D = {}, tracker {}, {} words)",
+        args.files.out.display(),
+        arbor_convert::SPINN_LAYOUT,
+        encoder["variant"].as_str().unwrap_or("?"),
+        encoder["d_hidden"],
+        encoder["d_tracking"],
+        imported.meta["task"]["vocab"]
+            .as_array()
+            .map_or(0, Vec::len),
+    );
+    if let Some(e) = imported.meta["imported"].get("embeddings") {
+        println!(
+            "embeddings: {} of {} rows found in {} (the others are zero, as in the reference)",
+            e["rows_found"], e["rows"], e["source"]
+        );
+    }
     Ok(())
 }
 
