@@ -135,8 +135,9 @@ fn map_weights(sd: &mut StateDict, s: &Shape, w: &mut Weights) {
     let (v, d, f) = (s.vocab, s.d, s.d_ff);
     let emb = sd.take("embedding.weight", &[v, d]);
     // The reference ties the classifier to the embedding: the same tensor under both names.
-    // arbor ties them by construction, so an untied classifier cannot be represented.
-    if let (Some(e), Some(c)) = (&emb, sd.take("classifier.weight", &[v, d])) {
+    // arbor ties them by construction, so an untied classifier cannot be represented; a state
+    // dict saved without the duplicate is fine.
+    if let (Some(e), Some(c)) = (&emb, sd.take_optional("classifier.weight", &[v, d])) {
         let worst = e
             .values()
             .iter()
@@ -240,8 +241,9 @@ fn check_vocab(opts: &R2d2Import, rows: usize) -> Result<(), ConvertError> {
             v.source
         )));
     }
-    WordPieceTokenizer::from_pieces(&v.tokens, true)
-        .map_err(|e| ConvertError::Config(format!("{}: not a WordPiece vocabulary: {e}", v.source)))?;
+    WordPieceTokenizer::from_pieces(&v.tokens, true).map_err(|e| {
+        ConvertError::Config(format!("{}: not a WordPiece vocabulary: {e}", v.source))
+    })?;
     Ok(())
 }
 

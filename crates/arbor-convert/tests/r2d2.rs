@@ -122,7 +122,13 @@ fn check_model(fx: &Fixture, model: &R2d2Lm<B>) -> f32 {
             }
         }
         check(fx, &format!("s{b}_log_p"), &lp, &[len, len], &mut worst);
-        check(fx, &format!("s{b}_log_p_sum"), &lps, &[len, len], &mut worst);
+        check(
+            fx,
+            &format!("s{b}_log_p_sum"),
+            &lps,
+            &[len, len],
+            &mut worst,
+        );
     }
 
     // The bidirectional LM: log-probabilities from the chart's contexts, as `lm_loss` builds
@@ -141,10 +147,8 @@ fn check_model(fx: &Fixture, model: &R2d2Lm<B>) -> f32 {
         let n = v.len();
         Tensor::<B, 1, Int>::from_data(TensorData::new(v, [n]), &device)
     };
-    let log_probs = values(model.predict(
-        all.clone().select(0, idx(left)),
-        all.select(0, idx(right)),
-    ));
+    let log_probs =
+        values(model.predict(all.clone().select(0, idx(left)), all.select(0, idx(right))));
     let v = model.vocab_size();
     let nll = values(model.lm_loss(&refs, Decisions::Argmax).nll);
     let pppl = model.pseudo_nll(&refs);
@@ -158,7 +162,12 @@ fn check_model(fx: &Fixture, model: &R2d2Lm<B>) -> f32 {
             .chunks(v)
             .flat_map(|row| {
                 let max = row.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x as f64));
-                let lse = max + row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
+                let lse = max
+                    + row
+                        .iter()
+                        .map(|&x| (x as f64 - max).exp())
+                        .sum::<f64>()
+                        .ln();
                 row.iter().map(move |&x| (x as f64 - lse) as f32)
             })
             .collect();
@@ -374,4 +383,98 @@ fn vocabularies_special_ids_and_heads_that_do_not_fit_are_refused() {
     opts.n_heads = 3;
     let err = import_error(fx.state_dict.clone(), &opts);
     assert!(err.contains("--heads"), "{err}");
+}
+
+/// Largest difference of the composition outputs and the first sentence's root from the
+/// reference's, without asserting.
+fn distance(fx: &Fixture, model: &R2d2Lm<B>) -> f32 {
+    let device = Default::default();
+    let ids = model.special_ids.unwrap();
+    let rows = Tensor::<B, 1, Int>::from_data(
+        TensorData::new(vec![ids.cls as i64, ids.sum as i64, ids.mask as i64], [3]),
+        &device,
+    );
+    let task = model.embedding.weight.val().select(0, rows);
+    let composed = model.encoder.composition.with_task_tokens(task).compose(
+        tensor(&fx.expected["compose_left"]),
+        tensor(&fx.expected["compose_right"]),
+    );
+    let sents = sentences(fx);
+    let root = values(model.chart(&[&sents[0]], None, Decisions::Argmax).roots());
+    [
+        ("compose_repr", values(composed.repr)),
+        ("compose_log_p", values(composed.log_p)),
+        ("s0_root", root),
+    ]
+    .iter()
+    .map(|(name, actual)| {
+        actual
+            .iter()
+            .zip(fx.expected[*name].values())
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max)
+    })
+    .fold(0.0f32, f32::max)
+}
+
+#[test]
+fn the_fixture_tells_wrong_mappings_apart() {
+    let fx = fixture(NAME);
+    let device = Default::default();
+    let run = |arrays: BTreeMap<String, Array>, heads: usize| {
+        let mut opts = options(&fx);
+        opts.n_heads = heads;
+        let sd = StateDict::from_arrays("variant.pt", arrays);
+        distance(&fx, &import_r2d2::<B>(sd, &opts, &device).unwrap().model)
+    };
+    let original = entries(&fx.state_dict);
+    assert!(run(original.clone(), 2) <= TOL);
+    let swap_rows = |a: &Array, order: &[usize]| a.reorder_blocks(order);
+    let mut variants: Vec<(&str, BTreeMap<String, Array>, usize)> = Vec::new();
+    // The blender's outputs read the other way round.
+    let mut v = original.clone();
+    for k in ["blender.weight", "blender.bias"] {
+        v.insert(k.into(), swap_rows(&original[k], &[1, 0]));
+    }
+    variants.push(("blender outputs swapped", v, 2));
+    // One role table for both layers (arbor's former `shared` layout).
+    let mut v = original.clone();
+    let t0 = original["tree_encoder.layers.0.position_embedding.weight"].clone();
+    v.insert("tree_encoder.layers.1.position_embedding.weight".into(), t0);
+    variants.push(("layer 0's role table in both layers", v, 2));
+    // Left and right roles swapped.
+    let mut v = original.clone();
+    for l in 0..2 {
+        let k = format!("tree_encoder.layers.{l}.position_embedding.weight");
+        v.insert(k.clone(), swap_rows(&original[&k], &[0, 2, 1]));
+    }
+    variants.push(("left/right roles swapped", v, 2));
+    // W_q and W_k swapped (attention scores transposed).
+    let mut v = original.clone();
+    for l in 0..2 {
+        for k in ["in_proj_weight", "in_proj_bias"] {
+            let k = format!("tree_encoder.layers.{l}.self_attn.{k}");
+            v.insert(k.clone(), swap_rows(&original[&k], &[1, 0, 2]));
+        }
+    }
+    variants.push(("q and k blocks swapped", v, 2));
+    variants.push(("one head instead of two", original.clone(), 1));
+    variants.push(("four heads instead of two", original, 4));
+    for (what, arrays, heads) in variants {
+        let d = run(arrays, heads);
+        assert!(d > 1e-3, "{what}: still within {d} of the reference");
+        eprintln!("{what}: {d:.4} from the reference");
+    }
+}
+
+#[test]
+fn a_state_dict_without_the_tied_duplicate_imports_the_same_model() {
+    let fx = fixture(NAME);
+    let mut arrays = entries(&fx.state_dict);
+    arrays.remove("classifier.weight");
+    let sd = StateDict::from_arrays("no-classifier.pt", arrays);
+    let model = import_r2d2::<B>(sd, &options(&fx), &Default::default())
+        .unwrap()
+        .model;
+    assert!(check_model(&fx, &model) <= TOL);
 }
