@@ -11,6 +11,7 @@
 //!   read (`--eval-only --checkpoint`, `--parse`, `r2d2`, `ptb_lm`).
 //! - [`import_rnn_lm`]: the ON-LSTM, FastTrees and Faster FastTrees language models of the
 //!   reference code bases.
+//! - [`r2d2::import_r2d2`]: the R2D2 language model of ant-research/StructuredLM_RTDT.
 //! - [`export_safetensors`] / [`import_safetensors`]: any arbor checkpoint ⇄ `model.safetensors`
 //!   plus `config.json`, bit-exact both ways.
 //!
@@ -19,6 +20,7 @@
 mod error;
 pub mod gumbel;
 mod model;
+pub mod r2d2;
 mod rnn_lm;
 mod safetensors;
 mod spinn;

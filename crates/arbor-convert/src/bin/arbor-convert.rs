@@ -7,10 +7,12 @@ use anyhow::Result;
 use arbor_convert::gumbel::{
     import_gumbel_snli, import_gumbel_sst, with_reference_specials, GumbelImport, QueryScale,
 };
+use arbor_convert::r2d2::{import_r2d2, R2d2Import};
 use arbor_convert::{
     export_safetensors, import_rnn_lm, import_safetensors, import_spinn, model_state_dict,
     read_vocab, CheckpointModel, ReferenceVocab, RnnLmFlavour, RnnLmImport, SpinnImport, StateDict,
 };
+use arbor_encoders::r2d2::R2d2SpecialIds;
 use burn::backend::Flex;
 use clap::{Parser, Subcommand};
 
@@ -51,6 +53,33 @@ enum Import {
     /// A SPINN SNLI model of nyu-mll/spinn's PyTorch port (SPINN-PI-NT, SPINN-PI or full SPINN,
     /// read off the keys).
     Spinn(SpinnArgs),
+    /// An R2D2 language model (ant-research/StructuredLM_RTDT, branch `r2d2`).
+    R2d2(R2d2Args),
+}
+
+/// The flags of the R2D2 import.
+#[derive(clap::Args, Debug)]
+struct R2d2Args {
+    #[command(flatten)]
+    files: ImportFiles,
+    /// Attention heads of the composition Transformer (`num_attention_heads`; the weights do
+    /// not record it).
+    #[arg(long, default_value_t = arbor_convert::r2d2::REFERENCE_HEADS)]
+    heads: usize,
+    /// Pruning window m (`window_size`), recorded in the configuration.
+    #[arg(long, default_value_t = arbor_convert::r2d2::REFERENCE_WINDOW)]
+    window: usize,
+    /// Exhaustive CKY instead of pruned tree induction (the reference always prunes).
+    #[arg(long)]
+    no_pruning: bool,
+    /// Gumbel-softmax temperature recorded for further training (the reference's is 1).
+    #[arg(long, default_value_t = 1.0)]
+    tau: f64,
+    /// Vocabulary ids of [CLS], [SUM], [MASK], [BOS], [EOS], comma-separated (the reference's
+    /// `cls_token_id`, `sum_token_id`, `mask_token_id`, `bos_token_id`, `eos_token_id`;
+    /// default: found in --vocab, which gives 101,7,103,4,5 on a BERT-uncased vocab.txt).
+    #[arg(long, value_delimiter = ',')]
+    special_ids: Option<Vec<u32>>,
 }
 
 /// The flags of the Gumbel Tree-LSTM import.
@@ -217,6 +246,7 @@ fn import(family: Import) -> Result<()> {
     let (flavour, args) = match family {
         Import::Gumbel(a) => return import_gumbel(a),
         Import::Spinn(a) => return import_spinn_files(a),
+        Import::R2d2(a) => return import_r2d2_model(a),
         Import::OnLstm(a) => (RnnLmFlavour::OnLstm, a),
         Import::Fasttrees(a) => (RnnLmFlavour::FastTrees, a),
         Import::FasterFasttrees(a) => (RnnLmFlavour::FasterFastTrees, a),
@@ -269,6 +299,55 @@ fn import_gumbel(a: GumbelArgs) -> Result<()> {
         encoder["leaf"],
         encoder["d_hidden"],
         task["labels"],
+    );
+    Ok(())
+}
+
+fn import_r2d2_model(a: R2d2Args) -> Result<()> {
+    let Some(vocab_file) = &a.files.vocab else {
+        anyhow::bail!(
+            "--vocab is required for an R2D2 model: the WordPiece vocab.txt it was trained with \
+             (bert-base-uncased's for the released models)"
+        );
+    };
+    let special_ids = match a.special_ids.as_deref() {
+        None => None,
+        Some(&[cls, sum, mask, bos, eos]) => Some(R2d2SpecialIds {
+            cls,
+            sum,
+            mask,
+            bos,
+            eos,
+        }),
+        Some(other) => anyhow::bail!(
+            "--special-ids takes five ids (cls,sum,mask,bos,eos), got {}",
+            other.len()
+        ),
+    };
+    let opts = R2d2Import {
+        vocab: ReferenceVocab::read_file(vocab_file)?,
+        special_ids,
+        n_heads: a.heads,
+        window: a.window,
+        pruning: !a.no_pruning,
+        tau: a.tau,
+    };
+    let sd = StateDict::read(&a.files.state_dict)?;
+    let imported = import_r2d2::<Flex>(sd, &opts, &Default::default())?;
+    imported.save::<Flex>(&a.files.out)?;
+    let model = &imported.meta["task"]["model"];
+    let c = &model["encoder"]["composition"];
+    println!(
+        "wrote {} (r2d2: {} pieces, width {}, {} layers, {} heads, feed-forward {}, window {}, \
+         special ids {})",
+        a.files.out.display(),
+        model["vocab_size"],
+        c["d_model"],
+        c["n_layers"],
+        c["n_heads"],
+        c["d_ff"],
+        model["encoder"]["window"],
+        model["special_ids"],
     );
     Ok(())
 }
