@@ -646,8 +646,11 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
                 eval_now || stop || checkpoint_now || t.state.batch_in_epoch == batches.len();
             let log_now = config.log_every > 0 && t.state.step.is_multiple_of(config.log_every);
             if close_window || log_now {
-                // The one read of the interval (see "Reads" above).
+                // The one read of the interval (see "Reads" above). On a device that runs
+                // asynchronously it waits for the steps' work, so it counts as training time.
+                let started = Instant::now();
                 self.read_pending(&mut pending, &mut window)?;
+                t.state.elapsed_sec += started.elapsed().as_secs_f64();
                 let secs = window.secs();
                 progress
                     .bar
