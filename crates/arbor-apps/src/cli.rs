@@ -75,6 +75,11 @@ pub struct EngineArgs {
     /// Evaluate and checkpoint every N steps (0: every epoch).
     #[arg(long, default_value_t = 0)]
     pub eval_every: u64,
+    /// Read the training loss, accuracy and gradient norm back from the device (progress bar,
+    /// non-finite check) every N steps; also before every evaluation, checkpoint and metrics
+    /// record (0: only then). The steps in between read nothing back.
+    #[arg(long, default_value_t = arbor_train::DEFAULT_LOG_EVERY)]
+    pub log_every: u64,
     /// Also write OUT/last.ckpt every N steps (`500`) or minutes (`10m`), between evaluations.
     #[arg(long, value_name = "N|Mm")]
     pub checkpoint_every: Option<CheckpointEvery>,
@@ -121,6 +126,7 @@ impl EngineArgs {
         c.max_steps = self.max_steps;
         c.max_minutes = self.max_minutes;
         c.eval_every = self.eval_every;
+        c.log_every = self.log_every;
         c.checkpoint_every = self.checkpoint_every;
         c.seed = self.seed;
         c.resume = self.resume;

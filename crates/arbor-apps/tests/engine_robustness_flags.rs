@@ -24,6 +24,10 @@ fn checkpoint_every_and_force_become_engine_settings() {
         .engine
         .train_config(OptimizerKind::Adam);
     assert_eq!((c.checkpoint_every, c.force_resume), (None, false));
+    assert_eq!(c.log_every, arbor_train::DEFAULT_LOG_EVERY);
+
+    let c = PtbLmArgs::parse_from(["ptb_lm", "--log-every", "100"]).train_config();
+    assert_eq!(c.log_every, 100);
 }
 
 #[test]

@@ -7,7 +7,8 @@
 //!   `[u; v; u−v; u⊙v]` (or `|u−v|`), an MLP with ReLU, dropout and optional batch norm.
 //! - [`SentenceClassifier`]: encoder → MLP → classes (SST-2).
 //! - [`Mlp`], [`TokenEmbedding`] (optionally from pretrained vectors), and the loss and
-//!   prediction helpers [`cross_entropy`], [`predictions`], [`count_correct`].
+//!   prediction helpers [`cross_entropy`], [`predictions`], [`count_correct`]
+//!   ([`correct_on_device`] without the read).
 
 #![warn(missing_docs)]
 
@@ -21,6 +22,6 @@ mod nli;
 pub use batch::SentenceBatch;
 pub use classifier::{ClassifierOutput, SentenceClassifier, SentenceClassifierConfig};
 pub use embedding::{TokenEmbedding, TokenEmbeddingConfig};
-pub use loss::{count_correct, cross_entropy, predictions};
+pub use loss::{correct_on_device, count_correct, cross_entropy, predictions};
 pub use mlp::{Mlp, MlpConfig};
 pub use nli::{NliClassifier, NliClassifierConfig, NliFeatures, NliOutput};

@@ -52,6 +52,8 @@
 #![warn(missing_docs)]
 
 mod autodiff;
+#[cfg(feature = "counting")]
+pub mod counting;
 mod cpu;
 mod flex;
 mod host;

@@ -128,14 +128,14 @@ where
             arbor_cells::GumbelSampler::seeded(ctx.noise_seed).with_temperature(ctx.temperature);
         let out = model.classify(batch, Decisions::Sample(&mut sampler));
         let total = labels.dims()[0];
-        let correct = arbor_heads::count_correct(out.logits.clone().detach(), labels.clone());
+        let correct = arbor_heads::correct_on_device(out.logits.clone().detach(), labels.clone());
         let mut loss = arbor_heads::cross_entropy(out.logits, labels);
         if let Some(aux) = out.aux_loss {
             loss = loss.add(aux);
         }
         StepOutput {
             loss,
-            correct,
+            correct: Some(correct),
             total,
         }
     }

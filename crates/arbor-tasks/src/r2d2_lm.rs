@@ -73,7 +73,7 @@ impl<B: ArborAutodiffBackend> Task<B> for R2d2LmTask<B> {
         let out = model.lm_loss(&refs, Decisions::Sample(&mut sampler));
         StepOutput {
             loss: out.loss,
-            correct: 0,
+            correct: None,
             total: 0,
         }
     }

@@ -9,11 +9,14 @@ use arbor_train::{EvalReport, StepContext, StepOutput, Task};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 
-/// Correct top-1 next-word predictions of one segment.
-fn correct_predictions<B: ArborBackend>(logits: Tensor<B, 3>, targets: Tensor<B, 2, Int>) -> usize {
+/// Correct top-1 next-word predictions of one segment, left on the device (`[1]`).
+fn correct_predictions<B: ArborBackend>(
+    logits: Tensor<B, 3>,
+    targets: Tensor<B, 2, Int>,
+) -> Tensor<B, 1, Int> {
     let [b, t, _] = logits.dims();
     let pred = logits.argmax(2).reshape([b, t]);
-    pred.equal(targets).int().sum().into_scalar().elem::<i64>() as usize
+    pred.equal(targets).int().sum()
 }
 
 /// Perplexity evaluation of `model` over a whole batchified stream, carrying the state.
@@ -33,7 +36,9 @@ pub fn evaluate_stream<B: ArborBackend>(
             .sum()
             .into_scalar()
             .elem::<f64>();
-        let correct = correct_predictions(out.logits, y);
+        let correct = correct_predictions(out.logits, y)
+            .into_scalar()
+            .elem::<i64>() as usize;
         report.loss_sum += nll;
         report.loss_count += seg.batch * seg.len;
         report.correct += correct;
@@ -44,6 +49,21 @@ pub fn evaluate_stream<B: ArborBackend>(
         report.extra.insert("perplexity".into(), l.exp());
     }
     report
+}
+
+/// The token-weighted NLL sum and the tokens of the segments `running` holds, read back in one
+/// transfer.
+fn running_nll<B: Backend>(running: Vec<(Tensor<B, 1>, usize)>) -> (f64, usize) {
+    if running.is_empty() {
+        return (0.0, 0);
+    }
+    let (nll, tokens): (Vec<_>, Vec<_>) = running.into_iter().unzip();
+    let values: Vec<f64> = Tensor::cat(nll, 0).into_data().iter::<f64>().collect();
+    let sum = values
+        .iter()
+        .zip(&tokens)
+        .fold(0.0, |acc, (v, &t)| acc + v * t as f64);
+    (sum, tokens.iter().sum())
 }
 
 /// The language-modelling task for the engine: one batch = one TBPTT segment, in order; the
@@ -63,8 +83,9 @@ pub struct LmTask<B: AutodiffBackend> {
     pub device: B::Device,
     /// `(next segment, its initial state)`.
     carry: RefCell<Option<(usize, LmState<B>)>>,
-    /// Training NLL sum and tokens since the last evaluation.
-    running: RefCell<(f64, usize)>,
+    /// The mean training NLL of every segment since the last evaluation, left on the device
+    /// (read once, at the evaluation), with its number of tokens.
+    running: RefCell<Vec<(Tensor<B::InnerBackend, 1>, usize)>>,
 }
 
 impl<B: ArborAutodiffBackend> LmTask<B> {
@@ -85,7 +106,7 @@ impl<B: ArborAutodiffBackend> LmTask<B> {
             meta,
             device,
             carry: RefCell::new(None),
-            running: RefCell::new((0.0, 0)),
+            running: RefCell::new(Vec::new()),
         }
     }
 }
@@ -114,17 +135,16 @@ impl<B: ArborAutodiffBackend> Task<B> for LmTask<B> {
         let y = ids_tensor::<B>(&seg.targets, [seg.batch, seg.len], &self.device);
         let out = model.forward(x, init);
         let nll = token_nll(out.logits.clone(), y.clone()).mean();
-        let nll_value = nll.clone().into_scalar().elem::<f64>();
-        let correct = correct_predictions(out.logits.clone(), y);
+        let correct = correct_predictions(out.logits.clone().detach(), y);
+        let tokens = seg.batch * seg.len;
+        self.running
+            .borrow_mut()
+            .push((nll.clone().detach().inner(), tokens));
         let loss = nll.add(out.ar_tar(self.alpha, self.beta));
         *self.carry.borrow_mut() = Some((s + 1, out.state.clone().detach()));
-        let tokens = seg.batch * seg.len;
-        let mut r = self.running.borrow_mut();
-        r.0 += nll_value * tokens as f64;
-        r.1 += tokens;
         StepOutput {
             loss,
-            correct,
+            correct: Some(correct),
             total: tokens,
         }
     }
@@ -136,7 +156,7 @@ impl<B: ArborAutodiffBackend> Task<B> for LmTask<B> {
     fn evaluate(&self, model: &RnnLm<B::InnerBackend>, _split: &str) -> EvalReport {
         let started = Instant::now();
         let mut report = evaluate_stream(model, &self.valid, &self.device);
-        let (sum, tokens) = std::mem::take(&mut *self.running.borrow_mut());
+        let (sum, tokens) = running_nll(std::mem::take(&mut *self.running.borrow_mut()));
         if tokens > 0 {
             report
                 .extra

@@ -1,8 +1,9 @@
-//! Global-norm gradient clipping.
+//! Global-norm gradient clipping, on the device.
 //!
 //! Burn's `GradientClipping::Norm` clips each parameter's gradient by its own norm; the models
 //! here (and the papers' code) clip by the norm of *all* gradients together, so this is written
-//! here with Burn's module visitor.
+//! here with Burn's module visitor. The norm and the scale factor stay on the device
+//! ([`grad_norm_on_device`], [`clip_on_device`]): the training loop reads nothing back to clip.
 
 use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
@@ -28,46 +29,56 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B> {
 
 struct Scale<'a, B: AutodiffBackend> {
     grads: &'a mut GradientsParams,
-    factor: f64,
-    _b: std::marker::PhantomData<B>,
+    factor: Tensor<B::InnerBackend, 1>,
 }
 
 impl<B: AutodiffBackend> ModuleVisitor<B> for Scale<'_, B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         if let Some(g) = self.grads.remove::<B::InnerBackend, D>(param.id) {
-            self.grads.register(param.id, g.mul_scalar(self.factor));
+            let factor = self.factor.clone().unsqueeze::<D>();
+            self.grads.register(param.id, g.mul(factor));
         }
     }
 }
 
-/// The squared global L2 norm of all gradients of `model`'s parameters, as a one-element tensor
-/// left on the device (`None` when no parameter has a gradient). The training loop reads it back
-/// together with the loss, in one transfer.
-pub(crate) fn squared_grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
+/// The global L2 norm of all gradients of `model`'s parameters, as a one-element tensor left
+/// on the device (`None` when no parameter has a gradient).
+pub fn grad_norm_on_device<B: AutodiffBackend, M: AutodiffModule<B>>(
     model: &M,
     grads: &GradientsParams,
 ) -> Option<Tensor<B::InnerBackend, 1>> {
     let mut v = SquaredNorm::<B> { grads, total: None };
     model.visit(&mut v);
-    v.total
+    v.total.map(|sq| sq.sqrt())
 }
 
-/// Rescales the gradients of global norm `norm` (already read back) so that it becomes at most
-/// `max_norm`; a non-finite `norm` leaves them as they are.
-pub(crate) fn clip_to<B: AutodiffBackend, M: AutodiffModule<B>>(
+/// The factor that brings a global norm `norm` (one element) down to `max_norm`, on the device:
+/// `max_norm / (norm + 1e-6)` when `norm > max_norm` and `norm` is finite, exactly 1 otherwise
+/// (small gradients are left bit for bit as they are; a NaN or infinite norm leaves the
+/// gradients alone, and the training loop stops on it at its next read).
+pub fn clip_factor<B: Backend>(norm: Tensor<B, 1>, max_norm: f64) -> Tensor<B, 1> {
+    let over = norm
+        .clone()
+        .greater_elem(max_norm)
+        .bool_and(norm.clone().is_finite());
+    let factor = norm.full_like(max_norm).div(norm.clone().add_scalar(1e-6));
+    norm.ones_like().mask_where(over, factor)
+}
+
+/// Rescales all gradients of `model` whose global norm is `norm` (from
+/// [`grad_norm_on_device`]) so that it becomes at most `max_norm` ([`clip_factor`]), without
+/// reading anything back.
+pub fn clip_on_device<B: AutodiffBackend, M: AutodiffModule<B>>(
     model: &M,
     grads: &mut GradientsParams,
-    norm: f64,
+    norm: Tensor<B::InnerBackend, 1>,
     max_norm: f64,
 ) {
-    if norm > max_norm && norm.is_finite() {
-        let mut v = Scale::<B> {
-            grads,
-            factor: max_norm / (norm + 1e-6),
-            _b: std::marker::PhantomData,
-        };
-        model.visit(&mut v);
-    }
+    let mut v = Scale::<B> {
+        grads,
+        factor: clip_factor(norm, max_norm),
+    };
+    model.visit(&mut v);
 }
 
 /// The global L2 norm of all gradients of `model`'s parameters (one read-back from the device).
@@ -75,19 +86,25 @@ pub fn global_grad_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     model: &M,
     grads: &GradientsParams,
 ) -> f64 {
-    squared_grad_norm::<B, M>(model, grads)
-        .map(|t| t.into_scalar().elem::<f64>().sqrt())
+    grad_norm_on_device::<B, M>(model, grads)
+        .map(|t| t.into_scalar().elem::<f64>())
         .unwrap_or(0.0)
 }
 
 /// Rescales all gradients so their global norm is at most `max_norm`; returns the norm before
-/// clipping. A non-finite norm leaves the gradients unchanged (the training loop stops on it).
+/// clipping (one read-back; the training loop uses [`clip_on_device`], which reads nothing). A
+/// non-finite norm leaves the gradients unchanged.
 pub fn clip_global_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     model: &M,
     grads: &mut GradientsParams,
     max_norm: f64,
 ) -> f64 {
-    let norm = global_grad_norm::<B, M>(model, grads);
-    clip_to::<B, M>(model, grads, norm, max_norm);
-    norm
+    match grad_norm_on_device::<B, M>(model, grads) {
+        Some(norm) => {
+            let value = norm.clone().into_scalar().elem::<f64>();
+            clip_on_device::<B, M>(model, grads, norm, max_norm);
+            value
+        }
+        None => 0.0,
+    }
 }

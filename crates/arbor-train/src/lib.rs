@@ -31,10 +31,12 @@ mod engine;
 mod log;
 
 pub use checkpoint::{CheckpointError, CheckpointFile};
-pub use clip::{clip_global_norm, global_grad_norm};
+pub use clip::{
+    clip_factor, clip_global_norm, clip_on_device, global_grad_norm, grad_norm_on_device,
+};
 pub use engine::{
     load_model, plateau_decay, seed_everything, step_seed, train, warmed_up, CheckpointEvery,
     EvalReport, LrSchedule, NonFiniteTensor, OptimizerKind, StepContext, StepOutput, StopReason,
-    Task, TauAnneal, TrainConfig, TrainError, TrainOutcome, TrainState,
+    Task, TauAnneal, TrainConfig, TrainError, TrainOutcome, TrainState, DEFAULT_LOG_EVERY,
 };
 pub use log::{MetricsLog, MetricsRecord};

@@ -90,15 +90,13 @@ impl Task<Ad> for ToyTask {
             .squeeze_dim::<1>(1)
             .equal(y.clone())
             .int()
-            .sum()
-            .into_scalar()
-            .elem::<i64>() as usize;
+            .sum();
         let loss = burn::nn::loss::CrossEntropyLossConfig::new()
             .init(&Default::default())
             .forward(logits, y);
         StepOutput {
             loss,
-            correct,
+            correct: Some(correct),
             total: batch.len(),
         }
     }

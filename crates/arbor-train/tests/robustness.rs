@@ -120,8 +120,8 @@ impl Task<Ad> for Probe {
         }
         StepOutput {
             loss,
-            correct: 0,
-            total: batch.len(),
+            correct: None,
+            total: 0,
         }
     }
     fn eval_splits(&self) -> Vec<String> {

@@ -37,8 +37,8 @@ impl Task<Ad> for Probe {
         let loss = model.l.forward(x).powi_scalar(2).mean();
         StepOutput {
             loss,
-            correct: 0,
-            total: batch.len(),
+            correct: None,
+            total: 0,
         }
     }
     fn eval_splits(&self) -> Vec<String> {

@@ -67,6 +67,13 @@ impl FromStr for CheckpointEvery {
     }
 }
 
+/// The default of [`TrainConfig::log_every`].
+pub const DEFAULT_LOG_EVERY: u64 = 20;
+
+fn default_log_every() -> u64 {
+    DEFAULT_LOG_EVERY
+}
+
 /// Everything the loop needs to know. Saved in every checkpoint.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TrainConfig {
@@ -92,6 +99,12 @@ pub struct TrainConfig {
     pub max_minutes: Option<f64>,
     /// Evaluate (and checkpoint) every this many steps; 0 = at the end of every epoch.
     pub eval_every: u64,
+    /// Read the training statistics (loss, gradient norm, accuracy) back from the device every
+    /// this many steps, to refresh the progress bar and check for non-finite values; they are
+    /// also read before every metrics record, evaluation and checkpoint, and at the end of
+    /// every epoch. 0: only then. Steps between reads read nothing back.
+    #[serde(default = "default_log_every")]
+    pub log_every: u64,
     /// Seed of initialisation, data order, dropout and Gumbel noise.
     pub seed: u64,
     /// Multiply the learning rate by this factor when the validation metric stalls.
@@ -135,7 +148,8 @@ pub struct TrainConfig {
 
 impl TrainConfig {
     /// A configuration with common defaults: Adam, lr 1e-3, clip 5, batch 32, one epoch,
-    /// evaluation per epoch, seed 0, plateau factor 0.5 with patience 1.
+    /// evaluation per epoch, statistics read every 20 steps, seed 0, plateau factor 0.5 with
+    /// patience 1.
     pub fn new(out_dir: impl Into<PathBuf>) -> Self {
         Self {
             optimizer: OptimizerKind::Adam,
@@ -148,6 +162,7 @@ impl TrainConfig {
             max_steps: None,
             max_minutes: None,
             eval_every: 0,
+            log_every: DEFAULT_LOG_EVERY,
             seed: 0,
             plateau_factor: 0.5,
             plateau_patience: 1,

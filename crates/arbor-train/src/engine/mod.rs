@@ -26,7 +26,7 @@ mod run;
 mod schedule;
 mod task;
 
-pub use config::{CheckpointEvery, OptimizerKind, TrainConfig};
+pub use config::{CheckpointEvery, OptimizerKind, TrainConfig, DEFAULT_LOG_EVERY};
 pub use optim::{plateau_decay, seed_everything, step_seed, warmed_up};
 pub use run::{
     load_model, train, NonFiniteTensor, StopReason, TrainError, TrainOutcome, TrainState,

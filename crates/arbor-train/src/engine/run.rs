@@ -7,14 +7,27 @@
 //! checkpoints on schedule ([`Run::evaluate`], [`Run::save_last`]), then [`Run::finish`], and
 //! last draws the metrics log as `curves.svg`.
 //!
-//! # One read-back per step
+//! # Reads: once per logging interval, not per step
 //!
-//! A training step reads exactly one thing back from the device: the loss and the squared
-//! global gradient norm, registered together in one [`Transaction`]. The loss is needed on the
-//! host anyway (progress bar, metrics log); the norm rides along, so gradient clipping needs no
-//! second read, and a NaN or infinite loss *or gradient* is caught before the optimizer touches
-//! the weights, with or without clipping ([`TrainError::NonFinite`]). The norm costs a few small
-//! reductions per parameter tensor on the device, also when clipping is off.
+//! A training step reads nothing back from the device. It leaves `[loss, global gradient norm,
+//! correct predictions]` on the device as one three-element tensor ([`StepOutput`] keeps the
+//! task's loss and correct count there; clipping computes its scale factor from the norm on the
+//! device, [`clip_on_device`]). The engine concatenates the pending steps' tensors and reads
+//! them in **one** transfer at each logging point: every [`TrainConfig::log_every`] steps, and
+//! before anything that needs the values or must not outlive a bad step — the `train` record of
+//! the metrics log, an evaluation, a checkpoint, the end of an epoch or of the run. The values
+//! read are each step's own, as when they were read step by step, so the progress bar and the
+//! metrics log show the same numbers.
+//!
+//! A NaN or infinite loss or gradient norm is therefore found at the next read, at most one
+//! logging interval late: [`TrainError::NonFinite`] names the first bad step (its step, epoch,
+//! batch), but the optimizer has meanwhile applied it and the steps after it to the model in
+//! memory. That model is dropped with the error; no checkpoint or metrics record is written
+//! between the bad step and the read that finds it (every one of them comes after a read), so
+//! `last.ckpt` and `best.ckpt` on disk hold the last good model, as before. The norm costs a few
+//! small reductions per parameter tensor on the device, also when clipping is off.
+//!
+//! [`StepOutput`]: super::task::StepOutput
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,7 +39,6 @@ use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::Transaction;
 use serde::{Deserialize, Serialize};
 
 use super::config::{CheckpointEvery, TrainConfig};
@@ -36,7 +48,7 @@ use super::progress::{print_summary, Progress, Window};
 use super::resume::{self, CONFIG_KEY, FINGERPRINT_KEY};
 use super::task::{EvalReport, StepContext, Task};
 use crate::checkpoint::{CheckpointError, CheckpointFile};
-use crate::clip::{clip_to, squared_grad_norm};
+use crate::clip::{clip_on_device, grad_norm_on_device};
 use crate::log::{MetricsLog, MetricsRecord};
 
 /// Where training stands; stored in every checkpoint.
@@ -83,8 +95,10 @@ pub enum TrainError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The loss or the gradients' global norm became NaN or infinite. Training stopped before
-    /// the optimizer used them, and nothing was written after the last good checkpoint.
+    /// The loss or the gradients' global norm of a step became NaN or infinite. The values are
+    /// read once per logging interval ([`TrainConfig::log_every`]), so training stopped at the
+    /// first read after that step (the model in memory, which the optimizer updated with it,
+    /// is dropped), and nothing was written after the last good checkpoint.
     #[error(
         "the {tensor} became {value} at step {step} (epoch {}, batch {} of the epoch, {batch_examples} \
          examples); training stopped and the last good checkpoint was kept. Lower the learning \
@@ -488,6 +502,19 @@ fn start<B: AutodiffBackend, M: AutodiffModule<B>>(
     })
 }
 
+/// A step whose values have not been read back yet: where it stood (for
+/// [`TrainError::NonFinite`]) and `[loss, global gradient norm, correct predictions]` on the
+/// device.
+struct PendingStep<B: Backend> {
+    step: u64,
+    epoch: u64,
+    batch_in_epoch: usize,
+    batch_examples: usize,
+    /// Predictions made in the batch.
+    total: usize,
+    values: Tensor<B, 1>,
+}
+
 /// What stays fixed for a whole call of [`train`].
 struct Run<'a, B: AutodiffBackend, T: Task<B>> {
     task: &'a T,
@@ -602,24 +629,35 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
         let progress = Progress::new(batches.len() as u64, t.state.epoch, config.quiet);
         progress.bar.set_position(t.state.batch_in_epoch as u64);
         let mut window = Window::new();
+        let mut pending = Vec::new();
         while t.state.batch_in_epoch < batches.len() {
             let batch = &batches[t.state.batch_in_epoch];
-            let (loss, correct, total);
-            (t.model, loss, correct, total) =
-                self.optimizer_step(t.model, &mut t.optim, &mut t.state, batch)?;
-            window.add(loss, correct, total, batch.len());
-            let secs = window.secs();
+            let stats;
+            (t.model, stats) = self.optimizer_step(t.model, &mut t.optim, &mut t.state, batch)?;
+            pending.push(stats);
             progress.bar.set_position(t.state.batch_in_epoch as u64);
-            progress
-                .bar
-                .set_message(window.message(secs, self.lr(&t.state)));
             let eval_now = config.eval_every > 0 && t.state.step.is_multiple_of(config.eval_every);
             let out_of_time = config
                 .max_minutes
                 .is_some_and(|m| t.state.elapsed_sec >= 60.0 * m);
             let mut stop = t.state.step >= self.max_steps || out_of_time;
             let checkpoint_now = self.checkpoint_due(&t);
-            if eval_now || stop || checkpoint_now || t.state.batch_in_epoch == batches.len() {
+            let close_window =
+                eval_now || stop || checkpoint_now || t.state.batch_in_epoch == batches.len();
+            let log_now = config.log_every > 0 && t.state.step.is_multiple_of(config.log_every);
+            if close_window || log_now {
+                // The one read of the interval (see "Reads" above). On a device that runs
+                // asynchronously it waits for the steps' work, so it counts as training time.
+                let started = Instant::now();
+                self.read_pending(&mut pending, &mut window)?;
+                t.state.elapsed_sec += started.elapsed().as_secs_f64();
+                let secs = window.secs();
+                progress
+                    .bar
+                    .set_message(window.message(secs, self.lr(&t.state)));
+            }
+            if close_window {
+                let secs = window.secs();
                 let last = t.state.step.saturating_sub(1);
                 let tau = config.tau_anneal.map(|a| a.tau_at(last));
                 let lr = self.lr(&TrainState {
@@ -658,17 +696,17 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
     }
 
     /// One optimizer step on `batch`: seeds the backend and the task's noise for this step,
-    /// computes the loss, back-propagates, reads the loss and the gradients' global norm back
-    /// in one transfer (refusing a non-finite one), clips the gradients, updates the model at
-    /// the warmed-up learning rate and advances `state`. Returns the new model, the loss and
-    /// the batch's correct and total predictions.
+    /// computes the loss, back-propagates, clips the gradients by their global norm, updates
+    /// the model at the warmed-up learning rate and advances `state`, all without reading
+    /// anything back. Returns the new model and the step's [`PendingStep`]: `[loss, gradient
+    /// norm, correct]` on the device, for [`Run::read_pending`].
     fn optimizer_step(
         &self,
         model: T::Model,
         optim: &mut Optim<B, T::Model>,
         state: &mut TrainState,
         batch: &[usize],
-    ) -> Result<(T::Model, f64, usize, usize), TrainError> {
+    ) -> Result<(T::Model, PendingStep<B::InnerBackend>), TrainError> {
         let config = self.config;
         let started = Instant::now();
         seed_everything::<B>(self.device, step_seed(config.seed, state.step, 0));
@@ -678,45 +716,71 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
             temperature: config.tau_anneal.map(|a| a.tau_at(state.step)),
         };
         let out = self.task.step(&model, batch, ctx);
-        let loss_on_device = out.loss.clone().inner();
+        let loss = out.loss.clone().inner().sum();
         let mut grads = GradientsParams::from_grads(out.loss.backward(), &model);
-        // The one read-back of the step: the loss and the squared gradient norm together.
-        let mut read = Transaction::default().register(loss_on_device);
-        let squared_norm = squared_grad_norm::<B, _>(&model, &grads);
-        let has_norm = squared_norm.is_some();
-        if let Some(sq) = squared_norm {
-            read = read.register(sq);
+        let norm = grad_norm_on_device::<B, _>(&model, &grads);
+        let zero = || loss.zeros_like();
+        let correct = out.correct.map_or_else(zero, |c| c.inner().float().sum());
+        let values = Tensor::cat(
+            vec![loss.clone(), norm.clone().unwrap_or_else(zero), correct],
+            0,
+        );
+        if let (Some(max), Some(norm)) = (config.clip_norm, norm) {
+            clip_on_device::<B, _>(&model, &mut grads, norm, max);
         }
-        let values = read.try_execute().map_err(|e| TrainError::Device {
-            step: state.step,
-            message: e.to_string(),
-        })?;
-        let scalar = |k: usize| -> f64 { values.get(k).map_or(0.0, |d| d.iter::<f64>().sum()) };
-        let loss_value = scalar(0);
-        let norm = if has_norm { scalar(1).sqrt() } else { 0.0 };
-        let non_finite = |tensor, value| TrainError::NonFinite {
+        let pending = PendingStep {
             step: state.step,
             epoch: state.epoch,
             batch_in_epoch: state.batch_in_epoch,
             batch_examples: batch.len(),
-            tensor,
-            value,
+            total: out.total,
+            values,
         };
-        if !loss_value.is_finite() {
-            return Err(non_finite(NonFiniteTensor::Loss, loss_value));
-        }
-        if !norm.is_finite() {
-            return Err(non_finite(NonFiniteTensor::GradientNorm, norm));
-        }
-        if let Some(max) = config.clip_norm {
-            clip_to::<B, _>(&model, &mut grads, norm, max);
-        }
         let model = optim.step(self.lr(state), model, grads);
         state.step += 1;
         state.batch_in_epoch += 1;
         state.examples += batch.len() as u64;
         state.elapsed_sec += started.elapsed().as_secs_f64();
-        Ok((model, loss_value, out.correct, out.total))
+        Ok((model, pending))
+    }
+
+    /// Reads the `pending` steps' values back in one transfer and adds them to `window`, in
+    /// order; refuses the first step whose loss or gradient norm is not finite
+    /// ([`TrainError::NonFinite`], naming that step).
+    fn read_pending(
+        &self,
+        pending: &mut Vec<PendingStep<B::InnerBackend>>,
+        window: &mut Window,
+    ) -> Result<(), TrainError> {
+        let Some(last) = pending.last().map(|p| p.step) else {
+            return Ok(());
+        };
+        let steps = std::mem::take(pending);
+        let all = Tensor::cat(steps.iter().map(|p| p.values.clone()).collect(), 0);
+        let data = all.try_into_data().map_err(|e| TrainError::Device {
+            step: last,
+            message: e.to_string(),
+        })?;
+        let values: Vec<f64> = data.iter::<f64>().collect();
+        for (p, v) in steps.iter().zip(values.chunks_exact(3)) {
+            let (loss, norm, correct) = (v[0], v[1], v[2]);
+            let non_finite = |tensor, value| TrainError::NonFinite {
+                step: p.step,
+                epoch: p.epoch,
+                batch_in_epoch: p.batch_in_epoch,
+                batch_examples: p.batch_examples,
+                tensor,
+                value,
+            };
+            if !loss.is_finite() {
+                return Err(non_finite(NonFiniteTensor::Loss, loss));
+            }
+            if !norm.is_finite() {
+                return Err(non_finite(NonFiniteTensor::GradientNorm, norm));
+            }
+            window.add(loss, correct as usize, p.total, p.batch_examples);
+        }
+        Ok(())
     }
 
     /// Writes a checkpoint of `model` (with the optimizer state `optim`, empty for

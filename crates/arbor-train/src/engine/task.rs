@@ -7,17 +7,22 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
 
-/// What one training step produced.
+/// What one training step produced, left on the device.
 ///
-/// The engine reads the loss back from the device once per step (for the log and the
-/// non-finite check), together with the gradients' global norm, in a single transfer.
+/// A step must not read anything back to the host: the engine keeps the loss and the correct
+/// count on the device and reads them (with the gradients' global norm) once per logging
+/// interval, all pending steps in one transfer (see [`TrainConfig::log_every`]).
+///
+/// [`TrainConfig::log_every`]: crate::TrainConfig::log_every
 #[derive(Debug)]
 pub struct StepOutput<B: Backend> {
-    /// The loss to minimise.
+    /// The loss to minimise (one element).
     pub loss: Tensor<B, 1>,
-    /// Correct predictions in the batch (for the running accuracy).
-    pub correct: usize,
-    /// Predictions made in the batch.
+    /// Correct predictions in the batch, one element (for the running accuracy), or `None`
+    /// when the task has no accuracy.
+    pub correct: Option<Tensor<B, 1, Int>>,
+    /// Predictions made in the batch (known on the host from the batch's shape; 0 with
+    /// `correct: None`).
     pub total: usize,
 }
 

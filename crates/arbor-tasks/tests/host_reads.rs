@@ -1,0 +1,213 @@
+//! Training steps read nothing back from the device (issue 14, item 5), counted on the counting
+//! backend (`arbor_kernels::counting`): the classification task's step, its backward pass,
+//! global-norm clipping and the optimizer step, for every encoder kind, and the engine around
+//! them, which reads once per logging interval.
+//!
+//! SPINN (all three variants, trained on gold transitions) uploads the indices of its thin
+//! stack but reads nothing back. The encoders that still read in a training step (the Gumbel
+//! Tree-LSTM reads its merge decisions back to build its trees on the host, R2D2 reads its
+//! chart's choices back) are held to at most the reads they make today, so the count can only
+//! go down; bringing them to zero is the remaining part of the issue.
+
+use std::cell::RefCell;
+
+use arbor_data::tree::Transition;
+use arbor_encoders::{EncoderConfig, EncoderKind};
+use arbor_heads::{SentenceClassifierConfig, TokenEmbeddingConfig};
+use arbor_kernels::counting::{reads, Counting, ReadCounter};
+use arbor_tasks::{ClassifyData, ClassifyTask, ModelConfig, ModelMeta};
+use arbor_train::{
+    clip_on_device, grad_norm_on_device, seed_everything, train, EvalReport, StepContext,
+    StepOutput, Task, TrainConfig,
+};
+use burn::backend::{Autodiff, Flex};
+use burn::module::AutodiffModule;
+use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+
+type C = Counting<Flex>;
+type Ad = Autodiff<C>;
+
+/// The backend's generator is process-global: runs must not interleave.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+const DIM: usize = 8;
+const BATCH: usize = 6;
+
+/// `n` sentences of 2 to 7 tokens (ids 2..=5), label: token 2 occurs; left-branching gold
+/// transitions (for SPINN).
+fn data(n: usize, seed: u64) -> ClassifyData {
+    let mut s = seed;
+    let mut next = |m: u64| {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (s >> 33) % m
+    };
+    let mut d = ClassifyData::default();
+    let mut transitions = Vec::new();
+    for _ in 0..n {
+        let len = 2 + next(6) as usize;
+        let sent: Vec<u32> = (0..len).map(|_| 2 + next(4) as u32).collect();
+        d.labels.push(usize::from(sent.contains(&2)));
+        d.sentences.push(sent);
+        let mut t = vec![Transition::Shift];
+        for _ in 1..len {
+            t.extend([Transition::Shift, Transition::Reduce]);
+        }
+        transitions.push(t);
+    }
+    d.transitions = Some(transitions);
+    d
+}
+
+fn task(kind: EncoderKind) -> ClassifyTask<Ad> {
+    let embedding = TokenEmbeddingConfig::new(6, DIM);
+    let encoder = EncoderConfig::of_kind(kind, DIM, DIM);
+    let head = SentenceClassifierConfig::new(encoder.d_output()).with_dropout(0.0);
+    ClassifyTask::<Ad> {
+        train: data(8 * BATCH, 1),
+        splits: vec![("valid".into(), data(12, 2))],
+        eval_batch_size: 6,
+        meta: ModelMeta {
+            model: ModelConfig::Classify {
+                embedding,
+                encoder,
+                head,
+            },
+            vocab: ["<pad>", "<unk>", "a", "b", "c", "d"]
+                .map(String::from)
+                .to_vec(),
+            labels: vec!["no".into(), "yes".into()],
+            lowercase: false,
+        },
+        device: Default::default(),
+    }
+}
+
+type Model = <ClassifyTask<Ad> as Task<Ad>>::Model;
+
+fn model(task: &ClassifyTask<Ad>) -> Model {
+    let device = Default::default();
+    seed_everything::<Ad>(&device, 3);
+    let ModelConfig::Classify {
+        embedding,
+        encoder,
+        head,
+    } = &task.meta.model
+    else {
+        unreachable!()
+    };
+    head.init(
+        encoder.init::<Ad>(&device),
+        embedding.init::<Ad>(&device),
+        &device,
+    )
+}
+
+/// The reads of each of `steps` training steps of `kind` as the engine runs them: the task's
+/// step, backward, global-norm clipping, an Adam step.
+fn reads_per_step(kind: EncoderKind, steps: usize) -> Vec<u64> {
+    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let task = task(kind);
+    let mut model = model(&task);
+    let mut optim = AdamConfig::new().init::<Ad, Model>();
+    (0..steps)
+        .map(|s| {
+            let idx: Vec<usize> = (s * BATCH..(s + 1) * BATCH).collect();
+            let counter = ReadCounter::start();
+            let out = task.step(&model, &idx, StepContext::seeded(s as u64));
+            let mut grads = GradientsParams::from_grads(out.loss.backward(), &model);
+            let norm = grad_norm_on_device::<Ad, _>(&model, &grads).expect("gradients");
+            clip_on_device::<Ad, _>(&model, &mut grads, norm, 1.0);
+            model = optim.step(1e-3, model.clone(), grads);
+            counter.reads()
+        })
+        .collect()
+}
+
+#[test]
+fn recurrent_transformer_and_spinn_steps_read_nothing() {
+    for kind in [
+        EncoderKind::Lstm,
+        EncoderKind::OnLstm,
+        EncoderKind::FastTrees,
+        EncoderKind::FasterFastTrees,
+        EncoderKind::ConvFastTrees,
+        EncoderKind::Transformer,
+        EncoderKind::TransformerFastTrees,
+        EncoderKind::SpinnPiNt,
+        EncoderKind::SpinnPi,
+        EncoderKind::Spinn,
+    ] {
+        assert_eq!(reads_per_step(kind, 3), vec![0; 3], "{kind}");
+    }
+}
+
+#[test]
+fn gumbel_and_r2d2_steps_read_no_more_than_today() {
+    // Reads of the first three steps (batches of at most 7, 6 and 6 tokens) measured when the
+    // engine stopped reading: the Gumbel Tree-LSTM reads its merge decisions back as it builds
+    // its trees, R2D2 reads its chart's choices back. Lower a bound when an encoder reads less; the goal is zero (then move the kind
+    // to the test above).
+    for (kind, today) in [
+        (EncoderKind::Gumbel, [11, 9, 9]),
+        (EncoderKind::R2d2, [16, 13, 13]),
+    ] {
+        let got = reads_per_step(kind, 3);
+        eprintln!("{kind}: {got:?} reads per step (at most {today:?})");
+        assert!(
+            got.iter().zip(today).all(|(&g, t)| g <= t),
+            "{kind} reads more per step than it did: {got:?} > {today:?}"
+        );
+    }
+}
+
+/// A task that records this thread's read count as each step starts.
+struct Recording {
+    inner: ClassifyTask<Ad>,
+    at_step: RefCell<Vec<u64>>,
+}
+
+impl Task<Ad> for Recording {
+    type Model = Model;
+    fn train_lengths(&self) -> Vec<usize> {
+        self.inner.train_lengths()
+    }
+    fn step(&self, model: &Model, batch: &[usize], ctx: StepContext) -> StepOutput<Ad> {
+        self.at_step.borrow_mut().push(reads());
+        self.inner.step(model, batch, ctx)
+    }
+    fn eval_splits(&self) -> Vec<String> {
+        self.inner.eval_splits()
+    }
+    fn evaluate(
+        &self,
+        model: &<Model as AutodiffModule<Ad>>::InnerModule,
+        split: &str,
+    ) -> EvalReport {
+        self.inner.evaluate(model, split)
+    }
+}
+
+#[test]
+fn the_engine_reads_once_per_logging_interval_on_an_lstm_classifier() {
+    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let inner = task(EncoderKind::Lstm);
+    let m = model(&inner);
+    let task = Recording {
+        inner,
+        at_step: RefCell::new(Vec::new()),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = TrainConfig::new(dir.path());
+    c.batch_size = BATCH; // 8 steps
+    c.log_every = 3;
+    c.quiet = true;
+    let out = train(&task, m, &c, &Default::default()).unwrap();
+    assert_eq!(out.state.step, 8);
+    let at = task.at_step.into_inner();
+    let per_step: Vec<u64> = at.windows(2).map(|w| w[1] - w[0]).collect();
+    // Step s (0-based) is followed by a read when s + 1 steps are a multiple of 3.
+    assert_eq!(per_step, [0, 0, 1, 0, 0, 1, 0]);
+    assert!(out.evals["valid"].total == 12);
+}
