@@ -1,7 +1,7 @@
 //! R2D2 language models of ant-research/StructuredLM_RTDT, branch `r2d2` (`model/r2d2.py`,
 //! `model/r2d2_base.py`, the 2021 `model/tree_encoder.py`), as their `state_dict()` is saved.
 //! The key-by-key layout is in docs/r2d2.md ("Reference parameter layout") and
-//! docs/interop-r2d2.md.
+//! docs/interop.md, "R2D2".
 //!
 //! The configuration is read off the weights (`V`, `D`, `F`, `N`), except what the weights do
 //! not record: the head count (the reference's 12 by default), the pruning window (4) and the
