@@ -357,6 +357,41 @@ pub fn best_or_last<B: ArborBackend, M: burn::module::Module<B>>(
     })
 }
 
+/// Rebuilds a trained sentence classifier (`sst`, `listops`) from a checkpoint file, with its
+/// metadata and vocabulary.
+///
+/// # Errors
+/// When the file cannot be read, holds a pair classifier, or its weights do not fit.
+pub fn load_sentence_classifier<B: ArborBackend>(
+    path: &Path,
+    device: &B::Device,
+) -> Result<(
+    arbor_heads::SentenceClassifier<B, Encoder<B>>,
+    arbor_tasks::ModelMeta,
+    Vocab,
+)> {
+    let meta = checkpoint_meta(path)?;
+    let arbor_tasks::ModelConfig::Classify {
+        embedding,
+        encoder,
+        head,
+    } = &meta.model
+    else {
+        anyhow::bail!(
+            "{} holds a pair classifier, not a sentence classifier",
+            path.display()
+        );
+    };
+    let model = head.init(
+        encoder.init::<B>(device),
+        embedding.init::<B>(device),
+        device,
+    );
+    let (model, _) = arbor_train::load_model(model, path, device)?;
+    let vocab = Vocab::from_tokens(meta.vocab.clone())?;
+    Ok((model, meta, vocab))
+}
+
 /// The model metadata stored in a checkpoint file.
 ///
 /// # Errors

@@ -16,18 +16,18 @@ use arbor_data::readers::listops::{
 use arbor_data::vocab::Vocab;
 use arbor_data::ReadOptions;
 use arbor_heads::SentenceClassifier;
-use arbor_train::{load_model, train, EvalReport};
+use arbor_train::{train, EvalReport};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use clap::{Args, Parser, Subcommand};
 
 use crate::cli::TrainArgs;
 use crate::common::{
-    best_or_last, checkpoint_in, checkpoint_meta, classification_task, print_tree,
+    best_or_last, checkpoint_in, classification_task, load_sentence_classifier, print_tree,
     scored_checkpoint, Labels,
 };
 use crate::result::{RunResult, ScoreTable};
-use arbor_tasks::{evaluate, per_group, ClassifyData, ClassifyTask, ModelConfig};
+use arbor_tasks::{evaluate, per_group, ClassifyData, ClassifyTask};
 use arbor_train::device::{run_on, BackendJob};
 
 /// Default `--embed-init-std` of this program: as for the logic data: a small vocabulary of symbols.
@@ -425,25 +425,8 @@ impl BackendJob for EvalJob {
 
     fn run<B: ArborBackend>(self, device: B::Device) -> Result<()> {
         let path = checkpoint_in(&self.args.checkpoint)?;
-        let meta = checkpoint_meta(&path)?;
-        let ModelConfig::Classify {
-            embedding,
-            encoder,
-            head,
-        } = &meta.model
-        else {
-            bail!(
-                "{} holds a pair classifier, not a ListOps model",
-                path.display()
-            );
-        };
-        let model = head.init(
-            encoder.init::<B>(&device),
-            embedding.init::<B>(&device),
-            &device,
-        );
-        let (model, _) = load_model(model, &path, &device)?;
-        let vocab = Vocab::from_tokens(meta.vocab.clone())?;
+        let (model, meta, vocab) = load_sentence_classifier::<B>(&path, &device)?;
+        let encoder = meta.model.encoder();
         for (test, examples) in &self.tests {
             let data = to_data(examples, &vocab);
             if encoder.kind().needs_transitions() && data.transitions.is_none() {

@@ -15,15 +15,12 @@ use clap::Parser;
 
 use crate::cli::TrainArgs;
 use crate::common::{
-    best_or_last, checkpoint_in, checkpoint_meta, classification_task, parse_one, print_tree,
-    scored_checkpoint, tokenize, words, Labels,
+    best_or_last, checkpoint_in, classification_task, load_sentence_classifier, parse_one,
+    print_tree, scored_checkpoint, tokenize, words, Labels,
 };
 use crate::result::RunResult;
-use arbor_data::vocab::Vocab;
-use arbor_tasks::ModelConfig;
 use arbor_tasks::{ClassifyData, ClassifyTask};
 use arbor_train::device::{run_on, BackendJob};
-use arbor_train::load_model;
 
 /// Default `--embed-init-std` of this program: the Gumbel Tree-LSTM reference's `normal_(0, 0.01)`; on SST-2 a small start also learns faster than N(0, 1), docs/results.md.
 pub const EMBED_INIT_STD: f64 = 0.01;
@@ -208,25 +205,8 @@ impl BackendJob for EvalJob {
             .clone()
             .unwrap_or(self.args.common.engine.out.clone());
         let path = checkpoint_in(&dir)?;
-        let meta = checkpoint_meta(&path)?;
-        let ModelConfig::Classify {
-            embedding,
-            encoder,
-            head,
-        } = &meta.model
-        else {
-            bail!(
-                "{} holds a pair classifier, not a sentence classifier",
-                path.display()
-            );
-        };
-        let model = head.init(
-            encoder.init::<B>(&device),
-            embedding.init::<B>(&device),
-            &device,
-        );
-        let (model, _) = load_model(model, &path, &device)?;
-        let vocab = Vocab::from_tokens(meta.vocab.clone())?;
+        let (model, meta, vocab) = load_sentence_classifier::<B>(&path, &device)?;
+        let encoder = meta.model.encoder();
         if let Some(sentence) = &self.args.parse {
             let words = tokenize(sentence, meta.lowercase);
             if words.is_empty() {
