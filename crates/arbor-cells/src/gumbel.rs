@@ -128,14 +128,27 @@ pub fn masked_softmax<B: ArborBackend>(
     }
 }
 
-/// `one_hot(index)` over `k` entries (Burn's `one_hot` needs `k ≥ 2`; one entry is all ones).
+/// `one_hot(index)` over `k` entries, computed on the device as `index == arange(k)`.
+///
+/// Burn's `Tensor::one_hot` reads the indices back to the host twice (its bounds check and
+/// its conversion to `i64`), which would make every training step wait for the device; the
+/// comparison gives the same `1.0`/`0.0` values with no read, for any `k ≥ 1`. An index
+/// outside `0..k` (never produced by an argmax over `k` entries) gives a row of zeros.
+///
+/// # Shapes
+/// - `index`: `[rows]`
+/// - output: `[rows, k]`
 fn one_hot<B: ArborBackend>(index: Tensor<B, 1, Int>, k: usize) -> Tensor<B, 2> {
-    if k == 1 {
-        let rows = index.dims()[0];
-        Tensor::ones([rows, 1], &index.device())
-    } else {
-        index.one_hot(k).float()
-    }
+    let rows = index.dims()[0];
+    // In the indices' own integer type, so that the comparison is like for like.
+    let classes = Tensor::<B, 1, Int>::arange(0..k as i64, (&index.device(), index.dtype()))
+        .unsqueeze_dim::<2>(0)
+        .expand([rows, k]);
+    index
+        .unsqueeze_dim::<2>(1)
+        .expand([rows, k])
+        .equal(classes)
+        .float()
 }
 
 fn masked_argmax<B: ArborBackend>(

@@ -319,6 +319,47 @@ fn st_gumbel_never_selects_masked_entries_and_is_one_hot() {
     assert!(to_vec(s.hard).iter().all(|v| v.is_finite()));
 }
 
+/// The hard selection's forward value is exactly Burn's `one_hot` of the index (the helper
+/// compares with `arange(k)` on the device instead, so it reads nothing back), for every width,
+/// one entry included, on both CPU backends (whose argmax indices have their own int types).
+fn hard_is_the_one_hot_of_the_index<B: ArborBackend>(device: &B::Device) {
+    for k in 1..=6 {
+        let logits = Tensor::<B, 2>::from_data(
+            TensorData::new(
+                (0..7 * k)
+                    .map(|i| ((i * 37) % 11) as f32)
+                    .collect::<Vec<_>>(),
+                [7, k],
+            ),
+            device,
+        );
+        for s in [
+            argmax_select(logits.clone(), None),
+            st_gumbel_softmax(logits.clone(), None, 0.5, None),
+        ] {
+            let expected = if k == 1 {
+                vec![1.0f32; 7]
+            } else {
+                s.index
+                    .clone()
+                    .one_hot::<2>(k)
+                    .float()
+                    .into_data()
+                    .to_vec::<f32>()
+                    .unwrap()
+            };
+            let hard = s.hard.into_data().convert::<f32>().to_vec::<f32>().unwrap();
+            assert_eq!(hard, expected, "k = {k}");
+        }
+    }
+}
+
+#[test]
+fn the_hard_selection_is_the_one_hot_of_the_index() {
+    hard_is_the_one_hot_of_the_index::<Fx>(&dev());
+    hard_is_the_one_hot_of_the_index::<burn::backend::NdArray>(&Default::default());
+}
+
 #[test]
 fn evaluation_is_plain_argmax_and_seeded_noise_is_reproducible() {
     let logits = tensor::<Fx, 2>([6, 5], 2.0, 71, &dev());

@@ -84,7 +84,7 @@ impl EncoderKind {
 
     /// Whether the encoder induces a tree of its own and returns it in
     /// [`EncoderOutput::trees`] (the cumax cells and the gated Transformer: in evaluation mode,
-    /// from syntactic distances).
+    /// from syntactic distances; the Gumbel Tree-LSTM: in evaluation mode).
     pub fn induces_trees(self) -> bool {
         !matches!(
             self,

@@ -582,7 +582,13 @@ impl<B: ArborBackend> SentenceEncoder<B> for GumbelTreeLstm<B> {
     }
 
     /// Encodes a batch: `sentence` is the root `h` (with intra-attention, the attention mix of
-    /// the tree's nodes), `tokens` the leaf `h` (zeros at padding), `trees` the induced trees.
+    /// the tree's nodes), `tokens` the leaf `h` (zeros at padding), `trees` the induced trees
+    /// in evaluation mode ([`Decisions::Argmax`]).
+    ///
+    /// In training mode ([`Decisions::Sample`]) `trees` is `None`: building them reads the
+    /// selections back to the host, and a training step reads nothing (docs/training.md,
+    /// "Reads from the device"). The sampled trees stay available from
+    /// [`GumbelTreeLstm::forward`] ([`GumbelTreeOutput::trees`]).
     ///
     /// # Shapes
     /// - `input.embeddings`: `[batch, time, d_input]`
@@ -590,8 +596,9 @@ impl<B: ArborBackend> SentenceEncoder<B> for GumbelTreeLstm<B> {
     fn encode(&self, input: EncoderInput<B>, decisions: Decisions<'_>) -> EncoderOutput<B> {
         let [batch, time, _] = input.embeddings.dims();
         let device = input.embeddings.device();
+        let evaluating = decisions.is_argmax();
         let out = self.forward(input.embeddings, &input.lengths, decisions);
-        let trees = out.trees();
+        let trees = evaluating.then(|| out.trees());
         let d = self.d_hidden;
         let n = out.leaves.h.dims()[1];
         let mut tokens = out.leaves.h;
@@ -607,7 +614,7 @@ impl<B: ArborBackend> SentenceEncoder<B> for GumbelTreeLstm<B> {
         EncoderOutput {
             sentence: out.sentence,
             tokens: Some(tokens),
-            trees: Some(trees),
+            trees,
             aux_loss: None,
         }
     }

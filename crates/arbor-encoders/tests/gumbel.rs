@@ -555,6 +555,28 @@ fn encode_returns_the_root_the_trees_and_masked_leaf_states() {
 }
 
 #[test]
+fn encode_in_training_builds_no_trees_and_samples_as_forward_does() {
+    // Trees are read back from the device, which a training step never does: `encode` with
+    // sampled decisions leaves them out; its sentence vectors are `forward`'s with the same
+    // noise, whose trees are still there for whoever wants them.
+    let m = model::<Fx>(LeafKind::Lstm, 28);
+    let lengths = [3, 1, 5];
+    let x = padded_batch::<Fx>(&lengths, 6, D_IN, 29);
+    let enc = m.encode(
+        EncoderInput::new(x.clone(), lengths.to_vec()),
+        Decisions::Sample(&mut GumbelSampler::seeded(8)),
+    );
+    assert!(enc.trees.is_none(), "no trees in training");
+    let out = m.forward(
+        x,
+        &lengths,
+        Decisions::Sample(&mut GumbelSampler::seeded(8)),
+    );
+    assert_eq!(to_vec(enc.sentence), to_vec(out.root.h.clone()));
+    assert_eq!(out.trees().len(), 3);
+}
+
+#[test]
 fn non_finite_inputs_give_trees_not_a_panic() {
     // A diverged model: every score is NaN. The encoder must still return one tree per
     // sentence over its words (the sentence vectors are NaN, which the engine reports).

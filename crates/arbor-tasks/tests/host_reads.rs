@@ -4,10 +4,11 @@
 //! them, which reads once per logging interval.
 //!
 //! SPINN (all three variants, trained on gold transitions) uploads the indices of its thin
-//! stack but reads nothing back. The encoders that still read in a training step (the Gumbel
-//! Tree-LSTM reads its merge decisions back to build its trees on the host, R2D2 reads its
-//! chart's choices back) are held to at most the reads they make today, so the count can only
-//! go down; bringing them to zero is the remaining part of the issue.
+//! stack but reads nothing back; the Gumbel Tree-LSTM keeps its sampled selections on the
+//! device and builds no trees in training. R2D2, which still reads in a training step (its
+//! pruned chart's merge choices are made on the host), is held to at most the reads it makes
+//! today, so the count can only go down; bringing it to zero is the remaining part of the
+//! issue.
 
 use std::cell::RefCell;
 
@@ -126,7 +127,7 @@ fn reads_per_step(kind: EncoderKind, steps: usize) -> Vec<u64> {
 }
 
 #[test]
-fn recurrent_transformer_and_spinn_steps_read_nothing() {
+fn recurrent_transformer_spinn_and_gumbel_steps_read_nothing() {
     for kind in [
         EncoderKind::Lstm,
         EncoderKind::OnLstm,
@@ -138,28 +139,26 @@ fn recurrent_transformer_and_spinn_steps_read_nothing() {
         EncoderKind::SpinnPiNt,
         EncoderKind::SpinnPi,
         EncoderKind::Spinn,
+        EncoderKind::Gumbel,
     ] {
         assert_eq!(reads_per_step(kind, 3), vec![0; 3], "{kind}");
     }
 }
 
 #[test]
-fn gumbel_and_r2d2_steps_read_no_more_than_today() {
-    // Reads of the first three steps (batches of at most 7, 6 and 6 tokens) measured when the
-    // engine stopped reading: the Gumbel Tree-LSTM reads its merge decisions back as it builds
-    // its trees, R2D2 reads its chart's choices back. Lower a bound when an encoder reads less; the goal is zero (then move the kind
-    // to the test above).
-    for (kind, today) in [
-        (EncoderKind::Gumbel, [11, 9, 9]),
-        (EncoderKind::R2d2, [16, 13, 13]),
-    ] {
-        let got = reads_per_step(kind, 3);
-        eprintln!("{kind}: {got:?} reads per step (at most {today:?})");
-        assert!(
-            got.iter().zip(today).all(|(&g, t)| g <= t),
-            "{kind} reads more per step than it did: {got:?} > {today:?}"
-        );
-    }
+fn r2d2_steps_read_no_more_than_today() {
+    // Reads of the first three steps (batches of at most 7, 6 and 6 tokens): R2D2 reads its
+    // pruned chart's merge choices back (one read per pruning step). They were [16, 13, 13]
+    // when the engine stopped reading, before the straight-through one-hot stopped reading
+    // (Burn's `one_hot` reads its indices twice). Lower the bound when it reads less; the goal
+    // is zero (then move it to the test above).
+    let today = [6, 5, 5];
+    let got = reads_per_step(EncoderKind::R2d2, 3);
+    eprintln!("r2d2: {got:?} reads per step (at most {today:?})");
+    assert!(
+        got.iter().zip(today).all(|(&g, t)| g <= t),
+        "r2d2 reads more per step than it did: {got:?} > {today:?}"
+    );
 }
 
 /// A task that records this thread's read count as each step starts.
