@@ -11,7 +11,7 @@ use arbor_heads::{
 };
 use arbor_tasks::{ModelConfig, ModelMeta};
 
-use crate::vocab::{gather_rows, ReferenceVocab};
+use crate::vocab::{arbor_label_order, gather_rows, ReferenceVocab};
 use crate::{imported_meta, Array, ConvertError, Imported, StateDict, Weights};
 
 /// How the reference scores a candidate parent `h̃` with its query `q`.
@@ -299,12 +299,12 @@ fn map_mlp(sd: &mut StateDict, m: &MlpShape, d_in: usize, label_rows: &[usize], 
     }
 }
 
-/// Label names and the reference row of each arbor class, in `arbor_order` when given (the
-/// order arbor's program uses for that task), else in the reference's order.
+/// Label names and the reference row of each arbor class (see [`arbor_label_order`]), after
+/// checking there is one name per class.
 fn label_rows(
     labels: &[String],
     classes: usize,
-    arbor_order: Option<&[&str]>,
+    arbor_order: &[&str],
 ) -> Result<(Vec<String>, Vec<usize>), ConvertError> {
     if labels.len() != classes {
         return Err(ConvertError::Config(format!(
@@ -314,18 +314,7 @@ fn label_rows(
             labels.join(",")
         )));
     }
-    match arbor_order {
-        Some(order)
-            if order.len() == classes && order.iter().all(|o| labels.iter().any(|l| l == o)) =>
-        {
-            let rows = order
-                .iter()
-                .map(|o| labels.iter().position(|l| l == o).expect("checked above"))
-                .collect();
-            Ok((order.iter().map(|s| s.to_string()).collect(), rows))
-        }
-        _ => Ok((labels.to_vec(), (0..classes).collect())),
-    }
+    Ok(arbor_label_order(labels, arbor_order))
 }
 
 fn embedding(
@@ -343,6 +332,58 @@ fn embedding(
     Ok((TokenEmbeddingConfig::new(e.vocab_rows, e.d_word), tokens))
 }
 
+/// Everything both models share, read and mapped: the shapes, the labels in arbor's order, the
+/// vocabulary, and the weights of the embedding, the encoder and the MLP.
+struct Mapped {
+    e: EncoderShape,
+    m: MlpShape,
+    labels: Vec<String>,
+    tokens: Vec<String>,
+    emb_config: TokenEmbeddingConfig,
+    weights: Weights,
+    path: std::path::PathBuf,
+}
+
+/// Reads and maps a `SNLIModel` (`pair`: the MLP reads `[u; v; u − v; u ⊙ v]`) or an `SSTModel`
+/// state dict, ending with [`StateDict::finish`] under `layout`.
+fn map_model(
+    mut sd: StateDict,
+    opts: &GumbelImport,
+    pair: bool,
+    layout: &str,
+) -> Result<Mapped, ConvertError> {
+    let e = read_encoder_shape(&sd, opts)?;
+    let d_in = if pair { 4 } else { 1 } * e.config.d_hidden;
+    let m = read_mlp_shape(&sd, d_in)?;
+    let labels = match (&opts.labels, pair) {
+        (Some(l), _) => l.clone(),
+        (None, true) => snli_labels(),
+        (None, false) if m.classes == 2 => sst_labels(),
+        (None, false) => (0..m.classes).map(|k| k.to_string()).collect(),
+    };
+    let arbor_order: &[&str] = if pair {
+        &["entailment", "neutral", "contradiction"]
+    } else {
+        &["negative", "positive"]
+    };
+    let (labels, rows) = label_rows(&labels, m.classes, arbor_order)?;
+    let mut weights = Weights::new();
+    let (emb_config, tokens) = embedding(&mut sd, &e, &opts.vocab, &mut weights)?;
+    map_encoder(&mut sd, &e, opts.query_scale, &mut weights);
+    map_mlp(&mut sd, &m, d_in, &rows, &mut weights);
+    let path = sd.path().to_path_buf();
+    sd.finish(layout)?;
+    Ok(Mapped {
+        e,
+        m,
+        labels,
+        tokens,
+        emb_config,
+        weights,
+        path,
+    })
+}
+
 /// Imports a `SNLIModel` state dict as an arbor pair classifier (`snli --eval-only
 /// --checkpoint`). Output classes are re-ordered into arbor's SNLI label order (entailment,
 /// neutral, contradiction) when the labels are SNLI's.
@@ -351,25 +392,19 @@ fn embedding(
 /// A [`ConvertError`] naming every missing, unexpected or mis-shaped key, a vocabulary that
 /// does not fit the embedding, or labels that do not fit the classifier.
 pub fn import_gumbel_snli<B: ArborBackend>(
-    mut sd: StateDict,
+    sd: StateDict,
     opts: &GumbelImport,
     device: &B::Device,
 ) -> Result<Imported<NliClassifier<B, Encoder<B>>>, ConvertError> {
-    let e = read_encoder_shape(&sd, opts)?;
-    let d = e.config.d_hidden;
-    let m = read_mlp_shape(&sd, 4 * d)?;
-    let labels = opts.labels.clone().unwrap_or_else(snli_labels);
-    let (labels, rows) = label_rows(
-        &labels,
-        m.classes,
-        Some(&["entailment", "neutral", "contradiction"]),
-    )?;
-    let mut w = Weights::new();
-    let (emb_config, tokens) = embedding(&mut sd, &e, &opts.vocab, &mut w)?;
-    map_encoder(&mut sd, &e, opts.query_scale, &mut w);
-    map_mlp(&mut sd, &m, 4 * d, &rows, &mut w);
-    let path = sd.path().to_path_buf();
-    sd.finish("gumbel-snli")?;
+    let Mapped {
+        e,
+        m,
+        labels,
+        tokens,
+        emb_config,
+        weights: w,
+        path,
+    } = map_model(sd, opts, true, "gumbel-snli")?;
 
     let encoder = EncoderConfig::Gumbel(e.config);
     let head = NliClassifierConfig::new(e.vocab_rows, e.d_word, m.d_hidden)
@@ -405,25 +440,19 @@ pub fn import_gumbel_snli<B: ArborBackend>(
 /// # Errors
 /// As [`import_gumbel_snli`].
 pub fn import_gumbel_sst<B: ArborBackend>(
-    mut sd: StateDict,
+    sd: StateDict,
     opts: &GumbelImport,
     device: &B::Device,
 ) -> Result<Imported<SentenceClassifier<B, Encoder<B>>>, ConvertError> {
-    let e = read_encoder_shape(&sd, opts)?;
-    let d = e.config.d_hidden;
-    let m = read_mlp_shape(&sd, d)?;
-    let labels = match &opts.labels {
-        Some(l) => l.clone(),
-        None if m.classes == 2 => sst_labels(),
-        None => (0..m.classes).map(|k| k.to_string()).collect(),
-    };
-    let (labels, rows) = label_rows(&labels, m.classes, Some(&["negative", "positive"]))?;
-    let mut w = Weights::new();
-    let (emb_config, tokens) = embedding(&mut sd, &e, &opts.vocab, &mut w)?;
-    map_encoder(&mut sd, &e, opts.query_scale, &mut w);
-    map_mlp(&mut sd, &m, d, &rows, &mut w);
-    let path = sd.path().to_path_buf();
-    sd.finish("gumbel-sst")?;
+    let Mapped {
+        e,
+        m,
+        labels,
+        tokens,
+        emb_config,
+        weights: w,
+        path,
+    } = map_model(sd, opts, false, "gumbel-sst")?;
 
     let encoder = EncoderConfig::Gumbel(e.config);
     let head = SentenceClassifierConfig::new(m.d_hidden)

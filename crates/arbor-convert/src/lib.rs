@@ -41,8 +41,8 @@ pub use safetensors::{
     WEIGHTS_FILE,
 };
 pub use spinn::{
-    import_spinn, model_state_dict, read_vocab, SpinnImport, SPINN_LAYOUT, SPINN_PAD,
-    SPINN_SNLI_LABELS, SPINN_UNK,
+    import_spinn, model_state_dict, SpinnImport, SPINN_LAYOUT, SPINN_PAD, SPINN_SNLI_LABELS,
+    SPINN_UNK,
 };
 pub use state_dict::{Array, StateDict};
 pub use vocab::ReferenceVocab;

@@ -16,6 +16,7 @@ use arbor_encoders::{ClassifierInput, Encoder, EncoderConfig, SpinnConfig, Spinn
 use arbor_heads::{NliClassifier, NliClassifierConfig, NliFeatures, TokenEmbeddingConfig};
 use arbor_tasks::{ModelConfig, ModelMeta};
 
+use crate::vocab::{arbor_label_order, gather_rows};
 use crate::{imported_meta, Array, ConvertError, Imported, StateDict, Weights};
 
 /// The layout name used in errors and in the checkpoint's `imported.layout`.
@@ -32,7 +33,7 @@ pub const SPINN_SNLI_LABELS: [&str; 3] = ["entailment", "neutral", "contradictio
 /// What the weights cannot tell about a SPINN model.
 #[derive(Debug, Clone)]
 pub struct SpinnImport {
-    /// The vocabulary in the reference's id order (see [`read_vocab`]), or `None`: tokens are
+    /// The vocabulary in the reference's id order (`ReferenceVocab::read_file(path)?.tokens`), or `None`: tokens are
     /// then named `<pad>`, `<unk>`, `<2>`, `<3>`, ... and the checkpoint cannot read text.
     /// Needed when the state dict has no `embed.embed.weight` (a model trained on pretrained
     /// vectors).
@@ -70,28 +71,6 @@ impl Default for SpinnImport {
             dropout: 0.1,
         }
     }
-}
-
-/// Reads a vocabulary file: one token per line, in id order (the first whitespace-separated
-/// field of each line, so `word<TAB>count` lines work too).
-///
-/// # Errors
-/// An unreadable file or an empty line (named by number).
-pub fn read_vocab(path: &Path) -> Result<Vec<String>, ConvertError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ConvertError::file(path, e))?;
-    let mut tokens = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        match line.split_whitespace().next() {
-            Some(t) => tokens.push(t.to_string()),
-            None => {
-                return Err(ConvertError::file(
-                    path,
-                    format!("line {}: empty line in a vocabulary file", i + 1),
-                ))
-            }
-        }
-    }
-    Ok(tokens)
 }
 
 /// The widths and switches read off a SPINN state dict.
@@ -420,37 +399,6 @@ fn read_text_vectors(
     Ok((Array::new(vec![tokens.len(), e], data)?, found))
 }
 
-/// The labels in the order arbor's model will output them, and for each of those outputs the
-/// reference's output row. arbor's SNLI reader numbers the labels `entailment, neutral,
-/// contradiction` (`arbor_data::readers::NliLabel`); when the reference's labels are those
-/// three in another order, the output rows are permuted into arbor's order. Other label
-/// sets keep the reference's order.
-fn label_order(labels: &[String]) -> (Vec<String>, Vec<usize>) {
-    let arbor: Vec<String> = arbor_data::readers::NliLabel::ALL
-        .iter()
-        .map(|l| l.name().to_string())
-        .collect();
-    let mut sorted = labels.to_vec();
-    sorted.sort();
-    let mut expected = arbor.clone();
-    expected.sort();
-    if sorted == expected {
-        let order = arbor
-            .iter()
-            .map(|l| labels.iter().position(|x| x == l).unwrap_or(0))
-            .collect();
-        (arbor, order)
-    } else {
-        (labels.to_vec(), (0..labels.len()).collect())
-    }
-}
-
-/// Rows `order[0], order[1], …` of `a`.
-fn pick_rows(a: &Array, order: &[usize]) -> Array {
-    let rows: Vec<Array> = order.iter().map(|&i| a.rows(i, i + 1)).collect();
-    Array::concat(&rows)
-}
-
 /// The SPINN configuration a state dict describes, as arbor builds it.
 fn configs(
     s: &Shape,
@@ -612,13 +560,18 @@ pub fn import_spinn<B: ArborBackend>(
 
     // MLP: l_k → linears.k; bn_inp → norms.0, bn_k → norms.{k+1}. The output rows are put in
     // arbor's label order.
-    let (labels, order) = label_order(&opts.labels);
+    // arbor's SNLI reader numbers the labels as `NliLabel::ALL`.
+    let arbor_order: Vec<&str> = arbor_data::readers::NliLabel::ALL
+        .iter()
+        .map(|l| l.name())
+        .collect();
+    let (labels, order) = arbor_label_order(&opts.labels, &arbor_order);
     let mut width = 4 * d;
     for k in 0..=s.layers {
         let out = if k == s.layers { s.c } else { s.m };
         let ordered = |a: Array| {
             if k == s.layers {
-                pick_rows(&a, &order)
+                gather_rows(&a, &order)
             } else {
                 a
             }

@@ -163,6 +163,24 @@ fn read_text(path: &Path) -> Result<String, ConvertError> {
     String::from_utf8(bytes).map_err(|e| ConvertError::file(path, format!("not UTF-8: {e}")))
 }
 
+/// The labels in the order arbor's program numbers them, and for each the reference's output
+/// row: when `labels` (the reference's order) are the names of `arbor_order` in another order,
+/// the outputs are permuted into `arbor_order`; any other label set keeps the reference's order.
+pub fn arbor_label_order(labels: &[String], arbor_order: &[&str]) -> (Vec<String>, Vec<usize>) {
+    let rows: Option<Vec<usize>> = (labels.len() == arbor_order.len())
+        .then(|| {
+            arbor_order
+                .iter()
+                .map(|o| labels.iter().position(|l| l == o))
+                .collect()
+        })
+        .flatten();
+    match rows {
+        Some(rows) => (arbor_order.iter().map(|s| s.to_string()).collect(), rows),
+        None => (labels.to_vec(), (0..labels.len()).collect()),
+    }
+}
+
 /// Rows `order[0], order[1], ...` of `a` (an embedding matrix or an output layer).
 pub fn gather_rows(a: &crate::Array, order: &[usize]) -> crate::Array {
     let rows: Vec<crate::Array> = order.iter().map(|&r| a.rows(r, r + 1)).collect();

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use arbor_cells::{GumbelSampler, LstmState, RecurrentCell};
 use arbor_convert::{
-    import_spinn, model_state_dict, read_vocab, Array, ConvertError, Imported, SpinnImport,
+    import_spinn, model_state_dict, Array, ConvertError, Imported, ReferenceVocab, SpinnImport,
     StateDict,
 };
 use arbor_data::tree::{BinaryTree, Transition};
@@ -25,7 +25,11 @@ const TOL: f32 = 1e-5;
 
 fn opts(fx: &Fixture) -> SpinnImport {
     SpinnImport {
-        vocab: Some(read_vocab(&fx.dir.join("vocab.txt")).unwrap()),
+        vocab: Some(
+            ReferenceVocab::read_file(&fx.dir.join("vocab.txt"))
+                .unwrap()
+                .tokens,
+        ),
         vocab_file: Some(fx.dir.join("vocab.txt")),
         ..SpinnImport::default()
     }
@@ -389,7 +393,9 @@ fn pretrained_vectors_come_from_the_embeddings_file() {
     let fx = fixture("spinn-pi");
     let mut t = arrays(&fx.state_dict);
     let table = t.remove("embed.embed.weight").unwrap();
-    let vocab = read_vocab(&fx.dir.join("vocab.txt")).unwrap();
+    let vocab = ReferenceVocab::read_file(&fx.dir.join("vocab.txt"))
+        .unwrap()
+        .tokens;
     let e = table.shape()[1];
     let dir = tempfile::tempdir().unwrap();
     let glove = dir.path().join("vectors.txt");

@@ -10,7 +10,7 @@ use arbor_convert::gumbel::{
 use arbor_convert::r2d2::{import_r2d2, R2d2Import};
 use arbor_convert::{
     export_safetensors, import_rnn_lm, import_safetensors, import_spinn, model_state_dict,
-    read_vocab, CheckpointModel, ReferenceVocab, RnnLmFlavour, RnnLmImport, SpinnImport, StateDict,
+    CheckpointModel, ReferenceVocab, RnnLmFlavour, RnnLmImport, SpinnImport, StateDict,
 };
 use arbor_encoders::r2d2::R2d2SpecialIds;
 use burn::backend::Flex;
@@ -409,7 +409,12 @@ fn import_lm(flavour: RnnLmFlavour, args: RnnLmArgs) -> Result<()> {
 
 fn import_spinn_files(args: SpinnArgs) -> Result<()> {
     let sd = model_state_dict(StateDict::read(&args.files.state_dict)?);
-    let vocab = args.files.vocab.as_deref().map(read_vocab).transpose()?;
+    let vocab = args
+        .files
+        .vocab
+        .as_deref()
+        .map(|f| ReferenceVocab::read_file(f).map(|v| v.tokens))
+        .transpose()?;
     if vocab.is_none() {
         eprintln!(
             "arbor-convert: no --vocab: tokens are named <pad>, <unk>, <2>, <3>, ... and the \
