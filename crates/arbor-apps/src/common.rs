@@ -112,6 +112,30 @@ pub fn parse_one<B: ArborBackend>(
     out.trees.and_then(|mut t| t.pop())
 }
 
+/// `--parse SENTENCE` of a trained classifier: tokenizes the sentence as the checkpoint says
+/// (`lowercase`), and prints the tree the encoder builds for it, or that it builds none.
+///
+/// # Errors
+/// When the sentence has no words.
+pub fn print_parse<B: ArborBackend>(
+    embedding: &TokenEmbedding<B>,
+    encoder: &Encoder<B>,
+    meta: &arbor_tasks::ModelMeta,
+    vocab: &Vocab,
+    sentence: &str,
+    device: &B::Device,
+) -> Result<()> {
+    let words = tokenize(sentence, meta.lowercase);
+    if words.is_empty() {
+        bail!("--parse: the sentence has no words");
+    }
+    match parse_one(embedding, encoder, &vocab.encode(&words), device) {
+        Some(tree) => print_tree("tree", &tree, &words),
+        None => println!("the {} encoder builds no tree", meta.model.encoder().kind()),
+    }
+    Ok(())
+}
+
 /// Prints trees for people: bracketed and as an indented drawing.
 pub fn print_tree(title: &str, tree: &BinaryTree, words: &[String]) {
     println!("{title}: {}", tree.to_bracketed(words));

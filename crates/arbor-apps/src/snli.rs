@@ -15,8 +15,8 @@ use clap::Parser;
 
 use crate::cli::TrainArgs;
 use crate::common::{
-    best_or_last, checkpoint_in, classification_task, parse_one, print_tree, scored_checkpoint,
-    tokenize, words, Labels,
+    best_or_last, checkpoint_in, classification_task, parse_one, print_parse, print_tree,
+    scored_checkpoint, words, Labels,
 };
 use crate::result::RunResult;
 use arbor_tasks::{evaluate, ModelConfig, ModelMeta, NliData, NliTask};
@@ -334,22 +334,14 @@ impl BackendJob for EvalJob {
         let path = checkpoint_in(&dir)?;
         let (model, meta, vocab) = load_trained::<B>(&path, &device)?;
         if let Some(sentence) = &self.args.parse {
-            let words = tokenize(sentence, meta.lowercase);
-            if words.is_empty() {
-                bail!("--parse: the sentence has no words");
-            }
-            let ids = vocab.encode(&words);
-            match parse_one(&model.embedding, &model.encoder, &ids, &device) {
-                Some(tree) => print_tree("tree", &tree, &words),
-                None => println!(
-                    "the {} encoder builds no tree",
-                    match &meta.model {
-                        ModelConfig::Nli { encoder, .. }
-                        | ModelConfig::Classify { encoder, .. } => encoder.kind().to_string(),
-                    }
-                ),
-            }
-            return Ok(());
+            return print_parse(
+                &model.embedding,
+                &model.encoder,
+                &meta,
+                &vocab,
+                sentence,
+                &device,
+            );
         }
         println!("model: {}", path.display());
         let parses = meta.model.encoder().kind() == arbor_encoders::EncoderKind::Spinn;

@@ -16,7 +16,7 @@ use clap::Parser;
 use crate::cli::TrainArgs;
 use crate::common::{
     best_or_last, checkpoint_in, classification_task, load_sentence_classifier, parse_one,
-    print_tree, scored_checkpoint, tokenize, words, Labels,
+    print_parse, print_tree, scored_checkpoint, words, Labels,
 };
 use crate::result::RunResult;
 use arbor_tasks::{ClassifyData, ClassifyTask};
@@ -208,20 +208,14 @@ impl BackendJob for EvalJob {
         let (model, meta, vocab) = load_sentence_classifier::<B>(&path, &device)?;
         let encoder = meta.model.encoder();
         if let Some(sentence) = &self.args.parse {
-            let words = tokenize(sentence, meta.lowercase);
-            if words.is_empty() {
-                bail!("--parse: the sentence has no words");
-            }
-            match parse_one(
+            return print_parse(
                 &model.embedding,
                 &model.encoder,
-                &vocab.encode(&words),
+                &meta,
+                &vocab,
+                sentence,
                 &device,
-            ) {
-                Some(tree) => print_tree("tree", &tree, &words),
-                None => println!("the {} encoder builds no tree", encoder.kind()),
-            }
-            return Ok(());
+            );
         }
         println!("model: {}", path.display());
         for (name, split) in &self.eval {
