@@ -115,7 +115,7 @@ pub fn gated_cell_backward(
     layout: &GateLayout,
     h: usize,
     d_gates: &mut [f32],
-    d_children: &mut [Vec<f32>],
+    d_children: &mut [&mut [f32]],
 ) {
     let w = layout.blocks * h;
     let mut s = Scratch::new(h);

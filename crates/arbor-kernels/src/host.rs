@@ -6,7 +6,7 @@ use std::ops::Deref;
 
 use burn::tensor::{Shape, TensorMetadata};
 
-use crate::{cpu, Activation, GateLayout};
+use crate::{cpu, par, Activation, GateLayout};
 
 /// `f32` data in row-major order.
 pub(crate) enum HostBuf<'a> {
@@ -78,9 +78,16 @@ pub(crate) fn gated_cell<T: HostTensor>(
 ) -> Option<T> {
     let (g, cs) = (gates.host()?, all(children)?);
     let shape = children[0].shape();
-    let refs: Vec<&[f32]> = cs.iter().map(|c| &**c).collect();
+    let (h, w) = (
+        width(gates, layout),
+        gates.shape().as_slice().last().copied()?,
+    );
+    let rows = shape.num_elements() / h.max(1);
     let mut out = vec![0f32; shape.num_elements()];
-    cpu::gated_cell(&g, &refs, layout, width(gates, layout), &mut out);
+    par::rows(rows, w + h * cs.len(), vec![(&mut out, h)], &|r, o| {
+        let refs: Vec<&[f32]> = cs.iter().map(|c| par::at(c, &r, h)).collect();
+        cpu::gated_cell(par::at(&g, &r, w), &refs, layout, h, o[0]);
+    });
     Some(T::from_f32(out, shape))
 }
 
@@ -92,11 +99,18 @@ pub(crate) fn gated_cell_backward<T: HostTensor>(
 ) -> Option<(T, Vec<T>)> {
     let (g, cs, gr) = (gates.host()?, all(children)?, grad.host()?);
     let (gate_shape, child_shape) = (gates.shape(), grad.shape());
-    let refs: Vec<&[f32]> = cs.iter().map(|c| &**c).collect();
+    let (h, w) = (width(gates, layout), gate_shape.as_slice().last().copied()?);
+    let rows = child_shape.num_elements() / h.max(1);
     let mut d_gates = vec![0f32; gate_shape.num_elements()];
     let mut d_children = vec![vec![0f32; child_shape.num_elements()]; cs.len()];
-    let h = width(gates, layout);
-    cpu::gated_cell_backward(&g, &refs, &gr, layout, h, &mut d_gates, &mut d_children);
+    let mut outs: Vec<par::Out<'_>> = vec![(&mut d_gates, w)];
+    outs.extend(d_children.iter_mut().map(|d| (d.as_mut_slice(), h)));
+    par::rows(rows, 2 * w + h * cs.len(), outs, &|r, o| {
+        let refs: Vec<&[f32]> = cs.iter().map(|c| par::at(c, &r, h)).collect();
+        let (d_g, d_c) = o.split_first_mut().expect("d_gates");
+        let (g, gr) = (par::at(&g, &r, w), par::at(&gr, &r, h));
+        cpu::gated_cell_backward(g, &refs, gr, layout, h, d_g, d_c);
+    });
     let d_children = d_children
         .into_iter()
         .map(|d| T::from_f32(d, child_shape.clone()))
@@ -107,8 +121,16 @@ pub(crate) fn gated_cell_backward<T: HostTensor>(
 pub(crate) fn gated_output<T: HostTensor>(gates: &T, c: &T, layout: &GateLayout) -> Option<T> {
     let (g, cc) = (gates.host()?, c.host()?);
     let shape = c.shape();
+    let (h, w) = (
+        width(gates, layout),
+        gates.shape().as_slice().last().copied()?,
+    );
+    let rows = shape.num_elements() / h.max(1);
     let mut out = vec![0f32; shape.num_elements()];
-    cpu::gated_output(&g, &cc, layout, width(gates, layout), &mut out);
+    par::rows(rows, 3 * h, vec![(&mut out, h)], &|r, o| {
+        let (g, c) = (par::at(&g, &r, w), par::at(&cc, &r, h));
+        cpu::gated_output(g, c, layout, h, o[0]);
+    });
     Some(T::from_f32(out, shape))
 }
 
@@ -120,19 +142,38 @@ pub(crate) fn gated_output_backward<T: HostTensor>(
 ) -> Option<(T, T)> {
     let (g, cc, gr) = (gates.host()?, c.host()?, grad.host()?);
     let (gate_shape, c_shape) = (gates.shape(), c.shape());
+    let (h, w) = (width(gates, layout), gate_shape.as_slice().last().copied()?);
+    let rows = c_shape.num_elements() / h.max(1);
     let mut d_gates = vec![0f32; gate_shape.num_elements()];
     let mut d_c = vec![0f32; c_shape.num_elements()];
-    let h = width(gates, layout);
-    cpu::gated_output_backward(&g, &cc, &gr, layout, h, &mut d_gates, &mut d_c);
+    par::rows(
+        rows,
+        w + 4 * h,
+        vec![(&mut d_gates, w), (&mut d_c, h)],
+        &|r, o| {
+            let (g, c, gr) = (par::at(&g, &r, w), par::at(&cc, &r, h), par::at(&gr, &r, h));
+            let [d_g, d_c] = o else {
+                unreachable!("two outputs")
+            };
+            cpu::gated_output_backward(g, c, gr, layout, h, d_g, d_c);
+        },
+    );
     Some((T::from_f32(d_gates, gate_shape), T::from_f32(d_c, c_shape)))
 }
 
 pub(crate) fn select_mix<T: HostTensor>(s: &T, p: &T, l: &T, r: &T) -> Option<T> {
     let (ss, pp, ll, rr) = (s.host()?, p.host()?, l.host()?, r.host()?);
     let shape = p.shape();
-    let (k, d) = (shape[1], shape[2]);
+    let (b, k, d) = (shape[0], shape[1], shape[2]);
     let mut out = vec![0f32; shape.num_elements()];
-    cpu::select_mix(&ss, &pp, &ll, &rr, k, d, &mut out);
+    par::rows(b, 4 * k * d, vec![(&mut out, k * d)], &|rg, o| {
+        let (p, l, r) = (
+            par::at(&pp, &rg, k * d),
+            par::at(&ll, &rg, k * d),
+            par::at(&rr, &rg, k * d),
+        );
+        cpu::select_mix(par::at(&ss, &rg, k), p, l, r, k, d, o[0]);
+    });
     Some(T::from_f32(out, shape))
 }
 
@@ -145,13 +186,29 @@ pub(crate) fn select_mix_backward<T: HostTensor>(
 ) -> Option<[T; 4]> {
     let (ss, pp, ll, rr, g) = (s.host()?, p.host()?, l.host()?, r.host()?, grad.host()?);
     let (s_shape, shape) = (s.shape(), p.shape());
-    let (k, d) = (shape[1], shape[2]);
+    let (b, k, d) = (shape[0], shape[1], shape[2]);
     let n = shape.num_elements();
     let mut d_s = vec![0f32; s_shape.num_elements()];
     let (mut d_p, mut d_l, mut d_r) = (vec![0f32; n], vec![0f32; n], vec![0f32; n]);
-    cpu::select_mix_backward(
-        &ss, &pp, &ll, &rr, &g, k, d, &mut d_s, &mut d_p, &mut d_l, &mut d_r,
-    );
+    let kd = k * d;
+    let outs = vec![
+        (&mut d_s[..], k),
+        (&mut d_p[..], kd),
+        (&mut d_l[..], kd),
+        (&mut d_r[..], kd),
+    ];
+    par::rows(b, 7 * kd, outs, &|rg, o| {
+        let [d_s, d_p, d_l, d_r] = o else {
+            unreachable!("four outputs")
+        };
+        let (p, l, r, g) = (
+            par::at(&pp, &rg, kd),
+            par::at(&ll, &rg, kd),
+            par::at(&rr, &rg, kd),
+            par::at(&g, &rg, kd),
+        );
+        cpu::select_mix_backward(par::at(&ss, &rg, k), p, l, r, g, k, d, d_s, d_p, d_l, d_r);
+    });
     Some([
         T::from_f32(d_s, s_shape),
         T::from_f32(d_p, shape.clone()),
@@ -163,8 +220,16 @@ pub(crate) fn select_mix_backward<T: HostTensor>(
 pub(crate) fn ordered_cell<T: HostTensor>(gates: &T, mf: &T, mi: &T, cp: &T) -> Option<T> {
     let (g, f, i, c) = (gates.host()?, mf.host()?, mi.host()?, cp.host()?);
     let (shape, chunks) = (cp.shape(), mf.shape()[1]);
+    let (rows, h) = (shape[0], shape[1]);
     let mut out = vec![0f32; shape.num_elements()];
-    cpu::ordered_cell(&g, &f, &i, &c, chunks, shape[1], &mut out);
+    par::rows(rows, 6 * h, vec![(&mut out, h)], &|r, o| {
+        let (g, f, i) = (
+            par::at(&g, &r, 4 * h),
+            par::at(&f, &r, chunks),
+            par::at(&i, &r, chunks),
+        );
+        cpu::ordered_cell(g, f, i, par::at(&c, &r, h), chunks, h, o[0]);
+    });
     Some(T::from_f32(out, shape))
 }
 
@@ -183,15 +248,31 @@ pub(crate) fn ordered_cell_backward<T: HostTensor>(
         grad.host()?,
     );
     let (g_shape, m_shape, shape) = (gates.shape(), mf.shape(), cp.shape());
+    let (rows, chunks, h) = (shape[0], m_shape[1], shape[1]);
     let mut d_g = vec![0f32; g_shape.num_elements()];
     let (mut d_f, mut d_i) = (
         vec![0f32; m_shape.num_elements()],
         vec![0f32; m_shape.num_elements()],
     );
     let mut d_c = vec![0f32; shape.num_elements()];
-    cpu::ordered_cell_backward(
-        &g, &f, &i, &c, &gr, m_shape[1], shape[1], &mut d_g, &mut d_f, &mut d_i, &mut d_c,
-    );
+    let outs = vec![
+        (&mut d_g[..], 4 * h),
+        (&mut d_f[..], chunks),
+        (&mut d_i[..], chunks),
+        (&mut d_c[..], h),
+    ];
+    par::rows(rows, 11 * h, outs, &|r, o| {
+        let [d_g, d_f, d_i, d_c] = o else {
+            unreachable!("four outputs")
+        };
+        let (g, f, i) = (
+            par::at(&g, &r, 4 * h),
+            par::at(&f, &r, chunks),
+            par::at(&i, &r, chunks),
+        );
+        let (c, gr) = (par::at(&c, &r, h), par::at(&gr, &r, h));
+        cpu::ordered_cell_backward(g, f, i, c, gr, chunks, h, d_g, d_f, d_i, d_c);
+    });
     Some([
         T::from_f32(d_g, g_shape),
         T::from_f32(d_f, m_shape.clone()),
@@ -204,7 +285,14 @@ pub(crate) fn ordered_gates<T: HostTensor>(gates: &T, mf: &T, mi: &T) -> Option<
     let (g, f, i) = (gates.host()?, mf.host()?, mi.host()?);
     let (n, h, chunks) = (gates.shape()[0], gates.shape()[1] / 4, mf.shape()[1]);
     let mut out = vec![0f32; n * 2 * h];
-    cpu::ordered_gates(&g, &f, &i, chunks, h, &mut out);
+    par::rows(n, 6 * h, vec![(&mut out, 2 * h)], &|r, o| {
+        let (g, f, i) = (
+            par::at(&g, &r, 4 * h),
+            par::at(&f, &r, chunks),
+            par::at(&i, &r, chunks),
+        );
+        cpu::ordered_gates(g, f, i, chunks, h, o[0]);
+    });
     Some(T::from_f32(out, Shape::new([n, 2 * h])))
 }
 
@@ -221,8 +309,23 @@ pub(crate) fn ordered_gates_backward<T: HostTensor>(
         vec![0f32; m_shape.num_elements()],
         vec![0f32; m_shape.num_elements()],
     );
-    let (chunks, h) = (m_shape[1], g_shape[1] / 4);
-    cpu::ordered_gates_backward(&g, &f, &i, &gr, chunks, h, &mut d_g, &mut d_f, &mut d_i);
+    let (rows, chunks, h) = (g_shape[0], m_shape[1], g_shape[1] / 4);
+    let outs = vec![
+        (&mut d_g[..], 4 * h),
+        (&mut d_f[..], chunks),
+        (&mut d_i[..], chunks),
+    ];
+    par::rows(rows, 10 * h, outs, &|r, o| {
+        let [d_g, d_f, d_i] = o else {
+            unreachable!("three outputs")
+        };
+        let (g, f, i) = (
+            par::at(&g, &r, 4 * h),
+            par::at(&f, &r, chunks),
+            par::at(&i, &r, chunks),
+        );
+        cpu::ordered_gates_backward(g, f, i, par::at(&gr, &r, 2 * h), chunks, h, d_g, d_f, d_i);
+    });
     Some([
         T::from_f32(d_g, g_shape),
         T::from_f32(d_f, m_shape.clone()),
@@ -237,7 +340,9 @@ pub(crate) fn adjacent_pairs<T: HostTensor>(x: &T) -> Option<T> {
         return None;
     }
     let mut out = vec![0f32; b * (m - 1) * 2 * d];
-    cpu::adjacent_pairs(&xx, (b, m, d), &mut out);
+    par::rows(b, 3 * m * d, vec![(&mut out, (m - 1) * 2 * d)], &|r, o| {
+        cpu::adjacent_pairs(par::at(&xx, &r, m * d), (r.len(), m, d), o[0]);
+    });
     Some(T::from_f32(out, Shape::new([b, m - 1, 2 * d])))
 }
 
@@ -246,7 +351,9 @@ pub(crate) fn adjacent_pairs_backward<T: HostTensor>(grad: &T) -> Option<T> {
     let (b, m1, d2) = dims3(grad);
     let (m, d) = (m1 + 1, d2 / 2);
     let mut dx = vec![0f32; b * m * d];
-    cpu::adjacent_pairs_backward(&g, (b, m, d), &mut dx);
+    par::rows(b, 3 * m * d, vec![(&mut dx, m * d)], &|r, o| {
+        cpu::adjacent_pairs_backward(par::at(&g, &r, m1 * d2), (r.len(), m, d), o[0]);
+    });
     Some(T::from_f32(dx, Shape::new([b, m, d])))
 }
 
@@ -254,20 +361,35 @@ pub(crate) fn activation<T: HostTensor>(x: &T, act: Activation) -> Option<T> {
     let xx = x.host()?;
     let shape = x.shape();
     let mut out = vec![0f32; shape.num_elements()];
-    match act {
-        Activation::Sigmoid => cpu::sigmoid(&mut out, &xx),
-        Activation::Tanh => cpu::tanh(&mut out, &xx),
-    }
+    par::rows(out.len(), 4, vec![(&mut out, 1)], &|r, o| {
+        let src = par::at(&xx, &r, 1);
+        match act {
+            Activation::Sigmoid => cpu::sigmoid(o[0], src),
+            Activation::Tanh => cpu::tanh(o[0], src),
+        }
+    });
     Some(T::from_f32(out, shape))
 }
 
 pub(crate) fn activation_backward<T: HostTensor>(y: &T, grad: &T, act: Activation) -> Option<T> {
     let (yy, g) = (y.host()?, grad.host()?);
     let shape = y.shape();
-    let out = match act {
-        Activation::Sigmoid => yy.iter().zip(&*g).map(|(y, g)| g * y * (1.0 - y)).collect(),
-        Activation::Tanh => yy.iter().zip(&*g).map(|(y, g)| g * (1.0 - y * y)).collect(),
-    };
+    let mut out = vec![0f32; shape.num_elements()];
+    par::rows(out.len(), 2, vec![(&mut out, 1)], &|r, o| {
+        let (y, g) = (par::at(&yy, &r, 1), par::at(&g, &r, 1));
+        match act {
+            Activation::Sigmoid => {
+                for ((o, y), g) in o[0].iter_mut().zip(y).zip(g) {
+                    *o = g * y * (1.0 - y);
+                }
+            }
+            Activation::Tanh => {
+                for ((o, y), g) in o[0].iter_mut().zip(y).zip(g) {
+                    *o = g * (1.0 - y * y);
+                }
+            }
+        }
+    });
     Some(T::from_f32(out, shape))
 }
 
@@ -279,8 +401,12 @@ fn dims3<T: TensorMetadata>(a: &T) -> (usize, usize, usize) {
 pub(crate) fn linear_scan<T: HostTensor>(a: &T, u: &T, c0: &T) -> Option<T> {
     let (aa, uu, cc) = (a.host()?, u.host()?, c0.host()?);
     let shape = a.shape();
+    let (b, t, h) = dims3(a);
     let mut out = vec![0f32; shape.num_elements()];
-    cpu::linear_scan(&aa, &uu, &cc, dims3(a), &mut out);
+    par::rows(b, 3 * t * h, vec![(&mut out, t * h)], &|r, o| {
+        let (a, u) = (par::at(&aa, &r, t * h), par::at(&uu, &r, t * h));
+        cpu::linear_scan(a, u, par::at(&cc, &r, h), (r.len(), t, h), o[0]);
+    });
     Some(T::from_f32(out, shape))
 }
 
@@ -292,10 +418,35 @@ pub(crate) fn linear_scan_backward<T: HostTensor>(
 ) -> Option<[T; 3]> {
     let (aa, uu, cc, g) = (a.host()?, u.host()?, c0.host()?, grad.host()?);
     let (shape, c_shape) = (a.shape(), c0.shape());
+    let (b, t, h) = dims3(a);
     let n = shape.num_elements();
     let (mut d_a, mut d_u) = (vec![0f32; n], vec![0f32; n]);
     let mut d_c0 = vec![0f32; c_shape.num_elements()];
-    cpu::linear_scan_backward(&aa, &uu, &cc, &g, dims3(a), &mut d_a, &mut d_u, &mut d_c0);
+    let outs = vec![
+        (&mut d_a[..], t * h),
+        (&mut d_u[..], t * h),
+        (&mut d_c0[..], h),
+    ];
+    par::rows(b, 7 * t * h, outs, &|r, o| {
+        let [d_a, d_u, d_c0] = o else {
+            unreachable!("three outputs")
+        };
+        let (a, u, g) = (
+            par::at(&aa, &r, t * h),
+            par::at(&uu, &r, t * h),
+            par::at(&g, &r, t * h),
+        );
+        cpu::linear_scan_backward(
+            a,
+            u,
+            par::at(&cc, &r, h),
+            g,
+            (r.len(), t, h),
+            d_a,
+            d_u,
+            d_c0,
+        );
+    });
     Some([
         T::from_f32(d_a, shape.clone()),
         T::from_f32(d_u, shape),

@@ -58,6 +58,7 @@ mod cpu;
 mod flex;
 mod host;
 mod ndarray;
+mod par;
 pub mod reference;
 
 #[cfg(feature = "cuda")]

@@ -152,7 +152,7 @@ fn layouts() -> Vec<GateLayout> {
 fn forward_matches<B: ArborBackend>() {
     for layout in layouts() {
         // h = 11 is not a multiple of the eight SIMD lanes; scale 6 reaches the tails of σ/tanh.
-        for (b, n, h) in [(3, 4, 11), (2, 1, 16), (1, 5, 3)] {
+        for (b, n, h) in [(3, 4, 11), (2, 1, 16), (1, 5, 3), (40, 9, 64)] {
             let (gates, base) = inputs::<B>(&layout, b, n, h, 6.0);
             let kids = children(&layout, &base);
             let (h_ref, c_ref) = reference_both(gates.clone(), kids.clone(), &layout);
@@ -220,7 +220,7 @@ fn grads<B: AutodiffBackend + ArborBackend>(
 
 fn gradients_match<B: AutodiffBackend + ArborBackend>() {
     for layout in layouts() {
-        for (b, n, h) in [(2, 3, 9), (1, 2, 16)] {
+        for (b, n, h) in [(2, 3, 9), (1, 2, 16), (24, 5, 48)] {
             let (g_ref, s_ref) = grads::<B>(&layout, false, b, n, h);
             let (g_fused, s_fused) = grads::<B>(&layout, true, b, n, h);
             let what = format!("{layout:?} [{b}, {n}, {h}]");
@@ -350,7 +350,7 @@ fn mix<B: ArborBackend>(
 }
 
 fn mix_forward_matches<B: ArborBackend>() {
-    for (b, k, d) in [(3, 5, 11), (1, 1, 8), (2, 7, 3)] {
+    for (b, k, d) in [(3, 5, 11), (1, 1, 8), (2, 7, 3), (16, 12, 64)] {
         let [s, p, base] = mix_inputs::<B>(b, k, d);
         let fused = mix(s.clone(), p.clone(), base.clone(), true);
         let want = mix(s, p, base, false);
@@ -389,7 +389,7 @@ fn mix_grads<B: AutodiffBackend + ArborBackend>(
 
 #[test]
 fn select_mix_gradients_match_reference() {
-    for (b, k, d) in [(2, 4, 9), (1, 6, 16)] {
+    for (b, k, d) in [(2, 4, 9), (1, 6, 16), (16, 8, 48)] {
         assert_fused_agrees!(
             mix_grads(b, k, d),
             ["d s", "d parent", "d left/right"],
@@ -446,7 +446,7 @@ fn ordered<B: ArborBackend>(xs: [Tensor<B, 2>; 4], fused: bool) -> Tensor<B, 2> 
 #[test]
 fn ordered_cell_forward_matches_reference() {
     fn check<B: ArborBackend>() {
-        for (n, c, h) in [(3, 4, 12), (2, 1, 9), (5, 10, 40)] {
+        for (n, c, h) in [(3, 4, 12), (2, 1, 9), (5, 10, 40), (160, 8, 64)] {
             let xs = ordered_inputs::<B>(n, c, h);
             let fused = to_vec(ordered(xs.clone(), true));
             let want = to_vec(ordered(xs, false));
@@ -471,7 +471,7 @@ fn ordered_grads<B: AutodiffBackend + ArborBackend>(
 
 #[test]
 fn ordered_cell_gradients_match_reference() {
-    for (n, c, h) in [(3, 4, 12), (2, 3, 9)] {
+    for (n, c, h) in [(3, 4, 12), (2, 3, 9), (96, 8, 64)] {
         assert_fused_agrees!(
             ordered_grads(n, c, h),
             ["d gates", "d master forget", "d master input", "d c_prev"],
@@ -526,7 +526,7 @@ fn scan<B: ArborBackend>(xs: [Tensor<B, 3>; 3], fused: bool) -> Tensor<B, 3> {
 #[test]
 fn linear_scan_forward_matches_reference() {
     fn check<B: ArborBackend>() {
-        for (b, t, h) in [(3, 5, 7), (2, 1, 16), (1, 9, 3)] {
+        for (b, t, h) in [(3, 5, 7), (2, 1, 16), (1, 9, 3), (24, 12, 64)] {
             let xs = scan_inputs::<B>(b, t, h);
             let fused = to_vec(scan(xs.clone(), true));
             let want = to_vec(scan(xs.clone(), false));
@@ -563,7 +563,7 @@ fn scan_grads<B: AutodiffBackend + ArborBackend>(
 
 #[test]
 fn linear_scan_gradients_match_reference() {
-    for (b, t, h) in [(3, 5, 7), (2, 1, 9)] {
+    for (b, t, h) in [(3, 5, 7), (2, 1, 9), (16, 10, 48)] {
         assert_fused_agrees!(
             scan_grads(b, t, h),
             ["d a", "d u", "d c0"],
@@ -589,13 +589,14 @@ fn linear_scan_finite_differences_f64() {
 }
 
 /// Sigmoid, tanh and the input's gradient, fused or with Burn's own activations, on a strided
-/// view (17 of 22 columns) of values up to ±12.
+/// view (60 of 62 columns) of values up to ±12; large enough that the CPU kernels split the
+/// work across threads.
 fn activations<B: AutodiffBackend + ArborBackend>(fused: bool) -> [Vec<f64>; 3] {
     use burn::tensor::activation;
-    let x = tensor::<B, 3>([3, 5, 22], 12.0, 41)
-        .narrow(2, 1, 17)
+    let x = tensor::<B, 3>([24, 40, 62], 12.0, 41)
+        .narrow(2, 1, 60)
         .require_grad();
-    let w = tensor::<B, 3>([3, 5, 17], 1.0, 42);
+    let w = tensor::<B, 3>([24, 40, 60], 1.0, 42);
     let (ys, yt) = if fused {
         (
             arbor_kernels::sigmoid(x.clone()),
@@ -702,7 +703,7 @@ fn gates_grads<B: AutodiffBackend + ArborBackend>(
 
 #[test]
 fn ordered_gates_match_reference_and_ordered_cell() {
-    for (n, c, h) in [(3, 4, 12), (2, 1, 9), (5, 10, 40)] {
+    for (n, c, h) in [(3, 4, 12), (2, 1, 9), (5, 10, 40), (160, 8, 64)] {
         for fused in [
             to_vec(gates_out(gate_inputs::<Flex>(n, c, h), true)),
             to_vec(gates_out(gate_inputs::<NdArray>(n, c, h), true)),
@@ -754,9 +755,9 @@ fn ordered_gates_finite_differences_f64() {
     }
 }
 
-fn pairs<B: AutodiffBackend + ArborBackend>(fused: bool, m: usize) -> [Vec<f64>; 2] {
+fn pairs<B: AutodiffBackend + ArborBackend>(fused: bool, b: usize, m: usize) -> [Vec<f64>; 2] {
     // A strided view (the first m of m + 1 nodes), as a layer's `h` can be.
-    let x = tensor::<B, 3>([2, m + 1, 5], 1.0, 81)
+    let x = tensor::<B, 3>([b, m + 1, 5], 1.0, 81)
         .narrow(1, 0, m)
         .require_grad();
     let y = if fused {
@@ -766,22 +767,23 @@ fn pairs<B: AutodiffBackend + ArborBackend>(fused: bool, m: usize) -> [Vec<f64>;
             x.clone().into_primitive().tensor(),
         )))
     };
-    let w = tensor::<B, 3>([2, m - 1, 10], 1.0, 82);
+    let w = tensor::<B, 3>([b, m - 1, 10], 1.0, 82);
     let grads = y.clone().mul(w).sum().backward();
     [to_vec(y), to_vec(x.grad(&grads).unwrap())]
 }
 
 #[test]
 fn adjacent_pairs_match_reference_in_values_and_gradients() {
-    for m in [2, 3, 7] {
+    // The last size is split across threads by the CPU kernels.
+    for (b, m) in [(2, 2), (2, 3), (2, 7), (40, 64)] {
         for (fused, want) in [
             (
-                pairs::<Autodiff<Flex>>(true, m),
-                pairs::<Autodiff<Flex>>(false, m),
+                pairs::<Autodiff<Flex>>(true, b, m),
+                pairs::<Autodiff<Flex>>(false, b, m),
             ),
             (
-                pairs::<Autodiff<NdArray>>(true, m),
-                pairs::<Autodiff<NdArray>>(false, m),
+                pairs::<Autodiff<NdArray>>(true, b, m),
+                pairs::<Autodiff<NdArray>>(false, b, m),
             ),
         ] {
             assert_close(&fused[0], &want[0], 0.0, &format!("pairs m = {m}"));

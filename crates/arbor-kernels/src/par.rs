@@ -1,0 +1,86 @@
+//! Row-parallel execution of the CPU kernels on rayon's global pool (the pool Burn's `flex`
+//! backend runs its matrix products on, so both sides share the same threads).
+//!
+//! Every kernel in [`cpu`](crate::cpu) is independent across the rows of its buffers, so a call
+//! is cut into row ranges by recursive halving (`rayon::join`) until a range holds less than
+//! [`GRAIN`] elements of work; each range runs the same kernel on its own slices. Results are
+//! identical to the one-thread call: no row reads another row's output.
+
+use std::ops::Range;
+
+/// Elements of work below which a range is not split further (a `rayon::join` costs a few
+/// microseconds; this much elementwise work costs tens).
+pub(crate) const GRAIN: usize = 1 << 14;
+
+/// One mutable output: its buffer and the number of elements each row owns in it.
+pub(crate) type Out<'a> = (&'a mut [f32], usize);
+
+/// Runs `f(rows, outputs)` over `0..rows`, cut into ranges in parallel; `row_cost` is the
+/// elements of work in one row, and `outs` the output buffers with their row widths. `f` gets
+/// each output's slice for its range.
+pub(crate) fn rows<F>(rows: usize, row_cost: usize, outs: Vec<Out<'_>>, f: &F)
+where
+    F: Fn(Range<usize>, &mut [&mut [f32]]) + Sync,
+{
+    split(0..rows, row_cost.max(1), outs, f);
+}
+
+fn split<F>(range: Range<usize>, row_cost: usize, outs: Vec<Out<'_>>, f: &F)
+where
+    F: Fn(Range<usize>, &mut [&mut [f32]]) + Sync,
+{
+    let n = range.len();
+    if n < 2 || n.saturating_mul(row_cost) < 2 * GRAIN {
+        let mut slices: Vec<&mut [f32]> = outs.into_iter().map(|(s, _)| s).collect();
+        f(range, &mut slices);
+        return;
+    }
+    let mid = range.start + n / 2;
+    let (left, right): (Vec<Out<'_>>, Vec<Out<'_>>) = outs
+        .into_iter()
+        .map(|(s, w)| {
+            let (a, b) = s.split_at_mut((n / 2) * w);
+            ((a, w), (b, w))
+        })
+        .unzip();
+    rayon::join(
+        || split(range.start..mid, row_cost, left, f),
+        || split(mid..range.end, row_cost, right, f),
+    );
+}
+
+/// `&buf[rows·width]`: the rows `r` of a row-major buffer whose rows are `width` long.
+pub(crate) fn at<'a>(buf: &'a [f32], r: &Range<usize>, width: usize) -> &'a [f32] {
+    &buf[r.start * width..r.end * width]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_row_is_visited_once_with_its_own_slices() {
+        for &(n, cost) in &[
+            (0usize, 1usize),
+            (1, 1),
+            (3, 1 << 20),
+            (1000, 100),
+            (4097, 17),
+        ] {
+            let mut a = vec![0f32; n * 3];
+            let mut b = vec![0f32; n];
+            rows(n, cost, vec![(&mut a, 3), (&mut b, 1)], &|r, o| {
+                assert_eq!(o[0].len(), r.len() * 3);
+                assert_eq!(o[1].len(), r.len());
+                for (k, row) in r.clone().enumerate() {
+                    for j in 0..3 {
+                        o[0][k * 3 + j] += (row * 3 + j) as f32;
+                    }
+                    o[1][k] += row as f32;
+                }
+            });
+            assert!(a.iter().enumerate().all(|(i, &v)| v == i as f32));
+            assert!(b.iter().enumerate().all(|(i, &v)| v == i as f32));
+        }
+    }
+}
