@@ -2,10 +2,12 @@
 
 use arbor_cells::ArborBackend;
 use burn::nn::activation::ActivationConfig;
-use burn::nn::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
+use burn::nn::attention::{MultiHeadAttention, MultiHeadAttentionConfig};
 use burn::nn::transformer::{PositionWiseFeedForward, PositionWiseFeedForwardConfig};
+use burn::nn::Linear;
 use burn::nn::{Dropout, DropoutConfig, LayerNorm, LayerNormConfig};
 use burn::prelude::*;
+use burn::tensor::activation::{quiet_softmax, softmax};
 use burn::tensor::Bool;
 
 use crate::{FastTreesGate, FastTreesGateConfig, GateInput};
@@ -148,11 +150,7 @@ impl<B: ArborBackend> TransformerLayer<B> {
         } else {
             x.clone()
         };
-        let mut input = MhaInput::self_attn(attn_in);
-        if let Some(mask) = mask_pad {
-            input = input.mask_pad(mask);
-        }
-        let attended = self.mha.forward(input).context;
+        let attended = self_attention(&self.mha, attn_in, mask_pad);
         let (attended, gate, distances) = match &self.gate {
             Some(gate) => {
                 let g = gate.forward(attended);
@@ -186,4 +184,54 @@ impl<B: ArborBackend> TransformerLayer<B> {
             distances,
         }
     }
+}
+
+/// Burn's `MultiHeadAttention::forward` for self-attention, with the same weights, dropout,
+/// masking and softmax, computed with fewer and larger products:
+///
+/// - the query, key, value and output projections run on `[batch·time, D]` (one matrix product
+///   each, and one for each weight gradient) instead of on `[batch, time, D]`, which Burn
+///   broadcasts into `batch` small products and, in the backward pass, `batch` weight-gradient
+///   products summed afterwards;
+/// - the heads are strided views of the projections (`[batch, heads, time, d_k]`), read in place
+///   by the batched products.
+///
+/// `mask_pad` is `true` at padding positions (keys nobody attends to).
+///
+/// # Shapes
+/// - `x`: `[batch, time, D]`
+/// - `mask_pad`: `[batch, time]`
+/// - output: `[batch, time, D]`
+pub fn self_attention<B: Backend>(
+    mha: &MultiHeadAttention<B>,
+    x: Tensor<B, 3>,
+    mask_pad: Option<Tensor<B, 2, Bool>>,
+) -> Tensor<B, 3> {
+    let [batch, time, d] = x.dims();
+    let (heads, d_k) = (mha.n_heads, mha.d_k);
+    let rows = x.reshape([batch * time, d]);
+    let project = |linear: &Linear<B>| {
+        linear
+            .forward(rows.clone())
+            .reshape([batch, time, heads, d_k])
+            .swap_dims(1, 2)
+    };
+    let (query, key, value) = (project(&mha.query), project(&mha.key), project(&mha.value));
+    let scores = query
+        .matmul(key.swap_dims(2, 3))
+        .div_scalar((d_k as f32).sqrt());
+    let mut scores = mha.dropout.forward(scores);
+    if let Some(mask) = mask_pad {
+        scores = scores.mask_fill(mask.reshape([batch, 1, 1, time]), mha.min_float);
+    }
+    let weights = if mha.quiet_softmax {
+        quiet_softmax(scores, 3)
+    } else {
+        softmax(scores, 3)
+    };
+    let context = weights
+        .matmul(value)
+        .swap_dims(1, 2)
+        .reshape([batch * time, d]);
+    mha.output.forward(context).reshape([batch, time, d])
 }

@@ -43,5 +43,5 @@ pub use encoder::{
 pub use gate::{
     FastTreesGate, FastTreesGateConfig, FastTreesGateOutput, GateInput, GateProjection,
 };
-pub use layer::{TransformerLayer, TransformerLayerConfig, TransformerLayerOutput};
+pub use layer::{self_attention, TransformerLayer, TransformerLayerConfig, TransformerLayerOutput};
 pub use positions::{sinusoids, PositionKind, Positions};

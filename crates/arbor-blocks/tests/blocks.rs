@@ -1,7 +1,7 @@
 //! Tests of the FastTrees gate, the Transformer layer and the encoder stack.
 
 use arbor_blocks::{
-    padding_mask, FastTreesGateConfig, GateInput, GateProjection, PositionKind,
+    padding_mask, self_attention, FastTreesGateConfig, GateInput, GateProjection, PositionKind,
     TransformerEncoderConfig, TransformerLayerConfig,
 };
 use arbor_cells::ArborBackend;
@@ -223,6 +223,56 @@ fn without_the_gate_a_layer_is_burns_transformer_encoder_layer() {
         let diff = max_abs_diff(ours, run_ref(&reference));
         assert!(diff < 1e-12, "norm_first={norm_first}: {diff}");
     }
+}
+
+/// `self_attention` (rank-2 projections, strided heads) against Burn's `MultiHeadAttention` with
+/// the same weights and a padding mask, in values and in every gradient, on flex (whose CPU
+/// products read the strided heads in place) and in f64.
+#[test]
+fn self_attention_is_burns_multi_head_attention_in_values_and_gradients() {
+    use burn::nn::attention::{MhaInput, MultiHeadAttentionConfig};
+    fn flat<B: Backend, const N: usize>(t: Tensor<B, N>) -> Vec<f64> {
+        t.into_data().convert::<f64>().to_vec::<f64>().unwrap()
+    }
+    fn check<B: burn::tensor::backend::AutodiffBackend + ArborBackend>(tol: f64) {
+        let device = Default::default();
+        let (batch, time, d, heads) = (3, 5, 8, 2);
+        let mha = MultiHeadAttentionConfig::new(d, heads)
+            .with_dropout(0.0)
+            .init::<B>(&device);
+        let x = randn::<B, 3>([batch, time, d], 1.0, &device);
+        let w = randn::<B, 3>([batch, time, d], 1.0, &device);
+        let mask = padding_mask::<B>(&[5, 3, 1], time, &device);
+        let grads = |ours: bool| {
+            let x = x.clone().require_grad();
+            let y = if ours {
+                self_attention(&mha, x.clone(), Some(mask.clone()))
+            } else {
+                mha.forward(MhaInput::self_attn(x.clone()).mask_pad(mask.clone()))
+                    .context
+            };
+            let g = y.clone().mul(w.clone()).sum().backward();
+            let weight = |l: &burn::nn::Linear<B>| l.weight.grad(&g).unwrap();
+            let bias = |l: &burn::nn::Linear<B>| l.bias.as_ref().unwrap().grad(&g).unwrap();
+            let mut out = vec![flat(y.inner()), flat(x.grad(&g).unwrap())];
+            for l in [&mha.query, &mha.key, &mha.value, &mha.output] {
+                out.push(flat(weight(l)));
+                out.push(flat(bias(l)));
+            }
+            out
+        };
+        let (ours, burns) = (grads(true), grads(false));
+        for (k, (a, b)) in ours.iter().zip(&burns).enumerate() {
+            let diff = a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f64::max);
+            assert!(diff < tol, "output {k}: {diff}");
+        }
+    }
+    check::<Autodiff<F>>(1e-5);
+    check::<Autodiff<D64>>(1e-12);
 }
 
 #[test]
