@@ -152,13 +152,14 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
     }
 
     fn activation(x: FloatTensor<Self>, act: Activation) -> FloatTensor<Self> {
+        let input = act.backward_from_input().then(|| x.primitive.clone());
         let out = B::activation(x.primitive, act);
         match Activate(act)
             .prepare::<C>([x.node])
             .compute_bound()
             .stateful()
         {
-            OpsKind::Tracked(prep) => prep.finish(out.clone(), out),
+            OpsKind::Tracked(prep) => prep.finish(input.unwrap_or_else(|| out.clone()), out),
             OpsKind::UnTracked(prep) => prep.finish(out),
         }
     }
@@ -212,7 +213,7 @@ impl<B: ArborBackend> Backward<B, 1> for AdjacentPairs {
     }
 }
 
-/// The backward step of `sigmoid`/`tanh`, from the output.
+/// The backward step of `sigmoid`/`tanh` (from the output) and `gelu` (from the input).
 #[derive(Debug)]
 struct Activate(Activation);
 

@@ -8,7 +8,7 @@
 // vectorises them.
 #![allow(clippy::needless_range_loop)]
 
-use wide::{f32x8, CmpGe, CmpLt};
+use wide::{f32x8, CmpEq, CmpGe, CmpLt};
 
 use crate::GateLayout;
 
@@ -28,6 +28,43 @@ fn tanh8(x: f32x8) -> f32x8 {
     let t = (-(x.abs() + x.abs())).exp();
     let r = (f32x8::ONE - t) / (f32x8::ONE + t);
     let r = x.cmp_lt(f32x8::ZERO).blend(-r, r);
+    x.is_nan().blend(x, r)
+}
+
+/// `erf(x)` for `x ≥ 0` (Abramowitz & Stegun 7.1.26: |error| ≤ 1.5·10⁻⁷), eight lanes.
+#[inline(always)]
+fn erf_abs8(z: f32x8) -> f32x8 {
+    let t = f32x8::ONE / (f32x8::ONE + f32x8::splat(0.327_591_1) * z);
+    let poly = t
+        * (f32x8::splat(0.254_829_6)
+            + t * (f32x8::splat(-0.284_496_74)
+                + t * (f32x8::splat(1.421_413_7)
+                    + t * (f32x8::splat(-1.453_152_1) + t * f32x8::splat(1.061_405_4)))));
+    f32x8::ONE - poly * (-(z * z)).exp()
+}
+
+/// `Φ(x) = (1 + erf(x/√2))/2`, eight lanes.
+#[inline(always)]
+fn normal_cdf8(x: f32x8) -> f32x8 {
+    let e = erf_abs8(x.abs() * f32x8::splat(std::f32::consts::FRAC_1_SQRT_2));
+    let e = x.cmp_lt(f32x8::ZERO).blend(-e, e);
+    f32x8::splat(0.5) * (f32x8::ONE + e)
+}
+
+#[inline(always)]
+fn gelu8(x: f32x8) -> f32x8 {
+    // Where Φ(x) underflows to 0 the product is 0 (also at −∞, where x·Φ(x) would be NaN).
+    let cdf = normal_cdf8(x);
+    let r = cdf.cmp_eq(f32x8::ZERO).blend(f32x8::ZERO, x * cdf);
+    x.is_nan().blend(x, r)
+}
+
+/// `dGELU/dx = Φ(x) + x·φ(x)`, eight lanes.
+#[inline(always)]
+fn gelu_slope8(x: f32x8) -> f32x8 {
+    const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
+    let pdf = f32x8::splat(FRAC_1_SQRT_2PI) * (f32x8::splat(-0.5) * x * x).exp();
+    let r = normal_cdf8(x) + x * pdf;
     x.is_nan().blend(x, r)
 }
 
@@ -58,6 +95,19 @@ pub fn sigmoid(dst: &mut [f32], src: &[f32]) {
 /// `dst = tanh(src)`.
 pub fn tanh(dst: &mut [f32], src: &[f32]) {
     map8(dst, src, tanh8);
+}
+
+/// `dst = GELU(src) = src·Φ(src)`.
+pub fn gelu(dst: &mut [f32], src: &[f32]) {
+    map8(dst, src, gelu8);
+}
+
+/// `dst = grad ⊙ GELU′(x)`.
+pub fn gelu_backward(dst: &mut [f32], x: &[f32], grad: &[f32]) {
+    map8(dst, x, gelu_slope8);
+    for (d, g) in dst.iter_mut().zip(grad) {
+        *d *= g;
+    }
 }
 
 /// Scratch rows reused across the rows of one call.
@@ -530,6 +580,55 @@ mod tests {
                 "tanh({x}) = {t}, want {t_ref}"
             );
         }
+    }
+
+    #[test]
+    fn gelu_and_its_slope_match_the_exact_formula() {
+        // erf through f64: erf(z) = 1 − erfc(z), with erfc from its continued fraction is
+        // overkill here; the f64 identity Φ(x) = (1 + erf(x/√2))/2 is checked against a
+        // numerically integrated normal density instead.
+        fn phi(x: f64) -> f64 {
+            // Simpson's rule over [−10, x] (the density below −10 is < 1e-22).
+            let (a, n) = (-10.0f64, 20_000);
+            if x <= a {
+                return 0.0;
+            }
+            let h = (x - a) / n as f64;
+            let f = |t: f64| (-0.5 * t * t).exp() / (2.0 * std::f64::consts::PI).sqrt();
+            let mut s = f(a) + f(x);
+            for i in 1..n {
+                s += f(a + i as f64 * h) * if i % 2 == 1 { 4.0 } else { 2.0 };
+            }
+            s * h / 3.0
+        }
+        let xs: Vec<f32> = (-80..=80)
+            .map(|i| i as f32 * 0.1)
+            .chain([1e-6, -1e-6, 0.0])
+            .collect();
+        let ones = vec![1.0; xs.len()];
+        let (mut g, mut d) = (vec![0.0; xs.len()], vec![0.0; xs.len()]);
+        gelu(&mut g, &xs);
+        gelu_backward(&mut d, &xs, &ones);
+        for ((&x, &g), &d) in xs.iter().zip(&g).zip(&d) {
+            let x64 = x as f64;
+            let want = x64 * phi(x64);
+            assert!(
+                (g as f64 - want).abs() < 3e-7 * (1.0 + x64.abs()),
+                "GELU({x}) = {g}, want {want}"
+            );
+            let pdf = (-0.5 * x64 * x64).exp() / (2.0 * std::f64::consts::PI).sqrt();
+            let slope = phi(x64) + x64 * pdf;
+            assert!(
+                (d as f64 - slope).abs() < 5e-7,
+                "GELU'({x}) = {d}, want {slope}"
+            );
+        }
+        let (mut g, mut d) = ([0.0; 3], [0.0; 3]);
+        gelu(&mut g, &[f32::NAN, f32::INFINITY, f32::NEG_INFINITY]);
+        gelu_backward(&mut d, &[f32::NAN, 40.0, -40.0], &[1.0; 3]);
+        assert!(g[0].is_nan() && d[0].is_nan());
+        assert_eq!((g[1], g[2]), (f32::INFINITY, 0.0));
+        assert_eq!((d[1], d[2]), (1.0, 0.0));
     }
 
     #[test]

@@ -366,6 +366,7 @@ pub(crate) fn activation<T: HostTensor>(x: &T, act: Activation) -> Option<T> {
         match act {
             Activation::Sigmoid => cpu::sigmoid(o[0], src),
             Activation::Tanh => cpu::tanh(o[0], src),
+            Activation::Gelu => cpu::gelu(o[0], src),
         }
     });
     Some(T::from_f32(out, shape))
@@ -388,6 +389,8 @@ pub(crate) fn activation_backward<T: HostTensor>(y: &T, grad: &T, act: Activatio
                     *o = g * (1.0 - y * y);
                 }
             }
+            // `y` is the input here (Activation::backward_from_input).
+            Activation::Gelu => cpu::gelu_backward(o[0], y, g),
         }
     });
     Some(T::from_f32(out, shape))

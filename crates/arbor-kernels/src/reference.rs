@@ -2,11 +2,15 @@
 //! fused kernels are tested against.
 
 use burn::prelude::*;
-use burn::tensor::activation::{sigmoid, tanh};
+use burn::tensor::activation::{gelu, sigmoid, tanh};
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Shape, TensorMetadata, TensorPrimitive};
 
 use crate::{Activation, GateLayout};
+
+/// `√2`, and `1/√(2π)` (the standard normal density at 0).
+const SQRT_2: f64 = std::f64::consts::SQRT_2;
+const FRAC_1_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
 
 /// A primitive of any rank as a `[rows, last]` tensor.
 pub(crate) fn rows<B: Backend>(t: FloatTensor<B>) -> Tensor<B, 2> {
@@ -439,11 +443,13 @@ pub fn activation<B: Backend>(x: FloatTensor<B>, act: Activation) -> FloatTensor
     let y = match act {
         Activation::Sigmoid => sigmoid(x),
         Activation::Tanh => tanh(x),
+        Activation::Gelu => gelu(x),
     };
     unrows::<B>(y, shape)
 }
 
-/// The gradient of [`activation`] from its output `y`.
+/// The gradient of [`activation`] from its output `y` (sigmoid, tanh) or its input (GELU:
+/// `Φ(x) + x·φ(x)`).
 pub fn activation_backward<B: Backend>(
     y: FloatTensor<B>,
     grad: FloatTensor<B>,
@@ -454,6 +460,22 @@ pub fn activation_backward<B: Backend>(
     let slope = match act {
         Activation::Sigmoid => y.clone().mul(y.neg().add_scalar(1.0)),
         Activation::Tanh => y.clone().mul(y).neg().add_scalar(1.0),
+        Activation::Gelu => {
+            let x = y;
+            let cdf = x
+                .clone()
+                .div_scalar(SQRT_2)
+                .erf()
+                .add_scalar(1.0)
+                .mul_scalar(0.5);
+            let pdf = x
+                .clone()
+                .powi_scalar(2)
+                .mul_scalar(-0.5)
+                .exp()
+                .mul_scalar(FRAC_1_SQRT_2PI);
+            cdf.add(x.mul(pdf))
+        }
     };
     unrows::<B>(g.mul(slope), shape)
 }

@@ -1,10 +1,11 @@
 //! R2D2's bidirectional language model (eq. 8) and pseudo-perplexity (Salazar et al. 2020).
 
+use arbor_cells::kernels::gelu;
 use arbor_cells::ArborBackend;
 use burn::module::{Initializer, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::prelude::*;
-use burn::tensor::activation::{gelu, log_softmax};
+use burn::tensor::activation::log_softmax;
 use burn::tensor::TensorData;
 
 use super::chart::{index_tensor, Chart, ChartStats};
