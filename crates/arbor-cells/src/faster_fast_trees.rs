@@ -114,9 +114,12 @@ impl<B: ArborBackend> RecurrentCell<B> for FasterFastTreesCell<B> {
     ) -> Option<ScanOutput<B>> {
         let [b, t, _] = x.dims();
         let (h, c) = (self.d_hidden, self.n_chunks);
-        let all = crate::linear_rows(&self.input, x).reshape([b * t, 4 * h + 2 * c]);
-        let master = MasterGates::from_logits(all.clone().narrow(1, 0, 2 * c));
-        let gates = all.narrow(1, 2 * c, 4 * h);
+        // The master-gate and gate columns as two products on the weight's columns, so that
+        // each is a contiguous tensor (not a strided view the kernels would copy).
+        let rows = x.reshape([b * t, self.input.weight.dims()[0]]);
+        let master =
+            MasterGates::from_logits(crate::linear_columns(&self.input, rows.clone(), 0, 2 * c));
+        let gates = crate::linear_columns(&self.input, rows, 2 * c, 4 * h);
         let au = arbor_kernels::ordered_gates(gates.clone(), master.forget.clone(), master.input)
             .reshape([b, t, 2 * h]);
         let mut a = au.clone().narrow(2, 0, h);

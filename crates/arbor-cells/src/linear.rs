@@ -33,6 +33,30 @@ pub fn linear_rows<B: ArborBackend, const D: usize>(
     y.reshape(out)
 }
 
+/// Columns `start..start + len` of `linear.forward(x)`, computed from the same columns of the
+/// weight and bias: `x·W[:, start..start + len] + b[start..start + len]`.
+///
+/// Same values as `linear.forward(x).narrow(1, start, len)`, but the output is a contiguous
+/// tensor of its own instead of a strided view of a wider one, so the elementwise kernels that
+/// read it do not copy it first (the CPU backends' products read the weight's columns in place).
+/// Used where one fused `Linear` feeds parts that are consumed separately.
+///
+/// # Shapes
+/// - `x`: `[rows, d_in]`
+/// - output: `[rows, len]`
+pub fn linear_columns<B: ArborBackend>(
+    linear: &Linear<B>,
+    x: Tensor<B, 2>,
+    start: usize,
+    len: usize,
+) -> Tensor<B, 2> {
+    let y = x.matmul(linear.weight.val().narrow(1, start, len));
+    match &linear.bias {
+        Some(bias) => y.add(bias.val().narrow(0, start, len).unsqueeze_dim(0)),
+        None => y,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,5 +87,34 @@ mod tests {
             .unwrap()
             .into_data()
             .assert_approx_eq::<f32>(&x.grad(&gb).unwrap().into_data(), Default::default());
+    }
+
+    #[test]
+    fn columns_are_the_narrowed_output_in_values_and_gradients() {
+        let device = Default::default();
+        for bias in [true, false] {
+            let linear = LinearConfig::new(3, 7).with_bias(bias).init::<Ad>(&device);
+            let x = Tensor::<Ad, 2>::random([4, 3], Distribution::Default, &device).require_grad();
+            let w = Tensor::<Ad, 2>::random([4, 4], Distribution::Default, &device);
+            let a = linear.forward(x.clone()).narrow(1, 2, 4);
+            let b = linear_columns(&linear, x.clone(), 2, 4);
+            let close = |p: Tensor<Ad, 2>, q: Tensor<Ad, 2>| {
+                p.into_data()
+                    .assert_approx_eq::<f32>(&q.into_data(), Default::default())
+            };
+            close(a.clone(), b.clone());
+            let ga = a.mul(w.clone()).sum().backward();
+            let gb = b.mul(w).sum().backward();
+            let wg = |g| Tensor::<Ad, 2>::from_inner(linear.weight.grad(g).unwrap());
+            close(wg(&ga), wg(&gb));
+            let xg = |g| Tensor::<Ad, 2>::from_inner(x.grad(g).unwrap());
+            close(xg(&ga), xg(&gb));
+            if let Some(bias) = &linear.bias {
+                let bg = |g| Tensor::<Ad, 1>::from_inner(bias.grad(g).unwrap());
+                bg(&ga)
+                    .into_data()
+                    .assert_approx_eq::<f32>(&bg(&gb).into_data(), Default::default());
+            }
+        }
     }
 }
