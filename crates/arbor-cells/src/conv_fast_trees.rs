@@ -6,8 +6,8 @@ use burn::nn::{Linear, LinearConfig, PaddingConfig1d};
 use burn::prelude::*;
 use burn::tensor::activation::relu;
 
-use crate::fast_trees::{activate_master, precomputed_master_step};
-use crate::master::n_chunks;
+use crate::fast_trees::precomputed_master_step;
+use crate::master::{n_chunks, MasterGates};
 use crate::runner::{CellStep, RecurrentCell};
 use crate::LstmState;
 
@@ -94,18 +94,19 @@ impl<B: ArborBackend> RecurrentCell<B> for ConvFastTreesCell<B> {
         Some(self.n_chunks)
     }
 
-    /// `[f̃, ĩ, W x_t + b]` for every step: `[B, T, d_in] → [B, T, 2C + 4H]`.
+    /// `W x_t + b` for every step: `[B, T, d_in] → [B, T, 4H]`; the master gates come from
+    /// [`context`](RecurrentCell::context).
     fn precompute(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        // Conv1d wants [B, channels, T].
-        let conv = self.conv.forward(x.clone().swap_dims(1, 2)).swap_dims(1, 2);
-        let master = crate::linear_rows(&self.master, relu(conv));
-        let xp = Tensor::cat(vec![master, crate::linear_rows(&self.input, x)], 2);
-        activate_master(xp, self.n_chunks)
+        crate::linear_rows(&self.input, x)
     }
 
-    /// The causal convolution reads the steps before `t`.
-    fn position_wise(&self) -> bool {
-        false
+    /// The master gates `[f̃, ĩ]` of every step, `[B, T, d_in] → [B, T, 2C]`: the causal
+    /// convolution reads the steps before `t`.
+    fn context(&self, x: Tensor<B, 3>) -> Option<Tensor<B, 3>> {
+        // Conv1d wants [B, channels, T].
+        let conv = self.conv.forward(x.swap_dims(1, 2)).swap_dims(1, 2);
+        let logits = crate::linear_rows(&self.master, relu(conv));
+        Some(MasterGates::from_logits(logits).concat())
     }
 
     fn step(&self, xp: Tensor<B, 2>, state: LstmState<B, 2>) -> CellStep<B> {

@@ -52,8 +52,8 @@ impl<B: ArborBackend> RecurrentCell<B> for AnyCell<B> {
     fn step(&self, xp: Tensor<B, 2>, state: LstmState<B, 2>) -> CellStep<B> {
         dispatch!(self, c => c.step(xp, state))
     }
-    fn position_wise(&self) -> bool {
-        dispatch!(self, c => c.position_wise())
+    fn context(&self, x: Tensor<B, 3>) -> Option<Tensor<B, 3>> {
+        dispatch!(self, c => c.context(x))
     }
     fn scan(
         &self,

@@ -44,11 +44,20 @@ pub trait RecurrentCell<B: ArborBackend> {
     /// - `x`: `[batch, time, d_input]`
     /// - output: `[batch, time, P]`, where `P` is the cell's own layout
     fn precompute(&self, x: Tensor<B, 3>) -> Tensor<B, 3>;
-    /// Whether [`precompute`](RecurrentCell::precompute) treats every position on its own (true
-    /// for all cells but Conv FastTrees, whose convolution reads neighbouring steps). The runner
-    /// then precomputes step by step from `x_t` instead of slicing one precomputed tensor.
-    fn position_wise(&self) -> bool {
-        true
+    /// The part of a step's input that reads neighbouring steps (Conv FastTrees' causal
+    /// convolution), for the whole sequence; `None` (the default) when everything a step needs
+    /// from `x` comes from `x_t` alone. The runner calls [`precompute`](RecurrentCell::precompute)
+    /// step by step on `x_t` and gives [`step`](RecurrentCell::step) `[context_t, precompute(x_t)]`.
+    ///
+    /// Per-step precomputation keeps training linear in the length: slicing one precomputed
+    /// `[batch, time, P]` tensor per step would give every step a full-size zero gradient of it
+    /// in the autodiff graph. Only the (narrow) context is sliced.
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, time, d_input]`
+    /// - output: `[batch, time, K]`, the first `K` columns of what `step` reads
+    fn context(&self, _x: Tensor<B, 3>) -> Option<Tensor<B, 3>> {
+        None
     }
     /// One step from the precomputed slice of step `t` and the previous state.
     ///

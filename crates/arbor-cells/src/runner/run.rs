@@ -73,18 +73,20 @@ pub fn run_sequence<B: ArborBackend, C: RecurrentCell<B> + ?Sized>(
             return from_scan(scan, state, lengths, pad);
         }
     }
-    // A position-wise precompute runs per step on `x_t`: slicing one precomputed `[batch, time,
-    // P]` tensor per step would make the autodiff graph give every step a full-size zero
-    // gradient of it (quadratic in the length; docs/bench.md measured a third of LSTM training).
+    // The precompute runs per step on `x_t` (see `RecurrentCell::context`).
     let d_in = x.dims()[2];
-    let whole = (!cell.position_wise()).then(|| cell.precompute(x.clone()));
+    let context = cell.context(x.clone());
     let mut outputs = Vec::with_capacity(time);
     let mut distances = Vec::with_capacity(time);
     for t in 0..time {
-        let xp_t = match &whole {
-            Some(xp) => xp.clone().slice([0..batch, t..t + 1, 0..xp.dims()[2]]),
-            None => cell.precompute(x.clone().slice([0..batch, t..t + 1, 0..d_in])),
-        };
+        let mut xp_t = cell.precompute(x.clone().slice([0..batch, t..t + 1, 0..d_in]));
+        if let Some(context) = &context {
+            let k = context.dims()[2];
+            xp_t = Tensor::cat(
+                vec![context.clone().slice([0..batch, t..t + 1, 0..k]), xp_t],
+                2,
+            );
+        }
         let width = xp_t.dims()[2];
         let xp_t = xp_t.reshape([batch, width]);
         let step = cell.step(xp_t, state.clone());
