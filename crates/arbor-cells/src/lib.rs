@@ -55,7 +55,7 @@ pub use lstm::{LstmCell, LstmCellConfig};
 pub use master::{syntactic_distance, MasterGates};
 pub use on_lstm::{OnLstmCell, OnLstmCellConfig};
 pub use runner::{
-    length_mask, run_sequence, AnyCell, CellKind, RecurrentCell, RecurrentStack,
+    length_mask, run_sequence, run_steps, AnyCell, CellKind, RecurrentCell, RecurrentStack,
     RecurrentStackConfig, SequenceOutput, StackOutput,
 };
 pub use runner::{CellStep, ScanOutput};

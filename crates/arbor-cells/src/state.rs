@@ -27,6 +27,14 @@ impl<B: ArborBackend, const D: usize> LstmState<B, D> {
         }
     }
 
+    /// Rows `start..start + len` of both tensors (the first dimension).
+    pub fn rows(self, start: usize, len: usize) -> Self {
+        Self {
+            h: self.h.narrow(0, start, len),
+            c: self.c.narrow(0, start, len),
+        }
+    }
+
     /// Keeps `new` where `keep_new` is true and `self` elsewhere. `keep_new` must broadcast to
     /// the state's shape (e.g. `[batch, 1]` for a `[batch, hidden]` state).
     pub fn select(self, keep_new: Tensor<B, D, Bool>, new: Self) -> Self {

@@ -2,8 +2,7 @@
 
 use arbor_cells::ArborBackend;
 use arbor_cells::{
-    syntactic_distance, AnyCell, CellKind, LstmState, RecurrentCell, RecurrentStack,
-    RecurrentStackConfig,
+    run_steps, AnyCell, CellKind, LstmState, RecurrentCell, RecurrentStack, RecurrentStackConfig,
 };
 use burn::module::{ModuleVisitor, Param};
 use burn::nn::DropoutConfig;
@@ -303,36 +302,27 @@ fn run_layer<B: ArborBackend>(
         Some(s) => (Some(s.state), s.context),
         None => (None, None),
     };
-    let (xp, context) = match conv_context(cell) {
+    // The convolution's context: the last K − 1 inputs of the previous segment in front.
+    let (conv, context) = match conv_context(cell) {
         Some(k1) => {
             let ctx = context.unwrap_or_else(|| Tensor::zeros([batch, k1, d_in], &device));
-            let ext = Tensor::cat(vec![ctx, x], 1);
+            let ext = Tensor::cat(vec![ctx, x.clone()], 1);
             let next = ext.clone().narrow(1, time, k1);
-            (cell.precompute(ext).narrow(1, k1, time), Some(next))
+            let conv = cell.context(ext).map(|c| c.narrow(1, k1, time));
+            (conv, Some(next))
         }
-        None => (cell.precompute(x), None),
+        None => (cell.context(x.clone()), None),
     };
-    let width = xp.dims()[2];
     let h = cell.d_hidden();
-    let mut state = state.unwrap_or_else(|| LstmState::zeros([batch, h], &device));
-    let mut outputs = Vec::with_capacity(time);
-    let mut distances = Vec::with_capacity(time);
-    for t in 0..time {
-        let xp_t = xp
-            .clone()
-            .slice([0..batch, t..t + 1, 0..width])
-            .reshape([batch, width]);
-        let step = cell.step(xp_t, state);
-        state = step.state;
-        outputs.push(state.h.clone().unsqueeze_dim::<3>(1));
-        if let Some(f) = step.master_forget {
-            distances.push(syntactic_distance(f));
-        }
-    }
+    let state = state.unwrap_or_else(|| LstmState::zeros([batch, h], &device));
+    let out = run_steps(cell, x, conv, state);
     (
-        Tensor::cat(outputs, 1),
-        LayerState { state, context },
-        (!distances.is_empty()).then(|| Tensor::cat(distances, 1)),
+        out.outputs,
+        LayerState {
+            state: out.last,
+            context,
+        },
+        out.distances,
     )
 }
 

@@ -16,5 +16,5 @@ mod stack;
 pub use any_cell::AnyCell;
 pub use cell::{CellStep, RecurrentCell, ScanOutput};
 pub use kind::CellKind;
-pub use run::{length_mask, run_sequence, SequenceOutput};
+pub use run::{length_mask, run_sequence, run_steps, SequenceOutput};
 pub use stack::{RecurrentStack, RecurrentStackConfig, StackOutput};

@@ -66,52 +66,182 @@ pub fn run_sequence<B: ArborBackend, C: RecurrentCell<B> + ?Sized>(
         let padded = lengths.iter().any(|&l| l < time);
         padded.then(|| length_mask::<B>(lengths, time, &device))
     });
-    let mut state = init.unwrap_or_else(|| LstmState::zeros([batch, h], &device));
+    let state = init.unwrap_or_else(|| LstmState::zeros([batch, h], &device));
     if time > 0 {
         let pad = mask.clone().map(|m| m.bool_not().unsqueeze_dim::<3>(2));
         if let Some(scan) = cell.scan(x.clone(), state.c.clone(), pad.clone()) {
             return from_scan(scan, state, lengths, pad);
         }
     }
-    // The precompute runs per step on `x_t` (see `RecurrentCell::context`).
-    let d_in = x.dims()[2];
-    let context = cell.context(x.clone());
+    match (mask, lengths) {
+        (Some(_), Some(lengths)) => packed_steps(cell, x, lengths, state),
+        _ => {
+            let context = cell.context(x.clone());
+            run_steps(cell, x, context, state)
+        }
+    }
+}
+
+/// The step loop over a batch whose sequences all have `time` steps, from `state`, with the
+/// cell's `context` for these steps (what [`RecurrentCell::context`] gives for `x`, or for `x`
+/// with earlier steps in front when a sequence is run in segments). Each step precomputes from
+/// `x_t` alone (see [`RecurrentCell::context`]).
+///
+/// # Shapes
+/// - `x`: `[batch, time, d_input]`
+/// - `context`: `[batch, time, K]`
+/// - `state`: `[batch, H]` each
+pub fn run_steps<B: ArborBackend, C: RecurrentCell<B> + ?Sized>(
+    cell: &C,
+    x: Tensor<B, 3>,
+    context: Option<Tensor<B, 3>>,
+    mut state: LstmState<B, 2>,
+) -> SequenceOutput<B> {
+    let [batch, time, d_in] = x.dims();
     let mut outputs = Vec::with_capacity(time);
     let mut distances = Vec::with_capacity(time);
     for t in 0..time {
-        let mut xp_t = cell.precompute(x.clone().slice([0..batch, t..t + 1, 0..d_in]));
-        if let Some(context) = &context {
-            let k = context.dims()[2];
-            xp_t = Tensor::cat(
-                vec![context.clone().slice([0..batch, t..t + 1, 0..k]), xp_t],
-                2,
-            );
+        let x_t = x.clone().slice([0..batch, t..t + 1, 0..d_in]);
+        let c_t = context.clone().map(|c| {
+            let k = c.dims()[2];
+            c.slice([0..batch, t..t + 1, 0..k])
+        });
+        let step = step_at(cell, x_t, c_t, state);
+        outputs.push(step.state.h.clone().unsqueeze_dim::<3>(1));
+        if let Some(f) = step.master_forget {
+            distances.push(syntactic_distance(f));
         }
-        let width = xp_t.dims()[2];
-        let xp_t = xp_t.reshape([batch, width]);
-        let step = cell.step(xp_t, state.clone());
-        let mut d_t = step.master_forget.map(syntactic_distance);
-        let mut h_t = step.state.h.clone();
-        state = match &mask {
-            None => step.state,
-            Some(mask) => {
-                let m_t = mask.clone().slice([0..batch, t..t + 1]);
-                let pad = m_t.clone().bool_not();
-                h_t = h_t.mask_fill(pad.clone().expand([batch, h]), 0.0);
-                d_t = d_t.map(|d| d.mask_fill(pad, 0.0));
-                state.select(m_t, step.state)
-            }
-        };
-        outputs.push(h_t.unsqueeze_dim::<3>(1));
-        if let Some(d) = d_t {
-            distances.push(d);
-        }
+        state = step.state;
     }
     SequenceOutput {
         outputs: Tensor::cat(outputs, 1),
         last: state,
         distances: (!distances.is_empty()).then(|| Tensor::cat(distances, 1)),
     }
+}
+
+/// One step from `x_t` `[n, 1, d_in]` and the step's context `[n, 1, K]`.
+fn step_at<B: ArborBackend, C: RecurrentCell<B> + ?Sized>(
+    cell: &C,
+    x_t: Tensor<B, 3>,
+    context_t: Option<Tensor<B, 3>>,
+    state: LstmState<B, 2>,
+) -> super::CellStep<B> {
+    let mut xp_t = cell.precompute(x_t);
+    if let Some(c) = context_t {
+        xp_t = Tensor::cat(vec![c, xp_t], 2);
+    }
+    let [n, _, width] = xp_t.dims();
+    cell.step(xp_t.reshape([n, width]), state)
+}
+
+/// The step loop over padded sequences, packed: the examples are ordered longest first, so
+/// that the ones still running at step `t` are the first `n_t` rows, and each step runs on
+/// those rows only (as PyTorch's packed sequences do). An example's state is set aside after
+/// its last real step; outputs and distances are zero at padded positions.
+fn packed_steps<B: ArborBackend, C: RecurrentCell<B> + ?Sized>(
+    cell: &C,
+    x: Tensor<B, 3>,
+    lengths: &[usize],
+    init: LstmState<B, 2>,
+) -> SequenceOutput<B> {
+    let device = x.device();
+    let [batch, time, d_in] = x.dims();
+    let h = cell.d_hidden();
+    // Longest first; a stable sort keeps equal lengths in batch order.
+    let mut order: Vec<usize> = (0..batch).collect();
+    order.sort_by_key(|&b| std::cmp::Reverse(lengths[b]));
+    let sorted: Vec<usize> = order.iter().map(|&b| lengths[b]).collect();
+    let permuted = order.iter().enumerate().any(|(i, &b)| i != b);
+    let index = |ids: &[usize]| {
+        let ids: Vec<i64> = ids.iter().map(|&i| i as i64).collect();
+        Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [batch]), &device)
+    };
+    let (x, state) = if permuted {
+        let idx = index(&order);
+        let init = LstmState {
+            h: init.h.select(0, idx.clone()),
+            c: init.c.select(0, idx.clone()),
+        };
+        (x.select(0, idx), init)
+    } else {
+        (x, init)
+    };
+    let context = cell.context(x.clone());
+    let running = |t: usize| sorted.iter().take_while(|&&l| l > t).count();
+    // States of finished examples, last rows first.
+    let mut finished: Vec<LstmState<B, 2>> = Vec::new();
+    let mut outputs = Vec::with_capacity(time);
+    let mut distances = Vec::with_capacity(time);
+    let mut n_prev = batch;
+    // The running examples' state; `None` once every example has finished.
+    let mut state = (batch > 0).then_some(state);
+    for t in 0..time {
+        let n = running(t);
+        if n < n_prev {
+            let s = state.take().expect("running examples have a state");
+            finished.push(s.clone().rows(n, n_prev - n));
+            state = (n > 0).then(|| s.rows(0, n));
+            n_prev = n;
+        }
+        let Some(running_state) = state.take() else {
+            outputs.push(Tensor::zeros([batch, 1, h], &device));
+            if cell.n_chunks().is_some() {
+                distances.push(Tensor::zeros([batch, 1], &device));
+            }
+            continue;
+        };
+        let x_t = x.clone().slice([0..n, t..t + 1, 0..d_in]);
+        let c_t = context.clone().map(|c| {
+            let k = c.dims()[2];
+            c.slice([0..n, t..t + 1, 0..k])
+        });
+        let step = step_at(cell, x_t, c_t, running_state);
+        outputs.push(pad_rows(step.state.h.clone(), batch).unsqueeze_dim::<3>(1));
+        if let Some(f) = step.master_forget {
+            distances.push(pad_rows(syntactic_distance(f), batch));
+        }
+        state = Some(step.state);
+    }
+    if let Some(s) = state {
+        finished.push(s);
+    }
+    finished.reverse();
+    let last = LstmState {
+        h: Tensor::cat(finished.iter().map(|s| s.h.clone()).collect(), 0),
+        c: Tensor::cat(finished.into_iter().map(|s| s.c).collect(), 0),
+    };
+    let mut out = SequenceOutput {
+        outputs: Tensor::cat(outputs, 1),
+        last,
+        distances: (!distances.is_empty()).then(|| Tensor::cat(distances, 1)),
+    };
+    if permuted {
+        let mut inverse = vec![0; batch];
+        for (i, &b) in order.iter().enumerate() {
+            inverse[b] = i;
+        }
+        let idx = index(&inverse);
+        out = SequenceOutput {
+            outputs: out.outputs.select(0, idx.clone()),
+            last: LstmState {
+                h: out.last.h.select(0, idx.clone()),
+                c: out.last.c.select(0, idx.clone()),
+            },
+            distances: out.distances.map(|d| d.select(0, idx)),
+        };
+    }
+    out
+}
+
+/// `x` `[n, w]` with zero rows appended up to `batch` rows.
+fn pad_rows<B: ArborBackend>(x: Tensor<B, 2>, batch: usize) -> Tensor<B, 2> {
+    let [n, w] = x.dims();
+    if n == batch {
+        return x;
+    }
+    let zeros = Tensor::zeros([batch - n, w], &x.device());
+    Tensor::cat(vec![x, zeros], 0)
 }
 
 /// The runner's output from a cell's [`scan`](RecurrentCell::scan): padded outputs and distances
