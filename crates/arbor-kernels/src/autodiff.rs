@@ -139,6 +139,15 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
         })
     }
 
+    fn select_rows(t: FloatTensor<Self>, rows: &[usize]) -> FloatTensor<Self> {
+        let n = t.primitive.shape()[0];
+        let out = B::select_rows(t.primitive, rows);
+        match SelectRows.prepare::<C>([t.node]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish((rows.to_vec(), n), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+
     fn adjacent_pairs(x: FloatTensor<Self>) -> FloatTensor<Self> {
         let out = B::adjacent_pairs(x.primitive);
         match AdjacentPairs
@@ -210,6 +219,20 @@ impl<B: ArborBackend> Backward<B, 1> for AdjacentPairs {
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         backward_with::<B, _, 1, _>(ops, grads, |(), grad| [B::adjacent_pairs_backward(grad)]);
+    }
+}
+
+/// The backward step of `select_rows` (the rows read and the input's row count).
+#[derive(Debug)]
+struct SelectRows;
+
+impl<B: ArborBackend> Backward<B, 1> for SelectRows {
+    type State = (Vec<usize>, usize);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        backward_with::<B, _, 1, _>(ops, grads, |(rows, n), grad| {
+            [B::select_rows_backward(grad, &rows, n)]
+        });
     }
 }
 

@@ -63,6 +63,19 @@ pub(crate) fn write_rows<T: HostTensor>(mut t: T, start: usize, rows: &T) -> Res
     }
 }
 
+/// The gradient of `select_rows`: one zero `[n, w]` buffer with `grad`'s rows added in.
+pub(crate) fn select_rows_backward<T: HostTensor>(grad: &T, rows: &[usize], n: usize) -> Option<T> {
+    let g = grad.host()?;
+    let w = grad.shape().as_slice().last().copied().unwrap_or(0);
+    let mut out = vec![0f32; n * w];
+    for (src, &r) in g.chunks_exact(w.max(1)).zip(rows) {
+        for (o, v) in out[r * w..(r + 1) * w].iter_mut().zip(src) {
+            *o += v;
+        }
+    }
+    Some(T::from_f32(out, Shape::new([n, w])))
+}
+
 fn width<T: TensorMetadata>(gates: &T, layout: &GateLayout) -> usize {
     gates.shape().as_slice().last().copied().unwrap_or(0) / layout.blocks
 }
@@ -610,6 +623,17 @@ macro_rules! host_backend {
                 match host::activation_backward(&y, &grad, act) {
                     Some(out) => out,
                     None => reference::activation_backward::<Self>(y, grad, act),
+                }
+            }
+
+            fn select_rows_backward(
+                grad: FloatTensor<Self>,
+                rows: &[usize],
+                n: usize,
+            ) -> FloatTensor<Self> {
+                match host::select_rows_backward(&grad, rows, n) {
+                    Some(out) => out,
+                    None => reference::select_rows_backward::<Self>(grad, rows, n),
                 }
             }
 

@@ -275,6 +275,21 @@ pub trait ArborBackend: Backend {
         reference::activation_backward::<Self>(y, grad, act)
     }
 
+    /// Rows `rows` of `t` (Burn's `select` on dimension 0); see [`select_rows`].
+    fn select_rows(t: FloatTensor<Self>, rows: &[usize]) -> FloatTensor<Self> {
+        reference::select_rows::<Self>(t, rows)
+    }
+
+    /// The gradient of [`ArborBackend::select_rows`] for a `[n, w]` input: a zero `[n, w]`
+    /// tensor with row `g` of `grad` added into row `rows[g]` (repeated rows add up).
+    fn select_rows_backward(
+        grad: FloatTensor<Self>,
+        rows: &[usize],
+        n: usize,
+    ) -> FloatTensor<Self> {
+        reference::select_rows_backward::<Self>(grad, rows, n)
+    }
+
     /// `t` with rows `start..start + r` replaced by `rows`; see [`write_rows`].
     fn write_rows(
         t: FloatTensor<Self>,
@@ -562,6 +577,30 @@ pub fn ordered_gates<B: ArborBackend>(
         p(gates),
         p(master_forget),
         p(master_input),
+    )))
+}
+
+/// Rows `rows` of `t`: `t.select(0, rows)`, one op (and one autodiff node) whose backward pass
+/// writes the gradient rows into one zero tensor of `t`'s shape. Burn's own `select` backward
+/// (0.21, flex) fills a zero tensor and then copies all of it before adding the rows; reading
+/// several sets of rows through one `select_rows` also gives `t` one full-size gradient
+/// instead of one per read. SPINN's thin stack reads its stack and buffer this way.
+///
+/// # Shapes
+/// - `t`: `[n, w]`
+/// - `rows`: `r` indices, each `< n`
+/// - output: `[r, w]`
+///
+/// # Panics
+/// If a row index is out of range.
+pub fn select_rows<B: ArborBackend>(t: Tensor<B, 2>, rows: &[usize]) -> Tensor<B, 2> {
+    let [n, _] = t.dims();
+    if let Some(&bad) = rows.iter().find(|&&r| r >= n) {
+        panic!("select_rows: row {bad} of a {n}-row tensor");
+    }
+    Tensor::from_primitive(TensorPrimitive::Float(B::select_rows(
+        t.into_primitive().tensor(),
+        rows,
     )))
 }
 

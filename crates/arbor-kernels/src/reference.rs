@@ -480,6 +480,34 @@ pub fn activation_backward<B: Backend>(
     unrows::<B>(g.mul(slope), shape)
 }
 
+fn row_index<B: Backend>(rows: &[usize], device: &B::Device) -> Tensor<B, 1, Int> {
+    let ids: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
+    Tensor::from_data(burn::tensor::TensorData::new(ids, [rows.len()]), device)
+}
+
+/// Rows `rows` of `t` `[n, w]` (Burn's `select`).
+pub fn select_rows<B: Backend>(t: FloatTensor<B>, rows: &[usize]) -> FloatTensor<B> {
+    let t = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(t));
+    let idx = row_index::<B>(rows, &t.device());
+    t.select(0, idx).into_primitive().tensor()
+}
+
+/// The gradient of [`select_rows`] for an `n`-row input (Burn's `select_assign` into zeros).
+pub fn select_rows_backward<B: Backend>(
+    grad: FloatTensor<B>,
+    rows: &[usize],
+    n: usize,
+) -> FloatTensor<B> {
+    let grad = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(grad));
+    let [_, w] = grad.dims();
+    let device = grad.device();
+    let idx = row_index::<B>(rows, &device);
+    Tensor::<B, 2>::zeros([n, w], (&device, grad.dtype()))
+        .select_assign(0, idx, grad, burn::tensor::IndexingUpdateOp::Add)
+        .into_primitive()
+        .tensor()
+}
+
 /// `t` `[n, w]` with rows `start..start + r` replaced by `rows` `[r, w]` (a `slice_assign`).
 pub fn write_rows<B: Backend>(
     t: FloatTensor<B>,

@@ -838,3 +838,56 @@ fn adjacent_pairs_match_reference_in_values_and_gradients() {
         }
     }
 }
+
+/// `select_rows` is Burn's `select` on dimension 0 in values and gradients, repeated rows
+/// included, through an autodiff graph where the same tensor is read twice.
+#[test]
+fn select_rows_matches_select_in_values_and_gradients() {
+    fn run<B: AutodiffBackend + ArborBackend>(fused: bool) -> [Vec<f64>; 2] {
+        let t = tensor::<B, 2>([7, 5], 1.0, 91).require_grad();
+        let (a, b) = ([6usize, 0, 3, 3, 1], [2usize, 6]);
+        let read = |rows: &[usize]| {
+            if fused {
+                arbor_kernels::select_rows(t.clone(), rows)
+            } else {
+                let ids: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
+                let idx = Tensor::<B, 1, Int>::from_data(
+                    burn::tensor::TensorData::new(ids, [rows.len()]),
+                    &t.device(),
+                );
+                t.clone().select(0, idx)
+            }
+        };
+        let (ya, yb) = (read(&a), read(&b));
+        let loss = ya
+            .clone()
+            .mul(tensor::<B, 2>([5, 5], 1.0, 92))
+            .sum()
+            .add(yb.clone().mul(tensor::<B, 2>([2, 5], 1.0, 93)).sum());
+        let g = loss.backward();
+        let mut values = to_vec(ya);
+        values.extend(to_vec(yb));
+        [values, to_vec(t.grad(&g).unwrap())]
+    }
+    for (fused, want) in [
+        (run::<Autodiff<Flex>>(true), run::<Autodiff<Flex>>(false)),
+        (
+            run::<Autodiff<NdArray>>(true),
+            run::<Autodiff<NdArray>>(false),
+        ),
+        (
+            run::<Autodiff<NdArray<f64>>>(true),
+            run::<Autodiff<NdArray<f64>>>(false),
+        ),
+    ] {
+        assert_close(&fused[0], &want[0], 0.0, "select_rows values");
+        assert_close(&fused[1], &want[1], 1e-6, "select_rows gradient");
+    }
+}
+
+#[test]
+#[should_panic(expected = "select_rows: row 7 of a 7-row tensor")]
+fn select_rows_refuses_an_out_of_range_row() {
+    let t = Tensor::<Flex, 2>::zeros([7, 2], &Default::default());
+    let _ = arbor_kernels::select_rows(t, &[0, 7]);
+}

@@ -426,37 +426,20 @@ impl<B: ArborBackend> Spinn<B> {
         for t in 1..=steps {
             // The reads of this step, from each example's pointers (row 0 = zeros).
             let reads: Vec<Reads> = queues.iter().map(PointerQueue::reads).collect();
-            let row_of = |p: Option<usize>, b: usize| (p.unwrap_or(0) * batch + b) as i64;
-            let top = stack.clone().select(
-                0,
-                index(
-                    reads
-                        .iter()
-                        .enumerate()
-                        .map(|(b, r)| row_of(r.top, b))
-                        .collect(),
-                ),
-            );
-            let second = stack.clone().select(
-                0,
-                index(
-                    reads
-                        .iter()
-                        .enumerate()
-                        .map(|(b, r)| row_of(r.second, b))
-                        .collect(),
-                ),
-            );
-            let buf_top = buffer.clone().select(
-                0,
-                index(
-                    reads
-                        .iter()
-                        .enumerate()
-                        .map(|(b, r)| r.buffer.map_or(empty_buffer, |w| b * time + w) as i64)
-                        .collect(),
-                ),
-            );
+            let row_of = |p: Option<usize>, b: usize| p.unwrap_or(0) * batch + b;
+            // Top and second in one read, so that the stack gets one gradient per step.
+            let rows: Vec<usize> = (reads.iter().enumerate().map(|(b, r)| row_of(r.top, b)))
+                .chain(reads.iter().enumerate().map(|(b, r)| row_of(r.second, b)))
+                .collect();
+            let pair = arbor_cells::kernels::select_rows(stack.clone(), &rows);
+            let top = pair.clone().narrow(0, 0, batch);
+            let second = pair.narrow(0, batch, batch);
+            let buffer_rows: Vec<usize> = reads
+                .iter()
+                .enumerate()
+                .map(|(b, r)| r.buffer.map_or(empty_buffer, |w| b * time + w))
+                .collect();
+            let buf_top = arbor_cells::kernels::select_rows(buffer.clone(), &buffer_rows);
             let (top_rows, second_rows) = (top.clone(), second.clone());
             let top = LstmState::split(top);
             let second = LstmState::split(second);
