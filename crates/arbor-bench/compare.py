@@ -8,6 +8,10 @@ Columns: each run's median ms, the speed-up of every run over `--base` (base med
 median), the PyTorch median and the arbor/PyTorch ratio (PyTorch median / arbor median) of each
 run, taken from the run named by `--pytorch` (the one made with `--versus pytorch`), and the
 peak RSS of the base run and the last run. Workloads missing from a run show a dash.
+
+`--pytorch each` instead gives every run made with `--versus pytorch` its own PyTorch column
+and ratio (its twins were timed in the same run, interleaved with it): the way to show how
+much the ratios move between two runs of the same code.
 """
 
 import argparse
@@ -32,7 +36,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", help="LABEL=PATH/bench.json, in column order")
     ap.add_argument("--base", help="label the speed-ups are taken against (default: the first)")
-    ap.add_argument("--pytorch", help="label of the run whose PyTorch times are used")
+    ap.add_argument("--pytorch", help="label of the run whose PyTorch times are used, or `each`")
     args = ap.parse_args()
 
     runs = [load(a) for a in args.runs]
@@ -41,8 +45,11 @@ def main():
     if base not in labels:
         sys.exit(f"compare.py: --base {base}: no run has that label ({', '.join(labels)})")
     by_label = {label: records for label, records, _ in runs}
+    twins = {label: {k: r["pytorch"]["median_s"] * 1e3 for k, r in records.items()
+                     if r.get("pytorch")} for label, records, _ in runs}
+    each = args.pytorch == "each"
     torch = {}
-    if args.pytorch:
+    if args.pytorch and not each:
         if args.pytorch not in by_label:
             sys.exit(f"compare.py: --pytorch {args.pytorch}: no run has that label")
         torch = {k: r["pytorch"]["median_s"] * 1e3 for k, r in by_label[args.pytorch].items()
@@ -59,6 +66,9 @@ def main():
     head += [f"{label} speed-up" for label in others]
     if torch:
         head += ["PyTorch ms"] + [f"{label}/PyTorch" for label in labels]
+    own = [label for label in labels if twins[label]] if each else []
+    for label in own:
+        head += [f"PyTorch ms ({label})", f"{label}/PyTorch"]
     head += [f"RSS MiB {base}", f"RSS MiB {labels[-1]}"]
     print("| " + " | ".join(head) + " |")
     print("|---|---|" + "---:|" * (len(head) - 2))
@@ -83,6 +93,10 @@ def main():
             for label in labels:
                 m = median(label, k)
                 row.append(fmt(t / m if t and m else None, ".2f") + ("×" if t and m else ""))
+        for label in own:
+            t, m = twins[label].get(k), median(label, k)
+            row.append(fmt(t, ".1f"))
+            row.append(fmt(t / m if t and m else None, ".2f") + ("×" if t and m else ""))
         for label in (base, labels[-1]):
             r = by_label[label].get(k)
             rss = r.get("peak_rss_bytes") if r else None
