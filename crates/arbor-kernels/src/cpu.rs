@@ -137,7 +137,7 @@ mod avx2 {
         p = p.mul_add(r, 8.333_452e-3);
         p = p.mul_add(r, 4.166_579_6e-2);
         p = p.mul_add(r, 1.666_666_5e-1);
-        p = p.mul_add(r, 5.000_000_1e-1);
+        p = p.mul_add(r, 0.5);
         let e = (p * r).mul_add(r, r) + 1.0;
         let y = e * f32::from_bits(((k as i32 + 127) << 23) as u32);
         if under {
