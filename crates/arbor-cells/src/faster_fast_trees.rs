@@ -112,11 +112,11 @@ impl<B: ArborBackend> RecurrentCell<B> for FasterFastTreesCell<B> {
         c0: Tensor<B, 2>,
         pad: Option<Tensor<B, 3, Bool>>,
     ) -> Option<ScanOutput<B>> {
-        let [b, t, _] = x.dims();
+        let [b, t, d_in] = x.dims();
         let (h, c) = (self.d_hidden, self.n_chunks);
         // The master-gate and gate columns as two products on the weight's columns, so that
         // each is a contiguous tensor (not a strided view the kernels would copy).
-        let rows = x.reshape([b * t, self.input.weight.dims()[0]]);
+        let rows = x.reshape([b * t, d_in]);
         let master =
             MasterGates::from_logits(crate::linear_columns(&self.input, rows.clone(), 0, 2 * c));
         let gates = crate::linear_columns(&self.input, rows, 2 * c, 4 * h);

@@ -230,17 +230,29 @@ pub(crate) fn select_mix_backward<T: HostTensor>(
     ])
 }
 
+/// Rows `r` of the ordered ops' inputs: gates `[n, 4h]`, master forget and input `[n, C]`.
+fn ordered_rows<'a>(
+    gates: &'a [f32],
+    master_forget: &'a [f32],
+    master_input: &'a [f32],
+    r: &std::ops::Range<usize>,
+    h: usize,
+    chunks: usize,
+) -> (&'a [f32], &'a [f32], &'a [f32]) {
+    (
+        par::at(gates, r, 4 * h),
+        par::at(master_forget, r, chunks),
+        par::at(master_input, r, chunks),
+    )
+}
+
 pub(crate) fn ordered_cell<T: HostTensor>(gates: &T, mf: &T, mi: &T, cp: &T) -> Option<T> {
     let (g, f, i, c) = (gates.host()?, mf.host()?, mi.host()?, cp.host()?);
     let (shape, chunks) = (cp.shape(), mf.shape()[1]);
     let (rows, h) = (shape[0], shape[1]);
     let mut out = vec![0f32; shape.num_elements()];
     par::rows(rows, 6 * h, vec![(&mut out, h)], &|r, o| {
-        let (g, f, i) = (
-            par::at(&g, &r, 4 * h),
-            par::at(&f, &r, chunks),
-            par::at(&i, &r, chunks),
-        );
+        let (g, f, i) = ordered_rows(&g, &f, &i, &r, h, chunks);
         cpu::ordered_cell(g, f, i, par::at(&c, &r, h), chunks, h, o[0]);
     });
     Some(T::from_f32(out, shape))
@@ -278,11 +290,7 @@ pub(crate) fn ordered_cell_backward<T: HostTensor>(
         let [d_g, d_f, d_i, d_c] = o else {
             unreachable!("four outputs")
         };
-        let (g, f, i) = (
-            par::at(&g, &r, 4 * h),
-            par::at(&f, &r, chunks),
-            par::at(&i, &r, chunks),
-        );
+        let (g, f, i) = ordered_rows(&g, &f, &i, &r, h, chunks);
         let (c, gr) = (par::at(&c, &r, h), par::at(&gr, &r, h));
         cpu::ordered_cell_backward(g, f, i, c, gr, chunks, h, d_g, d_f, d_i, d_c);
     });
@@ -299,11 +307,7 @@ pub(crate) fn ordered_gates<T: HostTensor>(gates: &T, mf: &T, mi: &T) -> Option<
     let (n, h, chunks) = (gates.shape()[0], gates.shape()[1] / 4, mf.shape()[1]);
     let mut out = vec![0f32; n * 2 * h];
     par::rows(n, 6 * h, vec![(&mut out, 2 * h)], &|r, o| {
-        let (g, f, i) = (
-            par::at(&g, &r, 4 * h),
-            par::at(&f, &r, chunks),
-            par::at(&i, &r, chunks),
-        );
+        let (g, f, i) = ordered_rows(&g, &f, &i, &r, h, chunks);
         cpu::ordered_gates(g, f, i, chunks, h, o[0]);
     });
     Some(T::from_f32(out, Shape::new([n, 2 * h])))
@@ -332,11 +336,7 @@ pub(crate) fn ordered_gates_backward<T: HostTensor>(
         let [d_g, d_f, d_i] = o else {
             unreachable!("three outputs")
         };
-        let (g, f, i) = (
-            par::at(&g, &r, 4 * h),
-            par::at(&f, &r, chunks),
-            par::at(&i, &r, chunks),
-        );
+        let (g, f, i) = ordered_rows(&g, &f, &i, &r, h, chunks);
         cpu::ordered_gates_backward(g, f, i, par::at(&gr, &r, 2 * h), chunks, h, d_g, d_f, d_i);
     });
     Some([

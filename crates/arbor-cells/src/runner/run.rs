@@ -61,21 +61,25 @@ pub fn run_sequence<B: ArborBackend, C: RecurrentCell<B> + ?Sized>(
     let device = x.device();
     let [batch, time, _] = x.dims();
     let h = cell.d_hidden();
-    let mask = lengths.and_then(|lengths| {
+    // The lengths when some example is padded (`None`: every example has all `time` steps).
+    let padded = lengths.filter(|lengths| {
         assert_eq!(lengths.len(), batch, "one length per example");
-        let padded = lengths.iter().any(|&l| l < time);
-        padded.then(|| length_mask::<B>(lengths, time, &device))
+        lengths.iter().any(|&l| l < time)
     });
     let state = init.unwrap_or_else(|| LstmState::zeros([batch, h], &device));
     if time > 0 {
-        let pad = mask.clone().map(|m| m.bool_not().unsqueeze_dim::<3>(2));
+        let pad = padded.map(|lengths| {
+            length_mask::<B>(lengths, time, &device)
+                .bool_not()
+                .unsqueeze_dim::<3>(2)
+        });
         if let Some(scan) = cell.scan(x.clone(), state.c.clone(), pad.clone()) {
             return from_scan(scan, state, lengths, pad);
         }
     }
-    match (mask, lengths) {
-        (Some(_), Some(lengths)) => packed_steps(cell, x, lengths, state),
-        _ => {
+    match padded {
+        Some(lengths) => packed_steps(cell, x, lengths, state),
+        None => {
             let context = cell.context(x.clone());
             run_steps(cell, x, context, state)
         }
@@ -97,16 +101,11 @@ pub fn run_steps<B: ArborBackend, C: RecurrentCell<B> + ?Sized>(
     context: Option<Tensor<B, 3>>,
     mut state: LstmState<B, 2>,
 ) -> SequenceOutput<B> {
-    let [batch, time, d_in] = x.dims();
+    let [batch, time, _] = x.dims();
     let mut outputs = Vec::with_capacity(time);
     let mut distances = Vec::with_capacity(time);
     for t in 0..time {
-        let x_t = x.clone().slice([0..batch, t..t + 1, 0..d_in]);
-        let c_t = context.clone().map(|c| {
-            let k = c.dims()[2];
-            c.slice([0..batch, t..t + 1, 0..k])
-        });
-        let step = step_at(cell, x_t, c_t, state);
+        let step = step_at(cell, &x, context.as_ref(), batch, t, state);
         outputs.push(step.state.h.clone().unsqueeze_dim::<3>(1));
         if let Some(f) = step.master_forget {
             distances.push(syntactic_distance(f));
@@ -120,16 +119,23 @@ pub fn run_steps<B: ArborBackend, C: RecurrentCell<B> + ?Sized>(
     }
 }
 
-/// One step from `x_t` `[n, 1, d_in]` and the step's context `[n, 1, K]`.
+/// Step `t` of the first `n` rows: `precompute(x_t)` with the step's context in front, then
+/// `step` from `state` (`[n, H]`).
 fn step_at<B: ArborBackend, C: RecurrentCell<B> + ?Sized>(
     cell: &C,
-    x_t: Tensor<B, 3>,
-    context_t: Option<Tensor<B, 3>>,
+    x: &Tensor<B, 3>,
+    context: Option<&Tensor<B, 3>>,
+    n: usize,
+    t: usize,
     state: LstmState<B, 2>,
 ) -> super::CellStep<B> {
-    let mut xp_t = cell.precompute(x_t);
-    if let Some(c) = context_t {
-        xp_t = Tensor::cat(vec![c, xp_t], 2);
+    let at = |a: &Tensor<B, 3>| {
+        let w = a.dims()[2];
+        a.clone().slice([0..n, t..t + 1, 0..w])
+    };
+    let mut xp_t = cell.precompute(at(x));
+    if let Some(c) = context {
+        xp_t = Tensor::cat(vec![at(c), xp_t], 2);
     }
     let [n, _, width] = xp_t.dims();
     cell.step(xp_t.reshape([n, width]), state)
@@ -146,7 +152,7 @@ fn packed_steps<B: ArborBackend, C: RecurrentCell<B> + ?Sized>(
     init: LstmState<B, 2>,
 ) -> SequenceOutput<B> {
     let device = x.device();
-    let [batch, time, d_in] = x.dims();
+    let [batch, time, _] = x.dims();
     let h = cell.d_hidden();
     // Longest first; a stable sort keeps equal lengths in batch order.
     let mut order: Vec<usize> = (0..batch).collect();
@@ -191,12 +197,7 @@ fn packed_steps<B: ArborBackend, C: RecurrentCell<B> + ?Sized>(
             }
             continue;
         };
-        let x_t = x.clone().slice([0..n, t..t + 1, 0..d_in]);
-        let c_t = context.clone().map(|c| {
-            let k = c.dims()[2];
-            c.slice([0..n, t..t + 1, 0..k])
-        });
-        let step = step_at(cell, x_t, c_t, running_state);
+        let step = step_at(cell, &x, context.as_ref(), n, t, running_state);
         outputs.push(pad_rows(step.state.h.clone(), batch).unsqueeze_dim::<3>(1));
         if let Some(f) = step.master_forget {
             distances.push(pad_rows(syntactic_distance(f), batch));
