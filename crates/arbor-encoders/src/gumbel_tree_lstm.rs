@@ -393,12 +393,16 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
     ) -> GumbelTreeOutput<B> {
         let tau = self.settings.tau;
         match decisions {
-            Decisions::Argmax => self.run(embeddings, lengths, |_, logits, mask| {
+            // The argmax selection has no gradient path, so each layer's candidates can be
+            // carried over instead of recomposed (see `run`): same values and gradients.
+            Decisions::Argmax => self.run(embeddings, lengths, true, |_, logits, mask| {
                 argmax_select(logits, Some(mask))
             }),
-            Decisions::Sample(sampler) => self.run(embeddings, lengths, |_, logits, mask| {
-                sample(sampler, logits, mask, tau)
-            }),
+            Decisions::Sample(sampler) => {
+                self.run(embeddings, lengths, false, |_, logits, mask| {
+                    sample(sampler, logits, mask, tau)
+                })
+            }
         }
     }
 
@@ -419,7 +423,7 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
         noise: &[Tensor<B, 2>],
     ) -> GumbelTreeOutput<B> {
         let tau = self.settings.tau;
-        self.run(embeddings, lengths, |t, logits, mask| {
+        self.run(embeddings, lengths, false, |t, logits, mask| {
             let g = noise
                 .get(t)
                 .unwrap_or_else(|| panic!("no noise for layer {t}"))
@@ -442,10 +446,99 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
             .div_scalar((d as f64).sqrt())
     }
 
+    /// The next layer's candidate parents and scores from this layer's (see `run`).
+    ///
+    /// With `i` the merged pair, the next layer's pair `j` is this layer's pair `j` for
+    /// `j < i − 1` and pair `j + 1` for `j > i`; pairs `i − 1` and `i` are the merged node with
+    /// its left and its right neighbour, composed here (`2·batch` compositions). A complete
+    /// example (`s = 0`) keeps its pairs `0..K − 1`. The merged node's neighbours are gathered
+    /// at indices clamped into the layer; at the edges the clamped pair is never placed.
+    ///
+    /// # Shapes
+    /// - `parent`: `[batch, K, D]` this layer's candidates, `logits`: `[batch, K]` their scores
+    /// - `s`: `[batch, K]` the one-hot selection (zero rows for complete examples)
+    /// - `index`: `[batch]` the selected pair
+    /// - `next`: `[batch, K, D]` the next layer's nodes
+    /// - output: `[batch, K − 1, D]` candidates and `[batch, K − 1]` scores
+    fn carry_over(
+        &self,
+        parent: &LstmState<B, 3>,
+        logits: Tensor<B, 2>,
+        s: &Tensor<B, 2>,
+        index: Tensor<B, 1, Int>,
+        next: &LstmState<B, 3>,
+    ) -> (LstmState<B, 3>, Tensor<B, 2>) {
+        let [batch, k, d] = parent.h.dims();
+        let device = parent.h.device();
+        let kept = k - 1;
+        // Rows of the next layer's nodes i − 1, i, i + 1 in its `[batch·K, D]` view.
+        let offsets = Tensor::<B, 1, Int>::arange(0..batch as i64, &device).mul_scalar(k as i64);
+        let rows = Tensor::cat(
+            [-1i64, 0, 1]
+                .map(|shift| {
+                    index
+                        .clone()
+                        .add_scalar(shift)
+                        .clamp(0, k as i64 - 1)
+                        .add(offsets.clone())
+                })
+                .to_vec(),
+            0,
+        );
+        let gather = |x: &Tensor<B, 3>| {
+            x.clone()
+                .reshape([batch * k, d])
+                .select(0, rows.clone())
+                .reshape([3, batch, d])
+        };
+        let (h, c) = (gather(&next.h), gather(&next.c));
+        // Pair i − 1 is (node i − 1, node i), pair i is (node i, node i + 1).
+        let fresh = self.composition.forward(
+            LstmState::new(h.clone().narrow(0, 0, 2), c.clone().narrow(0, 0, 2)),
+            LstmState::new(h.narrow(0, 1, 2), c.narrow(0, 1, 2)),
+            None,
+        );
+        let fresh_logits = self.scores(fresh.h.clone()).reshape([2, batch, 1]);
+        // The selection again, over the next layer's pairs: at i (right pair) and at i − 1.
+        let at_merge = s.clone().narrow(1, 0, kept);
+        let left_of_merge = s.clone().narrow(1, 1, kept);
+        let place = |old: Tensor<B, 3>, new: Tensor<B, 3>| {
+            let w = old.dims()[2];
+            let new_at = |p: usize| {
+                new.clone()
+                    .narrow(0, p, 1)
+                    .reshape([batch, 1, w])
+                    .expand([batch, kept, w])
+            };
+            // s·new_right + (1 − cum)·old_j + (cum − s)·old_{j+1}, then new_left at i − 1.
+            let shifted = select_mix(
+                at_merge.clone(),
+                new_at(1),
+                old.clone().narrow(1, 0, kept),
+                old.narrow(1, 1, kept),
+            );
+            select_mix(left_of_merge.clone(), new_at(0), shifted.clone(), shifted)
+        };
+        let candidates = LstmState::new(
+            place(parent.h.clone(), fresh.h),
+            place(parent.c.clone(), fresh.c),
+        );
+        let logits = place(logits.reshape([batch, k, 1]), fresh_logits).reshape([batch, kept]);
+        (candidates, logits)
+    }
+
+    /// The bottom-up layers. With `carry_over` (only sound when the selection has no gradient
+    /// path, i.e. argmax decisions), layer `t + 1`'s candidate parents are layer `t`'s, shifted
+    /// past the merge, plus the two new pairs around the merged node: 2 compositions per layer
+    /// instead of `m − 1`, `O(n)` instead of `O(n²)` per sentence. The authors' code recomposes
+    /// every pair at every layer; the values are the same, because a candidate is a function of
+    /// its two nodes and the nodes away from the merge are copied unchanged, and so are the
+    /// gradients, because a constant one-hot selection copies them as the identity.
     fn run(
         &self,
         embeddings: Tensor<B, 3>,
         lengths: &[usize],
+        carry_over: bool,
         mut select: impl FnMut(usize, Tensor<B, 2>, Tensor<B, 2, Bool>) -> Selection<B>,
     ) -> GumbelTreeOutput<B> {
         let [batch, time, _] = embeddings.dims();
@@ -472,27 +565,35 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
         if attend {
             nodes.push(leaves.h.clone());
         }
+        // Layer t's candidate parents and their scores, when carried over from layer t − 1.
+        let mut carried: Option<(LstmState<B, 3>, Tensor<B, 2>)> = None;
         for t in 0..n.saturating_sub(1) {
             let m = n - t;
             // Layer t: example b has lengths[b] − t real nodes while it is incomplete.
             let valid = host_mask::<B>(batch, m - 1, |b, k| k + t + 1 < lengths[b], &device);
             let done = host_mask::<B>(batch, 1, |b, _| lengths[b] < t + 2, &device);
-            let parent = self.composition.forward_adjacent(&layer);
+            let (parent, logits) = carried.take().unwrap_or_else(|| {
+                let parent = self.composition.forward_adjacent(&layer);
+                let logits = self.scores(parent.h.clone());
+                (parent, logits)
+            });
             let left = LstmState::new(
                 layer.h.clone().narrow(1, 0, m - 1),
                 layer.c.clone().narrow(1, 0, m - 1),
             );
             let right = LstmState::new(layer.h.narrow(1, 1, m - 1), layer.c.narrow(1, 1, m - 1));
-            let logits = self.scores(parent.h.clone());
-            let sel = select(t, logits, valid);
+            let sel = select(t, logits.clone(), valid);
             // A complete example keeps its nodes and drops its last (padding) column: with no
             // selection (s = 0, so cum = 0) the mix below is exactly `left`.
             let s = sel.hard.mask_fill(done.expand([batch, m - 1]), 0.0);
             // Eq. 7, fused: s·h̃ + (1 − cum)·h_left + (cum − s)·h_right with cum = cumsum(s).
             layer = LstmState::new(
-                select_mix(s.clone(), parent.h, left.h, right.h),
-                select_mix(s.clone(), parent.c, left.c, right.c),
+                select_mix(s.clone(), parent.h.clone(), left.h, right.h),
+                select_mix(s.clone(), parent.c.clone(), left.c, right.c),
             );
+            if carry_over && m > 2 {
+                carried = Some(self.carry_over(&parent, logits, &s, sel.index.clone(), &layer));
+            }
             if attend {
                 // The selected parent, read from the new layer as the release does:
                 // Σ_k s_k·h'_k (zero for a complete example, whose s is 0).
@@ -617,5 +718,107 @@ impl<B: ArborBackend> SentenceEncoder<B> for GumbelTreeLstm<B> {
             trees,
             aux_loss: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::{Autodiff, Flex, NdArray};
+    use burn::module::Param;
+    use burn::tensor::Distribution;
+
+    /// Argmax decisions with candidates carried over from layer to layer equal the authors'
+    /// schedule (every pair recomposed at every layer) in the trees, the selection
+    /// probabilities, the root, the intra-attention mix, and every gradient.
+    fn carry_over_matches_recomposition<
+        B: burn::tensor::backend::AutodiffBackend + ArborBackend,
+    >(
+        tol: f64,
+    ) {
+        let device = Default::default();
+        // Lengths 1 to 9 in one batch, so that examples complete at different layers and
+        // merges happen at both edges and inside.
+        let lengths = [9, 1, 2, 7, 3, 9, 5, 8, 4, 6];
+        for (seed, leaf, attend) in [
+            (1, LeafKind::Affine, false),
+            (2, LeafKind::Lstm, true),
+            (3, LeafKind::Affine, true),
+            (4, LeafKind::BiLstm, false),
+        ] {
+            B::seed(&device, seed);
+            let mut m = GumbelTreeLstmConfig::new(4, 6)
+                .with_leaf(leaf)
+                .with_intra_attention(Some(attend))
+                .init::<B>(&device);
+            // Unit-scale query entries, so that the scores decide among many candidates.
+            m.query =
+                Param::from_tensor(Tensor::random([6], Distribution::Normal(0.0, 1.0), &device));
+            let x = Tensor::<B, 3>::random([lengths.len(), 10, 4], Distribution::Default, &device)
+                .require_grad();
+            let run = |carry: bool| {
+                m.run(x.clone(), &lengths, carry, |_, logits, mask| {
+                    argmax_select(logits, Some(mask))
+                })
+            };
+            let (a, b) = (run(true), run(false));
+            assert_eq!(a.layer_indices(), b.layer_indices(), "seed {seed}: trees");
+            assert!(
+                a.layer_indices().iter().flatten().any(|&k| k > 0),
+                "seed {seed}: some merge away from the left edge"
+            );
+            let close =
+                |p: Tensor<B::InnerBackend, 2>, q: Tensor<B::InnerBackend, 2>, what: &str| {
+                    let (p, q): (Vec<f64>, Vec<f64>) = (
+                        p.into_data().convert::<f64>().to_vec().unwrap(),
+                        q.into_data().convert::<f64>().to_vec().unwrap(),
+                    );
+                    assert_eq!(p.len(), q.len(), "{what}");
+                    for (i, (u, v)) in p.iter().zip(&q).enumerate() {
+                        assert!((u - v).abs() <= tol, "seed {seed}: {what}[{i}]: {u} vs {v}");
+                    }
+                };
+            for (pa, pb) in a.probabilities.iter().zip(&b.probabilities) {
+                close(pa.clone().inner(), pb.clone().inner(), "probabilities");
+            }
+            close(a.root.c.clone().inner(), b.root.c.clone().inner(), "root c");
+            close(
+                a.sentence.clone().inner(),
+                b.sentence.clone().inner(),
+                "sentence",
+            );
+            // Gradients of a loss that reads every root unit with its own weight.
+            let w = Tensor::<B, 2>::random([lengths.len(), 6], Distribution::Default, &device);
+            let loss = |o: &GumbelTreeOutput<B>| {
+                o.sentence.clone().mul(w.clone()).sum() + o.root.c.clone().mul(w.clone()).sum()
+            };
+            let (ga, gb) = (loss(&a).backward(), loss(&b).backward());
+            let flat3 = |t: Tensor<B::InnerBackend, 3>| {
+                let [p, q, r] = t.dims();
+                t.reshape([p * q, r])
+            };
+            close(
+                flat3(x.grad(&ga).unwrap()),
+                flat3(x.grad(&gb).unwrap()),
+                "d embeddings",
+            );
+            let weight = |g: &B::Gradients| m.composition.children.weight.grad(g).unwrap();
+            close(weight(&ga), weight(&gb), "d composition weight");
+            let query = |g: &B::Gradients| m.query.grad(g).map(|q| q.reshape([1, 6]));
+            match (query(&ga), query(&gb)) {
+                (Some(p), Some(q)) => close(p, q, "d query"),
+                (p, q) => assert_eq!(p.is_some(), q.is_some(), "seed {seed}: d query"),
+            }
+        }
+    }
+
+    #[test]
+    fn carried_candidates_match_recomposition_flex_f32() {
+        carry_over_matches_recomposition::<Autodiff<Flex>>(2e-5);
+    }
+
+    #[test]
+    fn carried_candidates_match_recomposition_ndarray_f64() {
+        carry_over_matches_recomposition::<Autodiff<NdArray<f64>>>(1e-12);
     }
 }

@@ -12,15 +12,22 @@ impl HostTensor for FlexTensor {
         if self.dtype() != DType::F32 {
             return None;
         }
-        Some(match self.as_slice::<f32>() {
-            Some(s) => HostBuf::Borrowed(s),
-            None => HostBuf::Owned(
-                self.to_contiguous()
-                    .as_slice::<f32>()
-                    .expect("a contiguous copy")
-                    .to_vec(),
-            ),
-        })
+        if let Some(s) = self.as_slice::<f32>() {
+            return Some(HostBuf::Borrowed(s));
+        }
+        let layout = self.layout();
+        let copy = host::strided_to_vec(
+            self.storage::<f32>(),
+            layout.shape(),
+            layout.strides(),
+            layout.start_offset(),
+        );
+        Some(HostBuf::Owned(copy.unwrap_or_else(|| {
+            self.to_contiguous()
+                .as_slice::<f32>()
+                .expect("a contiguous copy")
+                .to_vec()
+        })))
     }
 
     fn from_f32(data: Vec<f32>, shape: Shape) -> Self {

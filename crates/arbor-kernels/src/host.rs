@@ -26,6 +26,66 @@ impl Deref for HostBuf<'_> {
     }
 }
 
+/// The elements of a strided view, in row-major order: `shape`, `strides` (in elements) and
+/// the first element's `offset` into `src`. `None` for a negative stride (the caller falls
+/// back to its backend's own copy).
+///
+/// Hand-written because both CPU backends copy such views one element at a time (Flex 0.21
+/// walks any view that does not collapse to two dimensions with its scalar strided iterator,
+/// and its two-dimensional path tiles even when the rows are contiguous; `ndarray`'s `iter()`
+/// is element-wise too). Here dimensions of size 1 are dropped, dimensions that are one run in
+/// memory are merged, and the innermost run is one `copy_from_slice` (stride 1) or one `fill`
+/// (stride 0, a broadcast).
+pub(crate) fn strided_to_vec(
+    src: &[f32],
+    shape: &[usize],
+    strides: &[isize],
+    offset: usize,
+) -> Option<Vec<f32>> {
+    if strides.iter().any(|&s| s < 0) {
+        return None;
+    }
+    let n: usize = shape.iter().product();
+    // (size, stride) from the outermost dimension in, merged where contiguous.
+    let mut dims: Vec<(usize, usize)> = Vec::with_capacity(shape.len());
+    for (&size, &stride) in shape.iter().zip(strides) {
+        if size == 1 {
+            continue;
+        }
+        let stride = stride as usize;
+        match dims.last_mut() {
+            Some(last) if last.1 == stride * size => *last = (last.0 * size, stride),
+            _ => dims.push((size, stride)),
+        }
+    }
+    let mut out = Vec::with_capacity(n);
+    if n == 0 {
+        return Some(out);
+    }
+    let (run, run_stride) = dims.pop().unwrap_or((1, 1));
+    let outer: usize = dims.iter().map(|d| d.0).product();
+    // Index of the current outer position, odometer-style.
+    let mut index = vec![0usize; dims.len()];
+    let mut base = offset;
+    for _ in 0..outer {
+        match run_stride {
+            1 => out.extend_from_slice(&src[base..base + run]),
+            0 => out.extend(std::iter::repeat_n(src[base], run)),
+            s => out.extend((0..run).map(|i| src[base + i * s])),
+        }
+        for d in (0..dims.len()).rev() {
+            index[d] += 1;
+            base += dims[d].1;
+            if index[d] < dims[d].0 {
+                break;
+            }
+            base -= dims[d].1 * dims[d].0;
+            index[d] = 0;
+        }
+    }
+    Some(out)
+}
+
 /// A CPU backend's float tensor primitive.
 pub(crate) trait HostTensor: TensorMetadata + Sized {
     /// The data as row-major `f32`, or `None` when the tensor holds another dtype.
@@ -674,3 +734,63 @@ macro_rules! host_backend {
     };
 }
 pub(crate) use host_backend;
+
+#[cfg(test)]
+mod tests {
+    use super::strided_to_vec;
+    use proptest::prelude::*;
+
+    /// Element `idx` of the view, by the definition of strides.
+    fn naive(src: &[f32], shape: &[usize], strides: &[isize], offset: usize) -> Vec<f32> {
+        let n: usize = shape.iter().product();
+        (0..n)
+            .map(|mut flat| {
+                let mut at = offset as isize;
+                for d in (0..shape.len()).rev() {
+                    at += (flat % shape[d]) as isize * strides[d];
+                    flat /= shape[d];
+                }
+                src[at as usize]
+            })
+            .collect()
+    }
+
+    proptest! {
+        /// Views of a larger buffer: any order of its dimensions (transposes), any window of
+        /// each (narrows), any dimension broadcast (stride 0), sizes including 1 and 0.
+        #[test]
+        fn strided_copies_read_what_the_strides_say(
+            full in proptest::collection::vec(1usize..6, 1..5),
+            picks in proptest::collection::vec((0usize..6, 0usize..6, any::<bool>()), 4),
+            order in Just(()).prop_perturb(|_, mut rng| rng.random::<u64>()),
+        ) {
+            let rank = full.len();
+            // Row-major strides of the full buffer, then a permutation of the dimensions.
+            let mut strides = vec![1isize; rank];
+            for d in (0..rank - 1).rev() {
+                strides[d] = strides[d + 1] * full[d + 1] as isize;
+            }
+            let mut perm: Vec<usize> = (0..rank).collect();
+            perm.rotate_left((order % rank as u64) as usize);
+            let src: Vec<f32> = (0..full.iter().product::<usize>()).map(|i| i as f32).collect();
+            let mut shape = Vec::new();
+            let mut st = Vec::new();
+            let mut offset = 0usize;
+            for (k, &d) in perm.iter().enumerate() {
+                let (start, len, broadcast) = picks[k];
+                let start = start % full[d];
+                let len = len % (full[d] - start + 1);
+                offset += start * strides[d] as usize;
+                shape.push(if broadcast { len.max(1) + 1 } else { len });
+                st.push(if broadcast { 0 } else { strides[d] });
+            }
+            let got = strided_to_vec(&src, &shape, &st, offset).unwrap();
+            prop_assert_eq!(got, naive(&src, &shape, &st, offset), "shape {:?} strides {:?}", shape, st);
+        }
+    }
+
+    #[test]
+    fn negative_strides_are_left_to_the_backend() {
+        assert!(strided_to_vec(&[1.0, 2.0], &[2], &[-1], 1).is_none());
+    }
+}
