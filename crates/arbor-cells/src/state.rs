@@ -22,8 +22,8 @@ impl<B: ArborBackend, const D: usize> LstmState<B, D> {
     /// Both parts filled with zeros.
     pub fn zeros(shape: [usize; D], device: &B::Device) -> Self {
         Self {
-            h: Tensor::zeros(shape, device),
-            c: Tensor::zeros(shape, device),
+            h: arbor_kernels::zeros(shape, device),
+            c: arbor_kernels::zeros(shape, device),
         }
     }
 

@@ -705,7 +705,10 @@ impl<B: ArborBackend> SentenceEncoder<B> for GumbelTreeLstm<B> {
         let mut tokens = out.leaves.h;
         if n < time {
             tokens = Tensor::cat(
-                vec![tokens, Tensor::zeros([batch, time - n, d], &device)],
+                vec![
+                    tokens,
+                    arbor_cells::kernels::zeros([batch, time - n, d], &device),
+                ],
                 1,
             );
         }

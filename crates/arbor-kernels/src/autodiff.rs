@@ -27,6 +27,16 @@ impl<B: ArborBackend, const N: usize> Backward<B, N> for GatedCell<N> {
     }
 }
 
+/// A tensor with no inputs (`zeros`): nothing to propagate.
+#[derive(Debug)]
+struct Constant;
+
+impl<B: Backend> Backward<B, 0> for Constant {
+    type State = ();
+
+    fn backward(self, _: Ops<Self::State, 0>, _: &mut Gradients, _: &mut Checkpointer) {}
+}
+
 /// The backward step of `gated_output`.
 #[derive(Debug)]
 struct GatedOutput;
@@ -171,6 +181,14 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
             OpsKind::Tracked(prep) => prep.finish(input.unwrap_or_else(|| out.clone()), out),
             OpsKind::UnTracked(prep) => prep.finish(out),
         }
+    }
+
+    fn zeros(shape: Shape, device: &Device<Self>) -> FloatTensor<Self> {
+        // A constant: a node with no parents, never tracked.
+        Constant
+            .prepare::<C>([])
+            .compute_bound()
+            .stateless(B::zeros(shape, device))
     }
 
     fn write_rows(

@@ -129,7 +129,9 @@ mod avx2 {
         const LOG2E: f32 = std::f32::consts::LOG2_E;
         const LN2_HI: f32 = 0.693_359_4;
         const LN2_LO: f32 = -2.121_944_4e-4;
-        let x = if under { -87.336_54 } else { x };
+        // `max` clamps, and maps NaN to the bound too (the callers return NaN themselves), so
+        // `k` is always an integer in −126..=0.
+        let x = x.max(-87.336_54);
         let k = (x * LOG2E + 0.5).floor();
         let r = k.mul_add(-LN2_LO, k.mul_add(-LN2_HI, x));
         let mut p = 1.987_569_1e-4_f32;
@@ -139,7 +141,12 @@ mod avx2 {
         p = p.mul_add(r, 1.666_666_5e-1);
         p = p.mul_add(r, 0.5);
         let e = (p * r).mul_add(r, r) + 1.0;
-        let y = e * f32::from_bits(((k as i32 + 127) << 23) as u32);
+        // `k as i32` saturates and maps NaN to 0, which the compiler does lane by lane with
+        // scalar compares; `k` is a small finite integer here, so the plain conversion is exact
+        // and vectorises.
+        // SAFETY: `k` is finite and in −126..=0 (see above), inside `i32`.
+        let k = unsafe { k.to_int_unchecked::<i32>() };
+        let y = e * f32::from_bits(((k + 127) << 23) as u32);
         if under {
             0.0
         } else {

@@ -697,6 +697,20 @@ macro_rules! host_backend {
                 }
             }
 
+            fn zeros(
+                shape: burn::tensor::Shape,
+                device: &burn::tensor::Device<Self>,
+            ) -> FloatTensor<Self> {
+                // The default float type, from a one-element tensor.
+                let probe = burn::tensor::Tensor::<Self, 1>::zeros([1], device);
+                if probe.dtype() == burn::tensor::DType::F32 {
+                    let n = shape.num_elements();
+                    <FloatTensor<Self> as host::HostTensor>::from_f32(vec![0.0; n], shape)
+                } else {
+                    reference::zeros::<Self>(shape, device)
+                }
+            }
+
             fn write_rows(
                 t: FloatTensor<Self>,
                 start: usize,

@@ -67,7 +67,7 @@ mod cuda;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::TensorPrimitive;
+use burn::tensor::{Shape, TensorPrimitive};
 
 /// An elementwise activation with a fused kernel: see [`sigmoid`], [`tanh`] and [`gelu`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -297,6 +297,11 @@ pub trait ArborBackend: Backend {
         rows: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
         reference::write_rows::<Self>(t, start, rows)
+    }
+
+    /// A tensor of zeros of the default float type; see [`zeros`].
+    fn zeros(shape: Shape, device: &Device<Self>) -> FloatTensor<Self> {
+        reference::zeros::<Self>(shape, device)
     }
 
     /// The linear recurrence `c_t = a_t ⊙ c_{t−1} + u_t` over every step; see [`linear_scan`].
@@ -616,4 +621,19 @@ pub fn adjacent_pairs<B: ArborBackend>(x: Tensor<B, 3>) -> Tensor<B, 3> {
     Tensor::from_primitive(TensorPrimitive::Float(B::adjacent_pairs(
         x.into_primitive().tensor(),
     )))
+}
+
+/// `Tensor::zeros(shape, device)`, without the CPU backends' copy: Flex 0.21 allocates zeros as
+/// bytes and then copies them into a freshly aligned buffer, touching every page twice; here
+/// the CPU backends take one zeroed `f32` allocation, whose pages the system maps only when
+/// they are first written. A large buffer that fills up over time (SPINN's thin stack) costs
+/// nothing up front. Other backends use their own zeros.
+///
+/// # Shapes
+/// - output: `shape`
+pub fn zeros<B: ArborBackend, const D: usize>(
+    shape: [usize; D],
+    device: &B::Device,
+) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(B::zeros(Shape::from(shape), device)))
 }

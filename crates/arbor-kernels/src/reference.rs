@@ -544,3 +544,10 @@ pub fn adjacent_pairs_backward<B: Backend>(grad: FloatTensor<B>) -> FloatTensor<
     let as_right = Tensor::cat(vec![zero, g.narrow(2, d, d)], 1);
     as_left.add(as_right).into_primitive().tensor()
 }
+
+/// A tensor of zeros of the backend's default float type.
+pub fn zeros<B: Backend>(shape: Shape, device: &B::Device) -> FloatTensor<B> {
+    let n = shape.num_elements();
+    let flat = Tensor::<B, 1>::zeros([n], device).into_primitive().tensor();
+    B::float_reshape(flat, shape)
+}

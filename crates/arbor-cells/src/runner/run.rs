@@ -191,9 +191,9 @@ fn packed_steps<B: ArborBackend, C: RecurrentCell<B> + ?Sized>(
             n_prev = n;
         }
         let Some(running_state) = state.take() else {
-            outputs.push(Tensor::zeros([batch, 1, h], &device));
+            outputs.push(arbor_kernels::zeros([batch, 1, h], &device));
             if cell.n_chunks().is_some() {
-                distances.push(Tensor::zeros([batch, 1], &device));
+                distances.push(arbor_kernels::zeros([batch, 1], &device));
             }
             continue;
         };
@@ -241,7 +241,7 @@ fn pad_rows<B: ArborBackend>(x: Tensor<B, 2>, batch: usize) -> Tensor<B, 2> {
     if n == batch {
         return x;
     }
-    let zeros = Tensor::zeros([batch - n, w], &x.device());
+    let zeros = arbor_kernels::zeros([batch - n, w], &x.device());
     Tensor::cat(vec![x, zeros], 0)
 }
 

@@ -412,8 +412,8 @@ impl<B: ArborBackend> Chart<B> {
         let mut store = Store::new();
         store.push(
             leaves.reshape([batch * time, d]),
-            Tensor::zeros([batch * time], &device),
-            Tensor::zeros([batch * time], &device),
+            arbor_cells::kernels::zeros([batch * time], &device),
+            arbor_cells::kernels::zeros([batch * time], &device),
         );
         let sentences = lengths
             .iter()
@@ -475,9 +475,9 @@ impl<B: ArborBackend> Chart<B> {
                 let rows: Vec<usize> = merged_rows.iter().map(|r| r.2).collect();
                 let detached = chart.store.gather_one(&rows, |c| c.2.clone()).detach();
                 let first = chart.store.push(
-                    Tensor::zeros([rows.len(), d], &device),
+                    arbor_cells::kernels::zeros([rows.len(), d], &device),
                     detached,
-                    Tensor::zeros([rows.len()], &device),
+                    arbor_cells::kernels::zeros([rows.len()], &device),
                 );
                 for (t, (b, span, _)) in merged_rows.into_iter().enumerate() {
                     if let Some(cell) = chart.sentences[b].cells.get_mut(&span) {

@@ -89,7 +89,7 @@ impl<B: ArborBackend> RoleTransformerLayer<B> {
         // (x + r)·W_{q,k} = x·W_{q,k} + r·W_{q,k}: the role part has no bias.
         let w_qk = self.qkv.weight.val().narrow(1, 0, 2 * d);
         let role_qk = roles.matmul(w_qk); // [l, 2D]
-        let zeros = Tensor::zeros([l, d], &x.device());
+        let zeros = arbor_cells::kernels::zeros([l, d], &x.device());
         let role_qkv = Tensor::cat(vec![role_qk, zeros], 1).reshape([1, l * 3 * d]);
         // Broadcasts are written over whole rows (`[n, l·3D] + [1, l·3D]`), which the CPU
         // backends add with one vectorised pass instead of a strided walk over three dims.

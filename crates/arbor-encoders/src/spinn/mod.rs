@@ -398,11 +398,14 @@ impl<B: ArborBackend> Spinn<B> {
         // Buffer: [batch·time + 1, 2D]; the last row is zeros (read for an empty buffer).
         let buffer =
             arbor_cells::linear_rows(&self.projection, embeddings).reshape([batch * time, 2 * d]);
-        let buffer = Tensor::cat(vec![buffer, Tensor::zeros([1, 2 * d], &device)], 0);
+        let buffer = Tensor::cat(
+            vec![buffer, arbor_cells::kernels::zeros([1, 2 * d], &device)],
+            0,
+        );
         let empty_buffer = batch * time;
 
         // The thin stack: [(steps+1)·batch, 2D], step-major; row 0 stays zeros.
-        let mut stack = Tensor::<B, 2>::zeros([(steps + 1) * batch, 2 * d], &device);
+        let mut stack = arbor_cells::kernels::zeros::<B, 2>([(steps + 1) * batch, 2 * d], &device);
         let mut queues: Vec<PointerQueue> = lengths.iter().map(|&n| PointerQueue::new(n)).collect();
         let mut followed: Vec<Vec<Transition>> = lengths
             .iter()
