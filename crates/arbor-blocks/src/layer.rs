@@ -202,7 +202,7 @@ impl<B: ArborBackend> TransformerLayer<B> {
 /// - `x`: `[batch, time, D]`
 /// - `mask_pad`: `[batch, time]`
 /// - output: `[batch, time, D]`
-pub fn self_attention<B: Backend>(
+pub fn self_attention<B: ArborBackend>(
     mha: &MultiHeadAttention<B>,
     x: Tensor<B, 3>,
     mask_pad: Option<Tensor<B, 2, Bool>>,
@@ -214,8 +214,11 @@ pub fn self_attention<B: Backend>(
         linear
             .forward(rows.clone())
             .reshape([batch, time, heads, d_k])
-            .swap_dims(1, 2)
     };
+    // The heads as permuted views; `contiguous` copies their gradients by runs before the
+    // reshape's (Flex copies a permuted rank-4 view element by element).
+    let project =
+        |linear: &Linear<B>| arbor_cells::kernels::contiguous(project(linear)).swap_dims(1, 2);
     let (query, key, value) = (project(&mha.query), project(&mha.key), project(&mha.value));
     let scores = query
         .matmul(key.swap_dims(2, 3))
@@ -229,9 +232,7 @@ pub fn self_attention<B: Backend>(
     } else {
         softmax(scores, 3)
     };
-    let context = weights
-        .matmul(value)
-        .swap_dims(1, 2)
+    let context = arbor_cells::kernels::contiguous(weights.matmul(value).swap_dims(1, 2))
         .reshape([batch * time, d]);
     mha.output.forward(context).reshape([batch, time, d])
 }

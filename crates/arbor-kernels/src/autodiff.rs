@@ -27,6 +27,18 @@ impl<B: ArborBackend, const N: usize> Backward<B, N> for GatedCell<N> {
     }
 }
 
+/// The backward step of `contiguous`: the gradient, made contiguous too.
+#[derive(Debug)]
+struct Contiguous;
+
+impl<B: ArborBackend> Backward<B, 1> for Contiguous {
+    type State = ();
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        backward_with::<B, _, 1, _>(ops, grads, |(), grad| [B::contiguous(grad)]);
+    }
+}
+
 /// A tensor with no inputs (`zeros`): nothing to propagate.
 #[derive(Debug)]
 struct Constant;
@@ -179,6 +191,14 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
             .stateful()
         {
             OpsKind::Tracked(prep) => prep.finish(input.unwrap_or_else(|| out.clone()), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+
+    fn contiguous(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        let out = B::contiguous(x.primitive);
+        match Contiguous.prepare::<C>([x.node]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish((), out),
             OpsKind::UnTracked(prep) => prep.finish(out),
         }
     }

@@ -86,6 +86,16 @@ pub(crate) fn strided_to_vec(
     Some(out)
 }
 
+/// `t` in memory of its own, row-major: itself when it already is (or is not `f32`), a copy
+/// by contiguous runs otherwise.
+pub(crate) fn contiguous<T: HostTensor>(t: T) -> T {
+    let copy = match t.host() {
+        Some(HostBuf::Owned(v)) => v,
+        _ => return t,
+    };
+    T::from_f32(copy, t.shape())
+}
+
 /// A CPU backend's float tensor primitive.
 pub(crate) trait HostTensor: TensorMetadata + Sized {
     /// The data as row-major `f32`, or `None` when the tensor holds another dtype.
@@ -695,6 +705,10 @@ macro_rules! host_backend {
                     Some(out) => out,
                     None => reference::select_rows_backward::<Self>(grad, rows, n),
                 }
+            }
+
+            fn contiguous(x: FloatTensor<Self>) -> FloatTensor<Self> {
+                host::contiguous(x)
             }
 
             fn zeros(

@@ -299,6 +299,12 @@ pub trait ArborBackend: Backend {
         reference::write_rows::<Self>(t, start, rows)
     }
 
+    /// `x` with its elements in row-major order in memory of its own; see [`contiguous`]. The
+    /// default returns `x` as it is (a backend's own ops then copy views as they need).
+    fn contiguous(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        x
+    }
+
     /// A tensor of zeros of the default float type; see [`zeros`].
     fn zeros(shape: Shape, device: &Device<Self>) -> FloatTensor<Self> {
         reference::zeros::<Self>(shape, device)
@@ -636,4 +642,22 @@ pub fn zeros<B: ArborBackend, const D: usize>(
     device: &B::Device,
 ) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(B::zeros(Shape::from(shape), device)))
+}
+
+/// `x` with its elements in row-major order, in both passes: one op (and one autodiff node)
+/// whose forward pass copies a strided view into memory of its own, and whose backward pass
+/// does the same to the gradient. The value is `x`; only the memory layout changes.
+///
+/// Put it where a reshape meets a permuted view, e.g. attention heads: `x.reshape(..)` then
+/// `contiguous` then `swap_dims(..)`. Flex 0.21 copies a permuted view of rank ≥ 3 one element
+/// at a time when it is reshaped, in the forward pass (`swap_dims` then `reshape`) and in the
+/// backward pass (the gradient of `swap_dims` is a permuted view, which the gradient of the
+/// `reshape` before it copies); the CPU backends here copy by contiguous runs instead.
+///
+/// # Shapes
+/// - `x`, output: any shape
+pub fn contiguous<B: ArborBackend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(B::contiguous(
+        x.into_primitive().tensor(),
+    )))
 }

@@ -96,8 +96,11 @@ impl<B: ArborBackend> RoleTransformerLayer<B> {
         let qkv = linear_rows(&self.qkv, x.clone())
             .reshape([n, l * 3 * d])
             .add(role_qkv)
-            .reshape([n, l, 3 * h, dh])
-            .swap_dims(1, 2); // [n, 3h, l, dh]: the heads are strided views, no copies
+            .reshape([n, l, 3 * h, dh]);
+        // [n, 3h, l, dh]: the heads are strided views, no copies; `contiguous` copies their
+        // gradient by runs before the reshape's (Flex copies a permuted rank-4 view element by
+        // element).
+        let qkv = arbor_cells::kernels::contiguous(qkv).swap_dims(1, 2);
         let split = |i: usize| qkv.clone().narrow(1, i * h, h);
         let (q, k, v) = (split(0), split(1), split(2)); // [n, h, l, dh]
         let scores = q
@@ -107,7 +110,7 @@ impl<B: ArborBackend> RoleTransformerLayer<B> {
             .add(mask_bias.reshape([1, l * l]))
             .reshape([n, h, l, l]);
         let attn = softmax(scores, 3).matmul(v); // [n, h, l, dh]
-        let attn = attn.swap_dims(1, 2).reshape([n, l, d]);
+        let attn = arbor_cells::kernels::contiguous(attn.swap_dims(1, 2)).reshape([n, l, d]);
         let x = self.norm_attn.forward(x.add(linear_rows(&self.out, attn)));
         let ff = linear_rows(&self.ff_out, gelu(linear_rows(&self.ff_in, x.clone())));
         self.norm_ff.forward(x.add(ff))
