@@ -170,10 +170,11 @@ impl<B: ArborBackend> TransformerLayer<B> {
         // Position-wise, so run on `[batch·time, D]`: a rank-2 Linear's weight gradient is one
         // matmul (see `arbor_cells::linear_rows`).
         let [batch, time, d] = ffn_in.dims();
-        let ffn = self
-            .pwff
-            .forward(ffn_in.reshape([batch * time, d]))
-            .reshape([batch, time, d]);
+        // `PositionWiseFeedForward::forward`, with each Linear as one fused op.
+        let pwff = &self.pwff;
+        let inner = arbor_cells::linear_rows(&pwff.linear_inner, ffn_in.reshape([batch * time, d]));
+        let inner = pwff.dropout.forward(pwff.activation.forward(inner));
+        let ffn = arbor_cells::linear_rows(&pwff.linear_outer, inner).reshape([batch, time, d]);
         let mut y = h + self.dropout.forward(ffn);
         if !self.norm_first {
             y = self.norm_ffn.forward(y);
@@ -211,9 +212,7 @@ pub fn self_attention<B: ArborBackend>(
     let (heads, d_k) = (mha.n_heads, mha.d_k);
     let rows = x.reshape([batch * time, d]);
     let project = |linear: &Linear<B>| {
-        linear
-            .forward(rows.clone())
-            .reshape([batch, time, heads, d_k])
+        arbor_cells::linear_rows(linear, rows.clone()).reshape([batch, time, heads, d_k])
     };
     // The heads as permuted views; `contiguous` copies their gradients by runs before the
     // reshape's (Flex copies a permuted rank-4 view element by element).
@@ -234,5 +233,5 @@ pub fn self_attention<B: ArborBackend>(
     };
     let context = arbor_cells::kernels::contiguous(weights.matmul(value).swap_dims(1, 2))
         .reshape([batch * time, d]);
-    mha.output.forward(context).reshape([batch, time, d])
+    arbor_cells::linear_rows(&mha.output, context).reshape([batch, time, d])
 }

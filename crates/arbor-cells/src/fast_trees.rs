@@ -76,7 +76,9 @@ pub(crate) fn precomputed_master_step<B: ArborBackend>(
 ) -> CellStep<B> {
     let c2 = 2 * n_chunks;
     let master = MasterGates::split(xp.clone().narrow(1, 0, c2));
-    let gates = xp.narrow(1, c2, 4 * d_hidden).add(hidden.forward(state.h));
+    let gates = xp
+        .narrow(1, c2, 4 * d_hidden)
+        .add(crate::linear_rows(hidden, state.h));
     let forget = master.forget.clone();
     CellStep {
         state: ordered_update(master, gates, state.c),

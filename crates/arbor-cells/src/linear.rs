@@ -4,7 +4,8 @@ use crate::ArborBackend;
 use burn::nn::Linear;
 use burn::prelude::*;
 
-/// `linear.forward(x)` with every leading dimension of `x` folded into one row dimension.
+/// `linear.forward(x)` with every leading dimension of `x` folded into one row dimension, as
+/// one fused op ([`arbor_kernels::linear`]: the bias added inside the product).
 ///
 /// Same values as `linear.forward(x)`. The difference is the backward pass: Burn 0.21's
 /// default weight gradient of a rank-`D > 2` input is a batched matmul that materialises a
@@ -20,13 +21,17 @@ pub fn linear_rows<B: ArborBackend, const D: usize>(
     linear: &Linear<B>,
     x: Tensor<B, D>,
 ) -> Tensor<B, D> {
-    if D <= 2 {
+    if D < 2 {
         return linear.forward(x);
     }
     let dims = x.dims();
     let d_in = dims[D - 1];
     let rows = dims[..D - 1].iter().product::<usize>();
-    let y = linear.forward(x.reshape([rows, d_in]));
+    let y = arbor_kernels::linear(
+        x.reshape([rows, d_in]),
+        linear.weight.val(),
+        linear.bias.as_ref().map(|b| b.val()),
+    );
     let d_out = y.dims()[1];
     let mut out = dims;
     out[D - 1] = d_out;
@@ -50,11 +55,11 @@ pub fn linear_columns<B: ArborBackend>(
     start: usize,
     len: usize,
 ) -> Tensor<B, 2> {
-    let y = x.matmul(linear.weight.val().narrow(1, start, len));
-    match &linear.bias {
-        Some(bias) => y.add(bias.val().narrow(0, start, len).unsqueeze_dim(0)),
-        None => y,
-    }
+    arbor_kernels::linear(
+        x,
+        linear.weight.val().narrow(1, start, len),
+        linear.bias.as_ref().map(|b| b.val().narrow(0, start, len)),
+    )
 }
 
 #[cfg(test)]

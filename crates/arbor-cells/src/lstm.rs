@@ -92,7 +92,7 @@ impl<B: ArborBackend> RecurrentCell<B> for LstmCell<B> {
     }
 
     fn step(&self, xp: Tensor<B, 2>, state: LstmState<B, 2>) -> CellStep<B> {
-        let gates = xp.add(self.hidden.forward(state.h));
+        let gates = xp.add(crate::linear_rows(&self.hidden, state.h));
         CellStep {
             state: lstm_update(gates, state.c),
             master_forget: None,

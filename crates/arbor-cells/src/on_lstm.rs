@@ -79,7 +79,7 @@ impl<B: ArborBackend> RecurrentCell<B> for OnLstmCell<B> {
     }
 
     fn step(&self, xp: Tensor<B, 2>, state: LstmState<B, 2>) -> CellStep<B> {
-        let all = xp.add(self.hidden.forward(state.h));
+        let all = xp.add(crate::linear_rows(&self.hidden, state.h));
         let c2 = 2 * self.n_chunks;
         let master = MasterGates::from_logits(all.clone().narrow(1, 0, c2));
         let gates = all.narrow(1, c2, 4 * self.d_hidden);

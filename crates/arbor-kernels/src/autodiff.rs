@@ -27,6 +27,34 @@ impl<B: ArborBackend, const N: usize> Backward<B, N> for GatedCell<N> {
     }
 }
 
+/// The backward step of `linear` (`N = 3` with a bias, 2 without): `dx = g·wᵀ`,
+/// `dw = xᵀ·g`, `db = Σ_rows g`, each computed only for an input that needs it.
+#[derive(Debug)]
+struct Linear;
+
+impl<B: ArborBackend, const N: usize> Backward<B, N> for Linear {
+    type State = (FloatTensor<B>, FloatTensor<B>);
+
+    fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<B>(&ops.node);
+        let (x, w) = ops.state;
+        let mut parents = ops.parents.into_iter();
+        if let Some(node) = parents.next().flatten() {
+            let dx = B::affine(grad.clone(), B::float_swap_dims(w, 0, 1), None);
+            grads.register::<B>(node.id, dx);
+        }
+        if let Some(node) = parents.next().flatten() {
+            let dw = B::affine(B::float_swap_dims(x, 0, 1), grad.clone(), None);
+            grads.register::<B>(node.id, dw);
+        }
+        if let Some(node) = parents.next().flatten() {
+            let n = grad.shape()[1];
+            let db = B::float_reshape(B::float_sum_dim(grad, 0), Shape::new([n]));
+            grads.register::<B>(node.id, db);
+        }
+    }
+}
+
 /// The backward step of `contiguous`: the gradient, made contiguous too.
 #[derive(Debug)]
 struct Contiguous;
@@ -192,6 +220,37 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
         {
             OpsKind::Tracked(prep) => prep.finish(input.unwrap_or_else(|| out.clone()), out),
             OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+
+    fn affine(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        b: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        let out = B::affine(
+            x.primitive.clone(),
+            w.primitive.clone(),
+            b.as_ref().map(|b| b.primitive.clone()),
+        );
+        let state = (x.primitive, w.primitive);
+        match b {
+            Some(b) => match Linear
+                .prepare::<C>([x.node, w.node, b.node])
+                .compute_bound()
+                .stateful()
+            {
+                OpsKind::Tracked(prep) => prep.finish(state, out),
+                OpsKind::UnTracked(prep) => prep.finish(out),
+            },
+            None => match Linear
+                .prepare::<C>([x.node, w.node])
+                .compute_bound()
+                .stateful()
+            {
+                OpsKind::Tracked(prep) => prep.finish(state, out),
+                OpsKind::UnTracked(prep) => prep.finish(out),
+            },
         }
     }
 

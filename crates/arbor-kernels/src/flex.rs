@@ -30,6 +30,20 @@ impl HostTensor for FlexTensor {
         })))
     }
 
+    fn matrix(&self) -> Option<(&[f32], usize, isize, isize)> {
+        let layout = self.layout();
+        let strides = layout.strides();
+        if self.dtype() != DType::F32 || strides.len() != 2 || strides.iter().any(|&s| s < 0) {
+            return None;
+        }
+        Some((
+            self.storage::<f32>(),
+            layout.start_offset(),
+            strides[0],
+            strides[1],
+        ))
+    }
+
     fn from_f32(data: Vec<f32>, shape: Shape) -> Self {
         FlexTensor::from_data(TensorData::new(data, shape))
     }

@@ -86,6 +86,68 @@ pub(crate) fn strided_to_vec(
     Some(out)
 }
 
+/// Products at least this large (`m·n·k`) run on rayon's pool, as Flex's own do.
+const PARALLEL_PRODUCT: usize = 192 * 192 * 192;
+
+/// `x·w (+ b)` on a new row-major buffer: prefilled with `b`'s rows and accumulated into, or
+/// written by the product alone. `None` when an input is not an `f32` matrix the backend
+/// exposes.
+pub(crate) fn matmul<T: HostTensor>(x: &T, w: &T, b: Option<&T>) -> Option<T> {
+    let (xs, xo, x_rs, x_cs) = x.matrix()?;
+    let (ws, wo, w_rs, w_cs) = w.matrix()?;
+    let (m, k) = (x.shape()[0], x.shape()[1]);
+    let n = w.shape()[1];
+    let bias = match b {
+        Some(b) => Some(b.host()?),
+        None => None,
+    };
+    let mut out: Vec<f32> = Vec::with_capacity(m * n);
+    if let Some(bias) = &bias {
+        for _ in 0..m {
+            out.extend_from_slice(bias);
+        }
+    }
+    if m * n > 0 && k > 0 {
+        let parallelism = if m * n * k >= PARALLEL_PRODUCT {
+            gemm::Parallelism::Rayon(0)
+        } else {
+            gemm::Parallelism::None
+        };
+        // SAFETY: the strides and offsets are the tensors' own, so every element the product
+        // reads lies inside its buffer; `out` has room for `m·n` values, and either holds them
+        // all (bias rows, read and accumulated into) or is written in full (`read_dst` false,
+        // `k > 0`) before its length is set.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                out.as_mut_ptr(),
+                1,
+                n as isize,
+                bias.is_some(),
+                xs.as_ptr().add(xo),
+                x_cs,
+                x_rs,
+                ws.as_ptr().add(wo),
+                w_cs,
+                w_rs,
+                1.0,
+                1.0,
+                false,
+                false,
+                false,
+                parallelism,
+            );
+            out.set_len(m * n);
+        }
+    } else if bias.is_none() {
+        // An empty sum: zeros.
+        out.resize(m * n, 0.0);
+    }
+    Some(T::from_f32(out, Shape::new([m, n])))
+}
+
 /// `t` in memory of its own, row-major: itself when it already is (or is not `f32`), a copy
 /// by contiguous runs otherwise.
 pub(crate) fn contiguous<T: HostTensor>(t: T) -> T {
@@ -102,6 +164,12 @@ pub(crate) trait HostTensor: TensorMetadata + Sized {
     fn host(&self) -> Option<HostBuf<'_>>;
     /// A new contiguous `f32` tensor.
     fn from_f32(data: Vec<f32>, shape: Shape) -> Self;
+    /// A rank-2 `f32` tensor's memory, strided views included: the buffer, the offset of
+    /// element `[0, 0]`, the row stride and the column stride (non-negative). `None` for other
+    /// tensors, or where the backend does not expose its strides.
+    fn matrix(&self) -> Option<(&[f32], usize, isize, isize)> {
+        None
+    }
     /// The tensor's own `f32` memory, row-major, when it is contiguous and no other tensor
     /// shares it (so writing to it changes no other value); `None` otherwise.
     fn host_mut(&mut self) -> Option<&mut [f32]> {
@@ -709,6 +777,17 @@ macro_rules! host_backend {
 
             fn contiguous(x: FloatTensor<Self>) -> FloatTensor<Self> {
                 host::contiguous(x)
+            }
+
+            fn affine(
+                x: FloatTensor<Self>,
+                w: FloatTensor<Self>,
+                b: Option<FloatTensor<Self>>,
+            ) -> FloatTensor<Self> {
+                match host::matmul(&x, &w, b.as_ref()) {
+                    Some(out) => out,
+                    None => reference::linear::<Self>(x, w, b),
+                }
             }
 
             fn zeros(

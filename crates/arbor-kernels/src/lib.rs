@@ -299,6 +299,15 @@ pub trait ArborBackend: Backend {
         reference::write_rows::<Self>(t, start, rows)
     }
 
+    /// `x·w + b` for matrices; see [`linear`].
+    fn affine(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        b: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        reference::linear::<Self>(x, w, b)
+    }
+
     /// `x` with its elements in row-major order in memory of its own; see [`contiguous`]. The
     /// default returns `x` as it is (a backend's own ops then copy views as they need).
     fn contiguous(x: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -659,5 +668,36 @@ pub fn zeros<B: ArborBackend, const D: usize>(
 pub fn contiguous<B: ArborBackend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(B::contiguous(
         x.into_primitive().tensor(),
+    )))
+}
+
+/// The affine map `x·w + b` of matrices (Burn's `linear` on rank 2), one op (and one autodiff
+/// node whose backward pass is three products of the same kind: `g·wᵀ`, `xᵀ·g` and the column
+/// sums of `g`).
+///
+/// On the CPU backends the product runs on arbor's own output buffer: prefilled with the bias
+/// rows and accumulated into by the matrix product, where Burn 0.21's Flex allocates its output
+/// as zeroed bytes, copies them into a freshly aligned buffer, and then adds the bias in another
+/// pass. Any strides are read in place (transposed and narrowed views included).
+///
+/// # Shapes
+/// - `x`: `[m, k]`
+/// - `weight`: `[k, n]`
+/// - `bias`: `[n]`
+/// - output: `[m, n]`
+pub fn linear<B: ArborBackend>(
+    x: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+    bias: Option<Tensor<B, 1>>,
+) -> Tensor<B, 2> {
+    let ([_, k], [kw, n]) = (x.dims(), weight.dims());
+    assert_eq!(k, kw, "linear: x [m, {k}] and weight [{kw}, {n}]");
+    if let Some(b) = &bias {
+        assert_eq!(b.dims(), [n], "linear: bias for {n} outputs");
+    }
+    Tensor::from_primitive(TensorPrimitive::Float(B::affine(
+        x.into_primitive().tensor(),
+        weight.into_primitive().tensor(),
+        bias.map(|b| b.into_primitive().tensor()),
     )))
 }

@@ -551,3 +551,16 @@ pub fn zeros<B: Backend>(shape: Shape, device: &B::Device) -> FloatTensor<B> {
     let flat = Tensor::<B, 1>::zeros([n], device).into_primitive().tensor();
     B::float_reshape(flat, shape)
 }
+
+/// `x·w + b` as Burn's `linear` computes it.
+pub fn linear<B: Backend>(
+    x: FloatTensor<B>,
+    w: FloatTensor<B>,
+    b: Option<FloatTensor<B>>,
+) -> FloatTensor<B> {
+    let t2 = |t: FloatTensor<B>| Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(t));
+    let b = b.map(|b| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(b)));
+    burn::tensor::module::linear(t2(x), t2(w), b)
+        .into_primitive()
+        .tensor()
+}

@@ -466,7 +466,9 @@ impl<B: ArborBackend> Spinn<B> {
                     ],
                     1,
                 );
-                let new = cell.step(cell.input.forward(x), state.clone()).state;
+                let new = cell
+                    .step(arbor_cells::linear_rows(&cell.input, x), state.clone())
+                    .state;
                 let state = state.select(mask(active.clone()), new);
                 e = Some(state.h.clone());
                 classifier_in = Some(if with_cell {

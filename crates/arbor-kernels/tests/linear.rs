@@ -1,0 +1,114 @@
+//! `arbor_kernels::linear` against Burn's `linear`: values and the gradients of the input, the
+//! weight and the bias, for contiguous and strided operands, with and without a bias, at sizes
+//! on both sides of the parallel threshold, on every CPU backend.
+
+use arbor_kernels::{linear, ArborBackend};
+use burn::backend::{Autodiff, Flex, NdArray};
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::Distribution;
+
+fn values<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
+    t.into_data().convert::<f64>().to_vec().unwrap()
+}
+
+fn close(a: Vec<f64>, b: Vec<f64>, tol: f64, what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: length");
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!(
+            (x - y).abs() <= tol * (1.0 + y.abs()),
+            "{what}[{i}]: {x} vs {y}"
+        );
+    }
+}
+
+fn matches_burn<B: AutodiffBackend + ArborBackend>(tol: f64) {
+    let device = Default::default();
+    let r = |shape: [usize; 2]| Tensor::<B, 2>::random(shape, Distribution::Default, &device);
+    // (m, k, n): small, and large enough for the parallel product (m·n·k ≥ 192³).
+    for (m, k, n) in [(3, 4, 5), (1, 7, 1), (160, 240, 200)] {
+        for (with_bias, strided) in [(true, false), (false, false), (true, true), (false, true)] {
+            let what = format!("{m}×{k}×{n}, bias {with_bias}, strided {strided}");
+            // Strided: x a transposed view, the weight a column window of a wider matrix.
+            let x = if strided {
+                r([k, m]).swap_dims(0, 1)
+            } else {
+                r([m, k])
+            }
+            .require_grad();
+            let wide = r([k, if strided { n + 3 } else { n }]).require_grad();
+            // The weight's window is rebuilt for each pass: a backward pass consumes the graph
+            // steps it goes through.
+            let w = || {
+                if strided {
+                    wide.clone().narrow(1, 2, n)
+                } else {
+                    wide.clone()
+                }
+            };
+            let b = with_bias.then(|| {
+                Tensor::<B, 1>::random([n], Distribution::Default, &device).require_grad()
+            });
+            let ours = linear(x.clone(), w(), b.clone());
+            let burns = burn::tensor::module::linear(x.clone(), w(), b.clone());
+            assert_eq!(ours.dims(), [m, n], "{what}");
+            close(
+                values(ours.clone()),
+                values(burns.clone()),
+                tol,
+                &format!("{what}: y"),
+            );
+            // A loss weighting every output differently.
+            let g = r([m, n]);
+            let (ga, gb) = (
+                ours.mul(g.clone()).sum().backward(),
+                burns.mul(g).sum().backward(),
+            );
+            let grad = |t: &Tensor<B, 2>, gr: &B::Gradients| {
+                values(t.grad(gr).unwrap_or_else(|| panic!("{what}: no gradient")))
+            };
+            close(grad(&x, &ga), grad(&x, &gb), tol, &format!("{what}: dx"));
+            close(
+                grad(&wide, &ga),
+                grad(&wide, &gb),
+                tol,
+                &format!("{what}: dw"),
+            );
+            if let Some(b) = &b {
+                close(
+                    values(b.grad(&ga).unwrap()),
+                    values(b.grad(&gb).unwrap()),
+                    tol,
+                    &format!("{what}: db"),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn linear_matches_burn_on_flex() {
+    matches_burn::<Autodiff<Flex>>(1e-5);
+}
+
+#[test]
+fn linear_matches_burn_on_ndarray() {
+    matches_burn::<Autodiff<NdArray<f32>>>(1e-5);
+    matches_burn::<Autodiff<NdArray<f64>>>(1e-12);
+}
+
+#[test]
+fn empty_products_are_the_bias_or_zeros() {
+    let device = Default::default();
+    let x = Tensor::<Flex, 2>::zeros([4, 0], &device);
+    let w = Tensor::<Flex, 2>::zeros([0, 3], &device);
+    let b = Tensor::<Flex, 1>::from_floats([1.0, 2.0, 3.0], &device);
+    assert_eq!(values(linear(x.clone(), w.clone(), None)), vec![0.0; 12]);
+    assert_eq!(values(linear(x, w, Some(b))), [1.0, 2.0, 3.0].repeat(4));
+    let none = linear(
+        Tensor::<Flex, 2>::zeros([0, 5], &device),
+        Tensor::zeros([5, 2], &device),
+        None,
+    );
+    assert_eq!(none.dims(), [0, 2]);
+}
