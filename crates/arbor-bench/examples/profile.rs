@@ -1,0 +1,42 @@
+//! Runs one workload of the suite in one mode, repeatedly, in this process: a target for
+//! `perf record` (the bench runs both modes and several workloads per process).
+//!
+//! ```sh
+//! PROBE_NAME=gumbel/d100-affine PROBE_MODE=fb PROBE_REPS=10 \
+//!     perf record -g cargo run --release -p arbor-bench --example profile
+//! ```
+//!
+//! `PROBE_MODE` is `f` (evaluation, the default) or `fb` (training); Flex, with the allocator
+//! settings the programs use.
+use arbor_bench::{workloads, Mode};
+use burn::backend::flex::Flex;
+fn main() {
+    arbor_train::alloc::tune_for_cpu_tensors();
+    let dev = Default::default();
+    let name =
+        std::env::var("PROBE_NAME").expect("PROBE_NAME: a workload name (arbor-bench --list)");
+    let mode = if std::env::var("PROBE_MODE").as_deref() == Ok("fb") {
+        Mode::ForwardBackward
+    } else {
+        Mode::Forward
+    };
+    let reps: usize = std::env::var("PROBE_REPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    let w = workloads::suite::<Flex>(&dev)
+        .into_iter()
+        .find(|w| w.name == name)
+        .unwrap_or_else(|| panic!("no workload named {name} (arbor-bench --list)"));
+    let mut run = (w.build)();
+    run(mode);
+    let t = std::time::Instant::now();
+    for _ in 0..reps {
+        run(mode);
+    }
+    println!(
+        "{name} {:?} {:.1} ms",
+        mode,
+        t.elapsed().as_secs_f64() * 1e3 / reps as f64
+    );
+}
