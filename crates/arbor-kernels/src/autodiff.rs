@@ -55,18 +55,6 @@ impl<B: ArborBackend, const N: usize> Backward<B, N> for Linear {
     }
 }
 
-/// The backward step of `contiguous`: the gradient, made contiguous too.
-#[derive(Debug)]
-struct Contiguous;
-
-impl<B: ArborBackend> Backward<B, 1> for Contiguous {
-    type State = ();
-
-    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        backward_with::<B, _, 1, _>(ops, grads, |(), grad| [B::contiguous(grad)]);
-    }
-}
-
 /// A tensor with no inputs (`zeros`): nothing to propagate.
 #[derive(Debug)]
 struct Constant;
@@ -200,7 +188,7 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
 
     fn adjacent_pairs(x: FloatTensor<Self>) -> FloatTensor<Self> {
         let out = B::adjacent_pairs(x.primitive);
-        match AdjacentPairs
+        match Unary::AdjacentPairs
             .prepare::<C>([x.node])
             .compute_bound()
             .stateful()
@@ -256,7 +244,11 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
 
     fn contiguous(x: FloatTensor<Self>) -> FloatTensor<Self> {
         let out = B::contiguous(x.primitive);
-        match Contiguous.prepare::<C>([x.node]).compute_bound().stateful() {
+        match Unary::Contiguous
+            .prepare::<C>([x.node])
+            .compute_bound()
+            .stateful()
+        {
             OpsKind::Tracked(prep) => prep.finish((), out),
             OpsKind::UnTracked(prep) => prep.finish(out),
         }
@@ -307,15 +299,25 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
     }
 }
 
-/// The backward step of `adjacent_pairs` (it needs no state).
+/// The backward step of a one-input op that needs no state.
 #[derive(Debug)]
-struct AdjacentPairs;
+enum Unary {
+    /// `adjacent_pairs`: its fused backward kernel.
+    AdjacentPairs,
+    /// `contiguous`: the gradient, made contiguous too.
+    Contiguous,
+}
 
-impl<B: ArborBackend> Backward<B, 1> for AdjacentPairs {
+impl<B: ArborBackend> Backward<B, 1> for Unary {
     type State = ();
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        backward_with::<B, _, 1, _>(ops, grads, |(), grad| [B::adjacent_pairs_backward(grad)]);
+        backward_with::<B, _, 1, _>(ops, grads, |(), grad| {
+            [match self {
+                Unary::AdjacentPairs => B::adjacent_pairs_backward(grad),
+                Unary::Contiguous => B::contiguous(grad),
+            }]
+        });
     }
 }
 
