@@ -187,15 +187,7 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
     }
 
     fn adjacent_pairs(x: FloatTensor<Self>) -> FloatTensor<Self> {
-        let out = B::adjacent_pairs(x.primitive);
-        match Unary::AdjacentPairs
-            .prepare::<C>([x.node])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish((), out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        }
+        unary::<B, C>(Unary::AdjacentPairs, x, B::adjacent_pairs)
     }
 
     fn activation(x: FloatTensor<Self>, act: Activation) -> FloatTensor<Self> {
@@ -243,15 +235,7 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
     }
 
     fn contiguous(x: FloatTensor<Self>) -> FloatTensor<Self> {
-        let out = B::contiguous(x.primitive);
-        match Unary::Contiguous
-            .prepare::<C>([x.node])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish((), out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        }
+        unary::<B, C>(Unary::Contiguous, x, B::contiguous)
     }
 
     fn zeros(shape: Shape, device: &Device<Self>) -> FloatTensor<Self> {
@@ -412,6 +396,19 @@ fn backward_with<B, S, const N: usize, I>(
         if let Some(node) = parent {
             grads.register::<B>(node.id, d);
         }
+    }
+}
+
+/// Runs a stateless one-input op on `B` and records it as one node with backward step `op`.
+fn unary<B: ArborBackend, C: CheckpointStrategy>(
+    op: Unary,
+    x: FloatTensor<Autodiff<B, C>>,
+    forward: impl FnOnce(FloatTensor<B>) -> FloatTensor<B>,
+) -> FloatTensor<Autodiff<B, C>> {
+    let out = forward(x.primitive);
+    match op.prepare::<C>([x.node]).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => prep.finish((), out),
+        OpsKind::UnTracked(prep) => prep.finish(out),
     }
 }
 
