@@ -76,8 +76,9 @@ pub(crate) fn precomputed_master_step<B: ArborBackend>(
 ) -> CellStep<B> {
     let c2 = 2 * n_chunks;
     let master = MasterGates::split(xp.clone().narrow(1, 0, c2));
-    let gates = xp
-        .narrow(1, c2, 4 * d_hidden)
+    // The input part is a column window of `xp`: copied by runs first, so that the sum is a
+    // contiguous one (Flex adds a strided operand element by element).
+    let gates = arbor_kernels::contiguous(xp.narrow(1, c2, 4 * d_hidden))
         .add(crate::linear_rows(hidden, state.h));
     let forget = master.forget.clone();
     CellStep {
@@ -106,5 +107,31 @@ impl<B: ArborBackend> RecurrentCell<B> for FastTreesCell<B> {
 
     fn step(&self, xp: Tensor<B, 2>, state: LstmState<B, 2>) -> CellStep<B> {
         precomputed_master_step(&self.hidden, self.n_chunks, self.d_hidden, xp, state)
+    }
+
+    /// The master gates from the input weight's first `2C` columns, the other gates as one
+    /// product sum over its remaining columns and the hidden weight.
+    fn step_input(
+        &self,
+        x_t: Tensor<B, 2>,
+        context_t: Option<Tensor<B, 2>>,
+        state: LstmState<B, 2>,
+    ) -> CellStep<B> {
+        debug_assert!(context_t.is_none(), "FastTrees has no context");
+        let c2 = 2 * self.n_chunks;
+        let master =
+            MasterGates::from_logits(crate::linear_columns(&self.input, x_t.clone(), 0, c2));
+        let gates = crate::linear_pair_rows(
+            &self.input,
+            x_t,
+            &self.hidden,
+            state.h,
+            Some((c2, 4 * self.d_hidden)),
+        );
+        let forget = master.forget.clone();
+        CellStep {
+            state: ordered_update(master, gates, state.c),
+            master_forget: Some(forget),
+        }
     }
 }

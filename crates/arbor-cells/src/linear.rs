@@ -62,6 +62,64 @@ pub fn linear_columns<B: ArborBackend>(
     )
 }
 
+/// A recurrent step's pre-activations `x_t·W_in + h·W_hh + b` from two `Linear`s, as one
+/// fused op ([`arbor_kernels::linear_pair`]), optionally on columns `start..start + len` of
+/// `input` (whose other columns feed something else): the same values as
+/// `input.forward(x).narrow(1, start, len) + hidden.forward(h)`.
+///
+/// `hidden`'s bias, when it has one, is added to `input`'s.
+///
+/// # Shapes
+/// - `x`: `[rows, d_in]`, `h`: `[rows, d_h]`
+/// - output: `[rows, len]`, the width of `hidden`'s output
+pub fn linear_pair_rows<B: ArborBackend>(
+    input: &Linear<B>,
+    x: Tensor<B, 2>,
+    hidden: &Linear<B>,
+    h: Tensor<B, 2>,
+    columns: Option<(usize, usize)>,
+) -> Tensor<B, 2> {
+    let (mut w, mut b) = (input.weight.val(), input.bias.as_ref().map(|b| b.val()));
+    if let Some((start, len)) = columns {
+        w = w.narrow(1, start, len);
+        b = b.map(|b| b.narrow(0, start, len));
+    }
+    if let Some(bh) = &hidden.bias {
+        b = Some(match b {
+            Some(b) => b.add(bh.val()),
+            None => bh.val(),
+        });
+    }
+    arbor_kernels::linear_pair(x, w, h, hidden.weight.val(), b)
+}
+
+/// `norm.forward(x)` as one fused op ([`arbor_kernels::layer_norm`]), with `norm`'s own `γ`,
+/// `β` and `ε`. A `LayerNorm` without `β`, or whose `ε` cannot be read, takes Burn's own
+/// forward pass.
+///
+/// # Shapes
+/// - `x`, output: `[..., d]`
+pub fn layer_norm<B: ArborBackend, const D: usize>(
+    norm: &burn::nn::LayerNorm<B>,
+    x: Tensor<B, D>,
+) -> Tensor<B, D> {
+    match (&norm.beta, layer_norm_epsilon(norm)) {
+        (Some(beta), Some(epsilon)) => {
+            arbor_kernels::layer_norm(x, Some((norm.gamma.val(), beta.val())), epsilon)
+        }
+        _ => norm.forward(x),
+    }
+}
+
+/// A built `LayerNorm`'s `ε`, read from its display (`LayerNorm {d_model: 6, epsilon:
+/// 0.00001, …}`; Rust prints an `f64` so that it parses back to the same value): Burn 0.21
+/// keeps the field private and has no getter. `None` if the display has no such entry.
+pub fn layer_norm_epsilon<B: Backend>(norm: &burn::nn::LayerNorm<B>) -> Option<f64> {
+    let shown = format!("{norm}");
+    let rest = shown.split("epsilon: ").nth(1)?;
+    rest.split([',', '}']).next()?.trim().parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,6 +128,63 @@ mod tests {
     use burn::tensor::Distribution;
 
     type Ad = Autodiff<Flex>;
+
+    #[test]
+    fn the_layer_norm_epsilon_is_read_exactly() {
+        use burn::nn::LayerNormConfig;
+        let device = Default::default();
+        for eps in [1e-5, 1e-12, 0.1, 3.0e-7] {
+            let norm = LayerNormConfig::new(4)
+                .with_epsilon(eps)
+                .init::<Flex>(&device);
+            assert_eq!(layer_norm_epsilon(&norm), Some(eps));
+        }
+    }
+
+    #[test]
+    fn layer_norm_is_burns_in_values_and_gradients() {
+        use burn::nn::LayerNormConfig;
+        let device = Default::default();
+        for eps in [1e-5, 0.5] {
+            let mut norm = LayerNormConfig::new(6)
+                .with_epsilon(eps)
+                .init::<Ad>(&device);
+            // γ and β away from their initial 1 and 0.
+            norm.gamma = burn::module::Param::from_tensor(Tensor::random(
+                [6],
+                Distribution::Uniform(0.5, 1.5),
+                &device,
+            ));
+            norm.beta = Some(burn::module::Param::from_tensor(Tensor::random(
+                [6],
+                Distribution::Default,
+                &device,
+            )));
+            let x = Tensor::<Ad, 3>::random([3, 2, 6], Distribution::Default, &device)
+                .mul_scalar(3.0)
+                .require_grad();
+            let w = Tensor::<Ad, 3>::random([3, 2, 6], Distribution::Default, &device);
+            let a = norm.forward(x.clone());
+            let b = layer_norm(&norm, x.clone());
+            a.clone()
+                .into_data()
+                .assert_approx_eq::<f32>(&b.clone().into_data(), Default::default());
+            let ga = a.mul(w.clone()).sum().backward();
+            let gb = b.mul(w).sum().backward();
+            let close = |p: Option<Tensor<Flex, 1>>, q: Option<Tensor<Flex, 1>>| {
+                p.unwrap()
+                    .into_data()
+                    .assert_approx_eq::<f32>(&q.unwrap().into_data(), Default::default())
+            };
+            close(norm.gamma.grad(&ga), norm.gamma.grad(&gb));
+            let beta = norm.beta.as_ref().unwrap();
+            close(beta.grad(&ga), beta.grad(&gb));
+            x.grad(&ga)
+                .unwrap()
+                .into_data()
+                .assert_approx_eq::<f32>(&x.grad(&gb).unwrap().into_data(), Default::default());
+        }
+    }
 
     #[test]
     fn same_values_and_gradients_as_linear() {

@@ -98,4 +98,19 @@ impl<B: ArborBackend> RecurrentCell<B> for LstmCell<B> {
             master_forget: None,
         }
     }
+
+    /// `W x_t + U h + b` as one product sum, then the update.
+    fn step_input(
+        &self,
+        x_t: Tensor<B, 2>,
+        context_t: Option<Tensor<B, 2>>,
+        state: LstmState<B, 2>,
+    ) -> CellStep<B> {
+        debug_assert!(context_t.is_none(), "the LSTM has no context");
+        let gates = crate::linear_pair_rows(&self.input, x_t, &self.hidden, state.h, None);
+        CellStep {
+            state: lstm_update(gates, state.c),
+            master_forget: None,
+        }
+    }
 }

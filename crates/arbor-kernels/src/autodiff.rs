@@ -55,6 +55,64 @@ impl<B: ArborBackend, const N: usize> Backward<B, N> for Linear {
     }
 }
 
+/// The backward step of `linear_pair` (`N = 5` with a bias, 4 without): `dx = g·wᵀ`,
+/// `dw = xᵀ·g`, `dh = g·uᵀ`, `du = hᵀ·g`, `db = Σ_rows g`, each only for an input that
+/// needs it.
+#[derive(Debug)]
+struct LinearPair;
+
+impl<B: ArborBackend, const N: usize> Backward<B, N> for LinearPair {
+    type State = [FloatTensor<B>; 4];
+
+    fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<B>(&ops.node);
+        let [x, w, h, u] = ops.state;
+        let mut parents = ops.parents.into_iter();
+        for (input, weight) in [(x, w), (h, u)] {
+            if let Some(node) = parents.next().flatten() {
+                let d = B::affine(grad.clone(), B::float_swap_dims(weight.clone(), 0, 1), None);
+                grads.register::<B>(node.id, d);
+            }
+            if let Some(node) = parents.next().flatten() {
+                let d = B::affine(B::float_swap_dims(input, 0, 1), grad.clone(), None);
+                grads.register::<B>(node.id, d);
+            }
+        }
+        if let Some(node) = parents.next().flatten() {
+            let n = grad.shape()[1];
+            let db = B::float_reshape(B::float_sum_dim(grad, 0), Shape::new([n]));
+            grads.register::<B>(node.id, db);
+        }
+    }
+}
+
+/// The backward step of `layer_norm` (`N = 3` with `γ` and `β`, 1 without): the input is
+/// kept and the statistics recomputed.
+#[derive(Debug)]
+struct LayerNorm;
+
+impl<B: ArborBackend, const N: usize> Backward<B, N> for LayerNorm {
+    type State = (FloatTensor<B>, Option<FloatTensor<B>>, f64);
+
+    fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<B>(&ops.node);
+        let (x, gamma, epsilon) = ops.state;
+        let (dx, affine) = B::layer_norm_rows_backward(x, gamma, epsilon, grad);
+        let mut parents = ops.parents.into_iter();
+        if let Some(node) = parents.next().flatten() {
+            grads.register::<B>(node.id, dx);
+        }
+        if let Some((d_gamma, d_beta)) = affine {
+            if let Some(node) = parents.next().flatten() {
+                grads.register::<B>(node.id, d_gamma);
+            }
+            if let Some(node) = parents.next().flatten() {
+                grads.register::<B>(node.id, d_beta);
+            }
+        }
+    }
+}
+
 /// A tensor with no inputs (`zeros`): nothing to propagate.
 #[derive(Debug)]
 struct Constant;
@@ -225,6 +283,71 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
             },
             None => match Linear
                 .prepare::<C>([x.node, w.node])
+                .compute_bound()
+                .stateful()
+            {
+                OpsKind::Tracked(prep) => prep.finish(state, out),
+                OpsKind::UnTracked(prep) => prep.finish(out),
+            },
+        }
+    }
+
+    fn layer_norm_rows(
+        x: FloatTensor<Self>,
+        affine: Option<(FloatTensor<Self>, FloatTensor<Self>)>,
+        epsilon: f64,
+    ) -> FloatTensor<Self> {
+        let out = B::layer_norm_rows(
+            x.primitive.clone(),
+            affine
+                .as_ref()
+                .map(|(g, b)| (g.primitive.clone(), b.primitive.clone())),
+            epsilon,
+        );
+        match affine {
+            Some((g, b)) => match LayerNorm
+                .prepare::<C>([x.node, g.node, b.node])
+                .compute_bound()
+                .stateful()
+            {
+                OpsKind::Tracked(prep) => {
+                    prep.finish((x.primitive, Some(g.primitive), epsilon), out)
+                }
+                OpsKind::UnTracked(prep) => prep.finish(out),
+            },
+            None => match LayerNorm.prepare::<C>([x.node]).compute_bound().stateful() {
+                OpsKind::Tracked(prep) => prep.finish((x.primitive, None, epsilon), out),
+                OpsKind::UnTracked(prep) => prep.finish(out),
+            },
+        }
+    }
+
+    fn affine_pair(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        h: FloatTensor<Self>,
+        u: FloatTensor<Self>,
+        b: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        let out = B::affine_pair(
+            x.primitive.clone(),
+            w.primitive.clone(),
+            h.primitive.clone(),
+            u.primitive.clone(),
+            b.as_ref().map(|b| b.primitive.clone()),
+        );
+        let state = [x.primitive, w.primitive, h.primitive, u.primitive];
+        match b {
+            Some(b) => match LinearPair
+                .prepare::<C>([x.node, w.node, h.node, u.node, b.node])
+                .compute_bound()
+                .stateful()
+            {
+                OpsKind::Tracked(prep) => prep.finish(state, out),
+                OpsKind::UnTracked(prep) => prep.finish(out),
+            },
+            None => match LinearPair
+                .prepare::<C>([x.node, w.node, h.node, u.node])
                 .compute_bound()
                 .stateful()
             {

@@ -675,6 +675,112 @@ pub fn linear_scan_backward(
     }
 }
 
+/// Mean and `1 / sqrt(var + ε)` of one row (two passes, accumulated in `f64`).
+fn row_stats(x: &[f32], epsilon: f64) -> (f32, f32) {
+    let n = x.len().max(1) as f64;
+    let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
+    let var = x
+        .iter()
+        .map(|&v| {
+            let c = v as f64 - mean;
+            c * c
+        })
+        .sum::<f64>()
+        / n;
+    (mean as f32, (1.0 / (var + epsilon).sqrt()) as f32)
+}
+
+/// Layer normalisation of the rows (width `d`) of `x` into `out`, with `(γ, β)` when given.
+pub fn layer_norm(
+    out: &mut [f32],
+    x: &[f32],
+    d: usize,
+    affine: Option<(&[f32], &[f32])>,
+    epsilon: f64,
+) {
+    if d == 0 {
+        return;
+    }
+    for (o, x) in out.chunks_exact_mut(d).zip(x.chunks_exact(d)) {
+        let (mean, rstd) = row_stats(x, epsilon);
+        match affine {
+            Some((g, b)) => {
+                for j in 0..d {
+                    o[j] = (x[j] - mean) * rstd * g[j] + b[j];
+                }
+            }
+            None => {
+                for j in 0..d {
+                    o[j] = (x[j] - mean) * rstd;
+                }
+            }
+        }
+    }
+}
+
+/// `dx` of [`layer_norm`] for the rows of `x` (statistics recomputed):
+/// `dx = (ĝ − mean(ĝ) − x̂ ⊙ mean(ĝ ⊙ x̂)) / σ`, `ĝ = g ⊙ γ` (`g` without `γ`).
+pub fn layer_norm_backward(
+    dx: &mut [f32],
+    x: &[f32],
+    grad: &[f32],
+    d: usize,
+    gamma: Option<&[f32]>,
+    epsilon: f64,
+) {
+    if d == 0 {
+        return;
+    }
+    let mut gh = vec![0f32; d];
+    for ((o, x), g) in dx
+        .chunks_exact_mut(d)
+        .zip(x.chunks_exact(d))
+        .zip(grad.chunks_exact(d))
+    {
+        let (mean, rstd) = row_stats(x, epsilon);
+        let (mut sum_g, mut sum_gx) = (0f64, 0f64);
+        for j in 0..d {
+            gh[j] = match gamma {
+                Some(gamma) => g[j] * gamma[j],
+                None => g[j],
+            };
+            sum_g += gh[j] as f64;
+            sum_gx += (gh[j] * (x[j] - mean) * rstd) as f64;
+        }
+        let (mean_g, mean_gx) = ((sum_g / d as f64) as f32, (sum_gx / d as f64) as f32);
+        for j in 0..d {
+            let xhat = (x[j] - mean) * rstd;
+            o[j] = (gh[j] - mean_g - xhat * mean_gx) * rstd;
+        }
+    }
+}
+
+/// `dγ = Σ_rows g ⊙ x̂` and `dβ = Σ_rows g` of [`layer_norm`], accumulated in `f64`.
+pub fn layer_norm_affine_backward(
+    d_gamma: &mut [f32],
+    d_beta: &mut [f32],
+    x: &[f32],
+    grad: &[f32],
+    d: usize,
+    epsilon: f64,
+) {
+    if d == 0 {
+        return;
+    }
+    let (mut sg, mut sb) = (vec![0f64; d], vec![0f64; d]);
+    for (x, g) in x.chunks_exact(d).zip(grad.chunks_exact(d)) {
+        let (mean, rstd) = row_stats(x, epsilon);
+        for j in 0..d {
+            sg[j] += (g[j] * (x[j] - mean) * rstd) as f64;
+            sb[j] += g[j] as f64;
+        }
+    }
+    for j in 0..d {
+        d_gamma[j] = sg[j] as f32;
+        d_beta[j] = sb[j] as f32;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -93,21 +93,36 @@ const PARALLEL_PRODUCT: usize = 192 * 192 * 192;
 /// written by the product alone. `None` when an input is not an `f32` matrix the backend
 /// exposes.
 pub(crate) fn matmul<T: HostTensor>(x: &T, w: &T, b: Option<&T>) -> Option<T> {
-    let (xs, xo, x_rs, x_cs) = x.matrix()?;
-    let (ws, wo, w_rs, w_cs) = w.matrix()?;
-    let (m, k) = (x.shape()[0], x.shape()[1]);
-    let n = w.shape()[1];
+    matmul_sum(&[(x, w)], b)
+}
+
+/// `Σ_i x_i·w_i (+ b)` on one new row-major buffer: prefilled with `b`'s rows (or written by
+/// the first product), every other product accumulated into it by `gemm`'s `read_dst`, so a
+/// sum of products costs no elementwise pass and no buffer beyond the output. `None` when an
+/// input is not an `f32` matrix the backend exposes.
+pub(crate) fn matmul_sum<T: HostTensor>(terms: &[(&T, &T)], b: Option<&T>) -> Option<T> {
+    let m = terms.first()?.0.shape()[0];
+    let n = terms.first()?.1.shape()[1];
+    let mut operands = Vec::with_capacity(terms.len());
+    for (x, w) in terms {
+        operands.push((x.matrix()?, w.matrix()?, x.shape()[1]));
+    }
     let bias = match b {
         Some(b) => Some(b.host()?),
         None => None,
     };
     let mut out: Vec<f32> = Vec::with_capacity(m * n);
+    let mut filled = false;
     if let Some(bias) = &bias {
         for _ in 0..m {
             out.extend_from_slice(bias);
         }
+        filled = true;
     }
-    if m * n > 0 && k > 0 {
+    for ((xs, xo, x_rs, x_cs), (ws, wo, w_rs, w_cs), k) in operands {
+        if m * n == 0 || k == 0 {
+            continue;
+        }
         let parallelism = if m * n * k >= PARALLEL_PRODUCT {
             gemm::Parallelism::Rayon(0)
         } else {
@@ -115,8 +130,8 @@ pub(crate) fn matmul<T: HostTensor>(x: &T, w: &T, b: Option<&T>) -> Option<T> {
         };
         // SAFETY: the strides and offsets are the tensors' own, so every element the product
         // reads lies inside its buffer; `out` has room for `m·n` values, and either holds them
-        // all (bias rows, read and accumulated into) or is written in full (`read_dst` false,
-        // `k > 0`) before its length is set.
+        // all (bias rows or an earlier product, read and accumulated into) or is written in
+        // full (`read_dst` false, `k > 0`) before its length is set.
         unsafe {
             gemm::gemm(
                 m,
@@ -125,7 +140,7 @@ pub(crate) fn matmul<T: HostTensor>(x: &T, w: &T, b: Option<&T>) -> Option<T> {
                 out.as_mut_ptr(),
                 1,
                 n as isize,
-                bias.is_some(),
+                filled,
                 xs.as_ptr().add(xo),
                 x_cs,
                 x_rs,
@@ -141,11 +156,73 @@ pub(crate) fn matmul<T: HostTensor>(x: &T, w: &T, b: Option<&T>) -> Option<T> {
             );
             out.set_len(m * n);
         }
-    } else if bias.is_none() {
+        filled = true;
+    }
+    if !filled {
         // An empty sum: zeros.
         out.resize(m * n, 0.0);
     }
     Some(T::from_f32(out, Shape::new([m, n])))
+}
+
+/// Layer normalisation of a `[rows, d]` tensor on the CPU kernels, rows in parallel.
+pub(crate) fn layer_norm<T: HostTensor>(
+    x: &T,
+    affine: Option<(&T, &T)>,
+    epsilon: f64,
+) -> Option<T> {
+    let shape = x.shape();
+    let d = *shape.as_slice().last()?;
+    let xx = x.host()?;
+    let affine = match affine {
+        Some((g, b)) => Some((g.host()?, b.host()?)),
+        None => None,
+    };
+    let rows = if d == 0 { 0 } else { xx.len() / d };
+    let mut out = vec![0f32; xx.len()];
+    par::rows(rows, 4 * d, vec![(&mut out, d)], &|r, o| {
+        let aff = affine.as_ref().map(|(g, b)| (&g[..], &b[..]));
+        cpu::layer_norm(o[0], par::at(&xx, &r, d), d, aff, epsilon);
+    });
+    Some(T::from_f32(out, shape))
+}
+
+/// The gradients of [`layer_norm`]: `dx` (rows in parallel) and, with `gamma`, `(dγ, dβ)`.
+#[allow(clippy::type_complexity)]
+pub(crate) fn layer_norm_backward<T: HostTensor>(
+    x: &T,
+    gamma: Option<&T>,
+    epsilon: f64,
+    grad: &T,
+) -> Option<(T, Option<(T, T)>)> {
+    let shape = x.shape();
+    let d = *shape.as_slice().last()?;
+    let (xx, g) = (x.host()?, grad.host()?);
+    let gamma = match gamma {
+        Some(gm) => Some(gm.host()?),
+        None => None,
+    };
+    let rows = if d == 0 { 0 } else { xx.len() / d };
+    let mut dx = vec![0f32; xx.len()];
+    par::rows(rows, 6 * d, vec![(&mut dx, d)], &|r, o| {
+        cpu::layer_norm_backward(
+            o[0],
+            par::at(&xx, &r, d),
+            par::at(&g, &r, d),
+            d,
+            gamma.as_deref(),
+            epsilon,
+        );
+    });
+    let affine = gamma.map(|_| {
+        let (mut dg, mut db) = (vec![0f32; d], vec![0f32; d]);
+        cpu::layer_norm_affine_backward(&mut dg, &mut db, &xx, &g, d, epsilon);
+        (
+            T::from_f32(dg, Shape::new([d])),
+            T::from_f32(db, Shape::new([d])),
+        )
+    });
+    Some((T::from_f32(dx, shape), affine))
 }
 
 /// `t` in memory of its own, row-major: itself when it already is (or is not `f32`), a copy
@@ -787,6 +864,44 @@ macro_rules! host_backend {
                 match host::matmul(&x, &w, b.as_ref()) {
                     Some(out) => out,
                     None => reference::linear::<Self>(x, w, b),
+                }
+            }
+
+            fn layer_norm_rows(
+                x: FloatTensor<Self>,
+                affine: Option<(FloatTensor<Self>, FloatTensor<Self>)>,
+                epsilon: f64,
+            ) -> FloatTensor<Self> {
+                let fused = host::layer_norm(&x, affine.as_ref().map(|(g, b)| (g, b)), epsilon);
+                match fused {
+                    Some(out) => out,
+                    None => reference::layer_norm::<Self>(x, affine, epsilon),
+                }
+            }
+
+            #[allow(clippy::type_complexity)]
+            fn layer_norm_rows_backward(
+                x: FloatTensor<Self>,
+                gamma: Option<FloatTensor<Self>>,
+                epsilon: f64,
+                grad: FloatTensor<Self>,
+            ) -> (FloatTensor<Self>, Option<(FloatTensor<Self>, FloatTensor<Self>)>) {
+                match host::layer_norm_backward(&x, gamma.as_ref(), epsilon, &grad) {
+                    Some(out) => out,
+                    None => reference::layer_norm_backward::<Self>(x, gamma, epsilon, grad),
+                }
+            }
+
+            fn affine_pair(
+                x: FloatTensor<Self>,
+                w: FloatTensor<Self>,
+                h: FloatTensor<Self>,
+                u: FloatTensor<Self>,
+                b: Option<FloatTensor<Self>>,
+            ) -> FloatTensor<Self> {
+                match host::matmul_sum(&[(&x, &w), (&h, &u)], b.as_ref()) {
+                    Some(out) => out,
+                    None => reference::linear_pair::<Self>(x, w, h, u, b),
                 }
             }
 

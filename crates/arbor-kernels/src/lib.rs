@@ -308,6 +308,42 @@ pub trait ArborBackend: Backend {
         reference::linear::<Self>(x, w, b)
     }
 
+    /// Layer normalisation of the rows of a `[rows, d]` tensor, with an optional affine map
+    /// (`gamma` and `beta` both, or neither); see [`layer_norm`].
+    fn layer_norm_rows(
+        x: FloatTensor<Self>,
+        affine: Option<(FloatTensor<Self>, FloatTensor<Self>)>,
+        epsilon: f64,
+    ) -> FloatTensor<Self> {
+        reference::layer_norm::<Self>(x, affine, epsilon)
+    }
+
+    /// The gradients of [`ArborBackend::layer_norm_rows`] with respect to `x`, and (with `gamma`)
+    /// to `gamma` and `beta`, recomputed from the saved input.
+    #[allow(clippy::type_complexity)]
+    fn layer_norm_rows_backward(
+        x: FloatTensor<Self>,
+        gamma: Option<FloatTensor<Self>>,
+        epsilon: f64,
+        grad: FloatTensor<Self>,
+    ) -> (
+        FloatTensor<Self>,
+        Option<(FloatTensor<Self>, FloatTensor<Self>)>,
+    ) {
+        reference::layer_norm_backward::<Self>(x, gamma, epsilon, grad)
+    }
+
+    /// `x·w + h·u + b` for matrices; see [`linear_pair`].
+    fn affine_pair(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        h: FloatTensor<Self>,
+        u: FloatTensor<Self>,
+        b: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        reference::linear_pair::<Self>(x, w, h, u, b)
+    }
+
     /// `x` with its elements in row-major order in memory of its own; see [`contiguous`]. The
     /// default returns `x` as it is (a backend's own ops then copy views as they need).
     fn contiguous(x: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -700,4 +736,86 @@ pub fn linear<B: ArborBackend>(
         weight.into_primitive().tensor(),
         bias.map(|b| b.into_primitive().tensor()),
     )))
+}
+
+/// The sum of two affine maps `x·w + h·u + b` (a recurrent cell's gates from its input and its
+/// previous state), one op and one autodiff node: `linear(x, w, b) + linear(h, u, None)`
+/// without the sum's pass, its output buffer and its two extra graph nodes.
+///
+/// On the CPU backends both products accumulate into one output buffer (prefilled with the
+/// bias rows), reading any strides in place, so column windows of a fused weight are not
+/// copied. The backward pass is `g·wᵀ`, `xᵀ·g`, `g·uᵀ`, `hᵀ·g` and the column sums of `g`, each
+/// only for an input that needs it.
+///
+/// # Shapes
+/// - `x`: `[m, k]`, `weight`: `[k, n]`
+/// - `h`: `[m, j]`, `weight_h`: `[j, n]`
+/// - `bias`: `[n]`
+/// - output: `[m, n]`
+pub fn linear_pair<B: ArborBackend>(
+    x: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+    h: Tensor<B, 2>,
+    weight_h: Tensor<B, 2>,
+    bias: Option<Tensor<B, 1>>,
+) -> Tensor<B, 2> {
+    let ([m, k], [kw, n]) = (x.dims(), weight.dims());
+    let ([mh, j], [jw, nh]) = (h.dims(), weight_h.dims());
+    assert_eq!(k, kw, "linear_pair: x [m, {k}] and weight [{kw}, {n}]");
+    assert_eq!(j, jw, "linear_pair: h [m, {j}] and weight_h [{jw}, {nh}]");
+    assert!(
+        m == mh && n == nh,
+        "linear_pair: x·w is [{m}, {n}] but h·u is [{mh}, {nh}]"
+    );
+    if let Some(b) = &bias {
+        assert_eq!(b.dims(), [n], "linear_pair: bias for {n} outputs");
+    }
+    Tensor::from_primitive(TensorPrimitive::Float(B::affine_pair(
+        x.into_primitive().tensor(),
+        weight.into_primitive().tensor(),
+        h.into_primitive().tensor(),
+        weight_h.into_primitive().tensor(),
+        bias.map(|b| b.into_primitive().tensor()),
+    )))
+}
+
+/// Layer normalisation over the last dimension, `(x − mean) / sqrt(var + ε) ⊙ γ + β` (the
+/// biased variance, as Burn's `LayerNorm` and PyTorch's), as one op and one autodiff node.
+///
+/// Burn's `LayerNorm::forward` is about ten ops, and two of them reshape `γ` and `β`: an op
+/// whose only tracked input is a parameter starts an autodiff graph of its own, which the next
+/// op merges into the model's graph, at a cost that grows with the graph (Burn 0.21 moves
+/// either graph into the other). Here `x`, `γ` and `β` are the node's direct inputs, so no
+/// graph is started and none merged. The backward pass recomputes the statistics from `x`:
+/// `dx = (ĝ − mean(ĝ) − x̂ ⊙ mean(ĝ ⊙ x̂)) / σ` with `ĝ = g ⊙ γ`, `dγ = Σ g ⊙ x̂`, `dβ = Σ g`.
+///
+/// `affine`: `(γ, β)`, or `None` for no affine map (R2D2's `LayerNorm(elementwise_affine =
+/// False)`).
+///
+/// # Shapes
+/// - `x`, output: `[..., d]`
+/// - `γ`, `β`: `[d]`
+pub fn layer_norm<B: ArborBackend, const D: usize>(
+    x: Tensor<B, D>,
+    affine: Option<(Tensor<B, 1>, Tensor<B, 1>)>,
+    epsilon: f64,
+) -> Tensor<B, D> {
+    let dims = x.dims();
+    let d = dims[D - 1];
+    if let Some((g, b)) = &affine {
+        assert!(
+            g.dims() == [d] && b.dims() == [d],
+            "layer_norm: gamma {:?} and beta {:?} for width {d}",
+            g.dims(),
+            b.dims()
+        );
+    }
+    let rows = dims[..D - 1].iter().product::<usize>();
+    let x2 = x.reshape([rows, d]);
+    let y = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(B::layer_norm_rows(
+        x2.into_primitive().tensor(),
+        affine.map(|(g, b)| (g.into_primitive().tensor(), b.into_primitive().tensor())),
+        epsilon,
+    )));
+    y.reshape(dims)
 }

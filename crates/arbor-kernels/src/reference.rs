@@ -552,6 +552,18 @@ pub fn zeros<B: Backend>(shape: Shape, device: &B::Device) -> FloatTensor<B> {
     B::float_reshape(flat, shape)
 }
 
+/// `x·w + h·u + b`: two plain products and a sum (the default of
+/// [`ArborBackend::affine_pair`](crate::ArborBackend::affine_pair)).
+pub fn linear_pair<B: Backend>(
+    x: FloatTensor<B>,
+    w: FloatTensor<B>,
+    h: FloatTensor<B>,
+    u: FloatTensor<B>,
+    b: Option<FloatTensor<B>>,
+) -> FloatTensor<B> {
+    B::float_add(linear::<B>(x, w, b), linear::<B>(h, u, None))
+}
+
 /// `x·w + b` as Burn's `linear` computes it.
 pub fn linear<B: Backend>(
     x: FloatTensor<B>,
@@ -563,4 +575,65 @@ pub fn linear<B: Backend>(
     burn::tensor::module::linear(t2(x), t2(w), b)
         .into_primitive()
         .tensor()
+}
+
+/// Layer normalisation of `[rows, d]` in plain ops (Burn's `layer_norm` decomposition).
+pub fn layer_norm<B: Backend>(
+    x: FloatTensor<B>,
+    affine: Option<(FloatTensor<B>, FloatTensor<B>)>,
+    epsilon: f64,
+) -> FloatTensor<B> {
+    let (xhat, _) = normalized::<B>(t2::<B>(x), epsilon);
+    let y = match affine {
+        Some((g, b)) => {
+            let d = xhat.dims()[1];
+            let g = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(g)).reshape([1, d]);
+            let b = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(b)).reshape([1, d]);
+            xhat.mul(g).add(b)
+        }
+        None => xhat,
+    };
+    y.into_primitive().tensor()
+}
+
+/// `x̂ = (x − mean) / σ` and `1 / σ` (`[rows, 1]`) of `[rows, d]`.
+fn normalized<B: Backend>(x: Tensor<B, 2>, epsilon: f64) -> (Tensor<B, 2>, Tensor<B, 2>) {
+    let centered = x.clone().sub(x.mean_dim(1));
+    let var = centered.clone().mul(centered.clone()).mean_dim(1);
+    let rstd = var.add_scalar(epsilon).sqrt().recip();
+    (centered.mul(rstd.clone()), rstd)
+}
+
+/// The gradients of [`layer_norm`] in plain ops.
+#[allow(clippy::type_complexity)]
+pub fn layer_norm_backward<B: Backend>(
+    x: FloatTensor<B>,
+    gamma: Option<FloatTensor<B>>,
+    epsilon: f64,
+    grad: FloatTensor<B>,
+) -> (FloatTensor<B>, Option<(FloatTensor<B>, FloatTensor<B>)>) {
+    let (xhat, rstd) = normalized::<B>(t2::<B>(x), epsilon);
+    let g = t2::<B>(grad);
+    let d = xhat.dims()[1];
+    let (gh, affine) = match gamma {
+        Some(gamma) => {
+            let gamma = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(gamma));
+            let d_gamma = g.clone().mul(xhat.clone()).sum_dim(0).reshape([d]);
+            let d_beta = g.clone().sum_dim(0).reshape([d]);
+            (
+                g.mul(gamma.reshape([1, d])),
+                Some((
+                    d_gamma.into_primitive().tensor(),
+                    d_beta.into_primitive().tensor(),
+                )),
+            )
+        }
+        None => (g, None),
+    };
+    let dx = gh
+        .clone()
+        .sub(gh.clone().mean_dim(1))
+        .sub(xhat.clone().mul(gh.mul(xhat).mean_dim(1)))
+        .mul(rstd);
+    (dx.into_primitive().tensor(), affine)
 }

@@ -1,8 +1,9 @@
 //! `arbor_kernels::linear` against Burn's `linear`: values and the gradients of the input, the
 //! weight and the bias, for contiguous and strided operands, with and without a bias, at sizes
-//! on both sides of the parallel threshold, on every CPU backend.
+//! on both sides of the parallel threshold, on every CPU backend. `linear_pair` likewise
+//! against the sum of two of Burn's `linear`s.
 
-use arbor_kernels::{linear, ArborBackend};
+use arbor_kernels::{linear, linear_pair, ArborBackend};
 use burn::backend::{Autodiff, Flex, NdArray};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
@@ -111,4 +112,122 @@ fn empty_products_are_the_bias_or_zeros() {
         None,
     );
     assert_eq!(none.dims(), [0, 2]);
+}
+
+/// `linear_pair(x, w, h, u, b)` against `linear(x, w, b) + linear(h, u)` in Burn's ops: values
+/// and all five gradients, contiguous and strided operands (a transposed `x`, column windows
+/// of wider weights, as the FastTrees cell uses), with and without a bias, on both sides of
+/// the parallel threshold.
+fn pair_matches_burn<B: AutodiffBackend + ArborBackend>(tol: f64) {
+    let device = Default::default();
+    let r = |shape: [usize; 2]| Tensor::<B, 2>::random(shape, Distribution::Default, &device);
+    for (m, k, j, n) in [
+        (3, 4, 2, 5),
+        (1, 7, 3, 1),
+        (160, 240, 200, 200),
+        (5, 0, 3, 4),
+    ] {
+        for (with_bias, strided) in [(true, false), (false, false), (true, true), (false, true)] {
+            let what = format!("{m}×({k}, {j})×{n}, bias {with_bias}, strided {strided}");
+            let x = if strided {
+                r([k, m]).swap_dims(0, 1)
+            } else {
+                r([m, k])
+            }
+            .require_grad();
+            let h = r([m, j]).require_grad();
+            let extra = if strided { 3 } else { 0 };
+            let wide_w = r([k, n + extra]).require_grad();
+            let wide_u = r([j, n + extra]).require_grad();
+            let window = |t: &Tensor<B, 2>| {
+                if strided {
+                    t.clone().narrow(1, 1, n)
+                } else {
+                    t.clone()
+                }
+            };
+            let b = with_bias.then(|| {
+                Tensor::<B, 1>::random([n], Distribution::Default, &device).require_grad()
+            });
+            let ours = linear_pair(
+                x.clone(),
+                window(&wide_w),
+                h.clone(),
+                window(&wide_u),
+                b.clone(),
+            );
+            let burns = burn::tensor::module::linear(x.clone(), window(&wide_w), b.clone()).add(
+                burn::tensor::module::linear(h.clone(), window(&wide_u), None),
+            );
+            assert_eq!(ours.dims(), [m, n], "{what}");
+            close(
+                values(ours.clone()),
+                values(burns.clone()),
+                tol,
+                &format!("{what}: y"),
+            );
+            let g = r([m, n]);
+            let (ga, gb) = (
+                ours.mul(g.clone()).sum().backward(),
+                burns.mul(g).sum().backward(),
+            );
+            let grad =
+                |t: &Tensor<B, 2>, gr: &B::Gradients| t.grad(gr).map(values).unwrap_or_default();
+            for (t, name) in [(&x, "dx"), (&h, "dh"), (&wide_w, "dw"), (&wide_u, "du")] {
+                let (a, e) = (grad(t, &ga), grad(t, &gb));
+                assert_eq!(
+                    a.len(),
+                    t.shape().num_elements(),
+                    "{what}: {name} is missing"
+                );
+                close(a, e, tol, &format!("{what}: {name}"));
+            }
+            if let Some(b) = &b {
+                close(
+                    values(b.grad(&ga).unwrap()),
+                    values(b.grad(&gb).unwrap()),
+                    tol,
+                    &format!("{what}: db"),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn linear_pair_matches_burn_on_flex() {
+    pair_matches_burn::<Autodiff<Flex>>(1e-5, true);
+}
+
+#[test]
+fn linear_pair_matches_burn_on_ndarray() {
+    pair_matches_burn::<Autodiff<NdArray<f32>>>(1e-5, false);
+    pair_matches_burn::<Autodiff<NdArray<f64>>>(1e-12, false);
+}
+
+#[test]
+fn linear_pair_of_empty_products_is_the_bias_or_zeros() {
+    let device = Default::default();
+    let z = |shape: [usize; 2]| Tensor::<Flex, 2>::zeros(shape, &device);
+    let b = Tensor::<Flex, 1>::from_floats([1.0, 2.0, 3.0], &device);
+    assert_eq!(
+        values(linear_pair(
+            z([4, 0]),
+            z([0, 3]),
+            z([4, 0]),
+            z([0, 3]),
+            None
+        )),
+        vec![0.0; 12]
+    );
+    assert_eq!(
+        values(linear_pair(
+            z([4, 0]),
+            z([0, 3]),
+            z([4, 0]),
+            z([0, 3]),
+            Some(b)
+        )),
+        [1.0, 2.0, 3.0].repeat(4)
+    );
 }

@@ -52,6 +52,14 @@ impl<B: ArborBackend> RecurrentCell<B> for AnyCell<B> {
     fn step(&self, xp: Tensor<B, 2>, state: LstmState<B, 2>) -> CellStep<B> {
         dispatch!(self, c => c.step(xp, state))
     }
+    fn step_input(
+        &self,
+        x_t: Tensor<B, 2>,
+        context_t: Option<Tensor<B, 2>>,
+        state: LstmState<B, 2>,
+    ) -> CellStep<B> {
+        dispatch!(self, c => c.step_input(x_t, context_t, state))
+    }
     fn context(&self, x: Tensor<B, 3>) -> Option<Tensor<B, 3>> {
         dispatch!(self, c => c.context(x))
     }

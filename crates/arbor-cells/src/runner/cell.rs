@@ -65,6 +65,31 @@ pub trait RecurrentCell<B: ArborBackend> {
     /// - `xp`: `[batch, P]`
     /// - `state`: `[batch, H]` each
     fn step(&self, xp: Tensor<B, 2>, state: LstmState<B, 2>) -> CellStep<B>;
+    /// One step from the input `x_t` itself (with the context's slice of step `t` when the
+    /// cell has a [`context`](RecurrentCell::context)); the runner calls this. The default is
+    /// [`step`](RecurrentCell::step) on `[context_t, precompute(x_t)]`; a cell may override
+    /// it to compute its input and recurrent products together (what the LSTM, ON-LSTM and
+    /// FastTrees cells do, with one [`linear_pair`](crate::kernels::linear_pair)). It must
+    /// compute what the default computes.
+    ///
+    /// # Shapes
+    /// - `x_t`: `[batch, d_input]`
+    /// - `context_t`: `[batch, K]`
+    /// - `state`: `[batch, H]` each
+    fn step_input(
+        &self,
+        x_t: Tensor<B, 2>,
+        context_t: Option<Tensor<B, 2>>,
+        state: LstmState<B, 2>,
+    ) -> CellStep<B> {
+        let n = x_t.dims()[0];
+        let mut xp = self.precompute(x_t.unsqueeze_dim::<3>(1));
+        if let Some(c) = context_t {
+            xp = Tensor::cat(vec![c.unsqueeze_dim::<3>(1), xp], 2);
+        }
+        let width = xp.dims()[2];
+        self.step(xp.reshape([n, width]), state)
+    }
     /// Every step at once, for cells whose recurrence is elementwise; `None` (the default)
     /// makes the runner call [`precompute`](RecurrentCell::precompute) and then
     /// [`step`](RecurrentCell::step) once per time step. It must compute what the steps compute.

@@ -131,14 +131,9 @@ fn step_at<B: ArborBackend, C: RecurrentCell<B> + ?Sized>(
 ) -> super::CellStep<B> {
     let at = |a: &Tensor<B, 3>| {
         let w = a.dims()[2];
-        a.clone().slice([0..n, t..t + 1, 0..w])
+        a.clone().slice([0..n, t..t + 1, 0..w]).reshape([n, w])
     };
-    let mut xp_t = cell.precompute(at(x));
-    if let Some(c) = context {
-        xp_t = Tensor::cat(vec![at(c), xp_t], 2);
-    }
-    let [n, _, width] = xp_t.dims();
-    cell.step(xp_t.reshape([n, width]), state)
+    cell.step_input(at(x), context.map(at), state)
 }
 
 /// The step loop over padded sequences, packed: the examples are ordered longest first, so
