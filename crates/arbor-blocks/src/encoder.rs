@@ -186,7 +186,7 @@ impl<B: ArborBackend> TransformerEncoder<B> {
             distances.extend(out.distances);
         }
         if let Some(norm) = &self.final_norm {
-            h = norm.forward(h);
+            h = arbor_cells::layer_norm(norm, h);
         }
         let outputs = h.mask_fill(mask.unsqueeze_dim::<3>(2), 0.0);
         TransformerEncoderOutput { outputs, distances }

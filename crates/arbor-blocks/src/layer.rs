@@ -146,7 +146,7 @@ impl<B: ArborBackend> TransformerLayer<B> {
         mask_pad: Option<Tensor<B, 2, Bool>>,
     ) -> TransformerLayerOutput<B> {
         let attn_in = if self.norm_first {
-            self.norm_attn.forward(x.clone())
+            arbor_cells::layer_norm(&self.norm_attn, x.clone())
         } else {
             x.clone()
         };
@@ -160,10 +160,10 @@ impl<B: ArborBackend> TransformerLayer<B> {
         };
         let mut h = x + self.dropout.forward(attended);
         if !self.norm_first {
-            h = self.norm_attn.forward(h);
+            h = arbor_cells::layer_norm(&self.norm_attn, h);
         }
         let ffn_in = if self.norm_first {
-            self.norm_ffn.forward(h.clone())
+            arbor_cells::layer_norm(&self.norm_ffn, h.clone())
         } else {
             h.clone()
         };
@@ -177,7 +177,7 @@ impl<B: ArborBackend> TransformerLayer<B> {
         let ffn = arbor_cells::linear_rows(&pwff.linear_outer, inner).reshape([batch, time, d]);
         let mut y = h + self.dropout.forward(ffn);
         if !self.norm_first {
-            y = self.norm_ffn.forward(y);
+            y = arbor_cells::layer_norm(&self.norm_ffn, y);
         }
         TransformerLayerOutput {
             output: y,

@@ -103,11 +103,11 @@ fn run_leaf_cell<B: ArborBackend>(cell: &LstmCell<B>, x: Tensor<B, 3>) -> LstmSt
     let mut state = LstmState::zeros([batch, cell.d_hidden()], &x.device());
     let (mut hs, mut cs) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for t in 0..n {
-        // The input projection step by step, as the cell runner does for position-wise cells
-        // (slices of one precomputed tensor cost autodiff a full-size gradient per step).
-        let xp_t = cell.precompute(x.clone().narrow(1, t, 1));
-        let width = xp_t.dims()[2];
-        state = cell.step(xp_t.reshape([batch, width]), state).state;
+        // The input projection step by step, with the recurrent one (one product sum), as the
+        // cell runner does (slices of one precomputed tensor cost autodiff a full-size gradient
+        // per step).
+        let x_t = x.clone().narrow(1, t, 1).reshape([batch, cell.d_input()]);
+        state = cell.step_input(x_t, None, state).state;
         hs.push(state.h.clone());
         cs.push(state.c.clone());
     }
@@ -438,9 +438,21 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
     /// - `h`: `[batch, k, D]`
     /// - output: `[batch, k]`
     pub fn scores(&self, h: Tensor<B, 3>) -> Tensor<B, 2> {
+        self.scores_with(h, &self.query_row())
+    }
+
+    /// The query as `[1, 1, D]`. The encoder reshapes it once per pass and scores every layer
+    /// with it ([`scores_with`](Self::scores_with)): in Burn 0.21's autodiff, an op whose only
+    /// tracked input is a parameter starts a graph of its own, and merging one into the
+    /// model's growing graph at every layer costs time that grows with the graph.
+    fn query_row(&self) -> Tensor<B, 3> {
+        self.query.val().reshape([1, 1, self.d_hidden])
+    }
+
+    /// [`scores`](Self::scores) with the query row given (`[1, 1, D]`).
+    fn scores_with(&self, h: Tensor<B, 3>, q: &Tensor<B, 3>) -> Tensor<B, 2> {
         let [batch, k, d] = h.dims();
-        let q = self.query.val().reshape([1, 1, d]);
-        h.mul(q)
+        h.mul(q.clone())
             .sum_dim(2)
             .reshape([batch, k])
             .div_scalar((d as f64).sqrt())
@@ -467,6 +479,7 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
         s: &Tensor<B, 2>,
         index: Tensor<B, 1, Int>,
         next: &LstmState<B, 3>,
+        query: &Tensor<B, 3>,
     ) -> (LstmState<B, 3>, Tensor<B, 2>) {
         let [batch, k, d] = parent.h.dims();
         let device = parent.h.device();
@@ -498,7 +511,9 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
             LstmState::new(h.narrow(0, 1, 2), c.narrow(0, 1, 2)),
             None,
         );
-        let fresh_logits = self.scores(fresh.h.clone()).reshape([2, batch, 1]);
+        let fresh_logits = self
+            .scores_with(fresh.h.clone(), query)
+            .reshape([2, batch, 1]);
         // The selection again, over the next layer's pairs: at i (right pair) and at i − 1.
         let at_merge = s.clone().narrow(1, 0, kept);
         let left_of_merge = s.clone().narrow(1, 1, kept);
@@ -567,6 +582,7 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
         }
         // Layer t's candidate parents and their scores, when carried over from layer t − 1.
         let mut carried: Option<(LstmState<B, 3>, Tensor<B, 2>)> = None;
+        let query = self.query_row();
         for t in 0..n.saturating_sub(1) {
             let m = n - t;
             // Layer t: example b has lengths[b] − t real nodes while it is incomplete.
@@ -574,7 +590,7 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
             let done = host_mask::<B>(batch, 1, |b, _| lengths[b] < t + 2, &device);
             let (parent, logits) = carried.take().unwrap_or_else(|| {
                 let parent = self.composition.forward_adjacent(&layer);
-                let logits = self.scores(parent.h.clone());
+                let logits = self.scores_with(parent.h.clone(), &query);
                 (parent, logits)
             });
             let left = LstmState::new(
@@ -592,7 +608,8 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
                 select_mix(s.clone(), parent.c.clone(), left.c, right.c),
             );
             if carry_over && m > 2 {
-                carried = Some(self.carry_over(&parent, logits, &s, sel.index.clone(), &layer));
+                carried =
+                    Some(self.carry_over(&parent, logits, &s, sel.index.clone(), &layer, &query));
             }
             if attend {
                 // The selected parent, read from the new layer as the release does:

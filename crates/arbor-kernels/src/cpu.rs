@@ -675,50 +675,146 @@ pub fn linear_scan_backward(
     }
 }
 
-/// Mean and `1 / sqrt(var + ε)` of one row (two passes, accumulated in `f64`).
-fn row_stats(x: &[f32], epsilon: f64) -> (f32, f32) {
-    let n = x.len().max(1) as f64;
-    let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
-    let var = x
-        .iter()
-        .map(|&v| {
-            let c = v as f64 - mean;
-            c * c
-        })
-        .sum::<f64>()
-        / n;
-    (mean as f32, (1.0 / (var + epsilon).sqrt()) as f32)
+/// `Σ x` in eight interleaved partial sums (one vector register once vectorised: a single
+/// running sum is a serial chain that LLVM may not reorder).
+#[inline(always)]
+fn sum8(x: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let tail: f32 = chunks.remainder().iter().sum();
+    for c in chunks {
+        for l in 0..8 {
+            acc[l] += c[l];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
-/// Layer normalisation of the rows (width `d`) of `x` into `out`, with `(γ, β)` when given.
-pub fn layer_norm(
-    out: &mut [f32],
-    x: &[f32],
-    d: usize,
-    affine: Option<(&[f32], &[f32])>,
-    epsilon: f64,
-) {
-    if d == 0 {
-        return;
+/// `Σ (x − m)²` likewise.
+#[inline(always)]
+fn sum_sq8(x: &[f32], m: f32) -> f32 {
+    let mut acc = [0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let tail: f32 = chunks.remainder().iter().map(|&v| (v - m) * (v - m)).sum();
+    for c in chunks {
+        for l in 0..8 {
+            let v = c[l] - m;
+            acc[l] += v * v;
+        }
     }
-    for (o, x) in out.chunks_exact_mut(d).zip(x.chunks_exact(d)) {
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `Σ a ⊙ (x − m)` likewise.
+#[inline(always)]
+fn sum_dot8(a: &[f32], x: &[f32], m: f32) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cx) = (a.chunks_exact(8), x.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cx.remainder())
+        .map(|(&a, &v)| a * (v - m))
+        .sum();
+    for (a, x) in ca.zip(cx) {
+        for l in 0..8 {
+            acc[l] += a[l] * (x[l] - m);
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// Mean and `1 / sqrt(var + ε)` of one row (two passes).
+#[inline(always)]
+fn row_stats(x: &[f32], epsilon: f32) -> (f32, f32) {
+    let n = x.len().max(1) as f32;
+    let mean = sum8(x) / n;
+    let var = sum_sq8(x, mean) / n;
+    (mean, 1.0 / (var + epsilon).sqrt())
+}
+
+#[inline(always)]
+fn layer_norm_backward_body(
+    dx: &mut [f32],
+    x: &[f32],
+    grad: &[f32],
+    d: usize,
+    gamma: Option<&[f32]>,
+    epsilon: f32,
+) {
+    let mut gh = vec![0f32; d];
+    for ((o, x), g) in dx
+        .chunks_exact_mut(d)
+        .zip(x.chunks_exact(d))
+        .zip(grad.chunks_exact(d))
+    {
         let (mean, rstd) = row_stats(x, epsilon);
-        match affine {
-            Some((g, b)) => {
-                for j in 0..d {
-                    o[j] = (x[j] - mean) * rstd * g[j] + b[j];
+        match gamma {
+            Some(gamma) => {
+                for ((h, &g), &w) in gh.iter_mut().zip(g).zip(gamma) {
+                    *h = g * w;
                 }
             }
-            None => {
-                for j in 0..d {
-                    o[j] = (x[j] - mean) * rstd;
-                }
-            }
+            None => gh.copy_from_slice(g),
+        }
+        let mean_g = sum8(&gh) / d as f32;
+        let mean_gx = sum_dot8(&gh, x, mean) * rstd / d as f32;
+        for ((o, &x), &h) in o.iter_mut().zip(x).zip(&gh) {
+            let xhat = (x - mean) * rstd;
+            *o = (h - mean_g - xhat * mean_gx) * rstd;
         }
     }
 }
 
-/// `dx` of [`layer_norm`] for the rows of `x` (statistics recomputed):
+#[inline(always)]
+fn layer_norm_affine_backward_body(
+    d_gamma: &mut [f32],
+    d_beta: &mut [f32],
+    x: &[f32],
+    grad: &[f32],
+    d: usize,
+    epsilon: f32,
+) {
+    d_gamma.fill(0.0);
+    d_beta.fill(0.0);
+    for (x, g) in x.chunks_exact(d).zip(grad.chunks_exact(d)) {
+        let (mean, rstd) = row_stats(x, epsilon);
+        for (((dg, db), &x), &g) in d_gamma.iter_mut().zip(d_beta.iter_mut()).zip(x).zip(g) {
+            *dg += g * (x - mean) * rstd;
+            *db += g;
+        }
+    }
+}
+
+/// The layer-norm backward loops compiled for AVX2 + FMA, chosen at run time like sigmoid and tanh.
+#[cfg(target_arch = "x86_64")]
+mod avx2_norm {
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn layer_norm_backward(
+        dx: &mut [f32],
+        x: &[f32],
+        grad: &[f32],
+        d: usize,
+        gamma: Option<&[f32]>,
+        epsilon: f32,
+    ) {
+        super::layer_norm_backward_body(dx, x, grad, d, gamma, epsilon)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn layer_norm_affine_backward(
+        d_gamma: &mut [f32],
+        d_beta: &mut [f32],
+        x: &[f32],
+        grad: &[f32],
+        d: usize,
+        epsilon: f32,
+    ) {
+        super::layer_norm_affine_backward_body(d_gamma, d_beta, x, grad, d, epsilon)
+    }
+}
+
+/// `dx` of layer normalisation (width `d`, `f32` statistics) for the rows of `x` (statistics recomputed):
 /// `dx = (ĝ − mean(ĝ) − x̂ ⊙ mean(ĝ ⊙ x̂)) / σ`, `ĝ = g ⊙ γ` (`g` without `γ`).
 pub fn layer_norm_backward(
     dx: &mut [f32],
@@ -731,31 +827,16 @@ pub fn layer_norm_backward(
     if d == 0 {
         return;
     }
-    let mut gh = vec![0f32; d];
-    for ((o, x), g) in dx
-        .chunks_exact_mut(d)
-        .zip(x.chunks_exact(d))
-        .zip(grad.chunks_exact(d))
-    {
-        let (mean, rstd) = row_stats(x, epsilon);
-        let (mut sum_g, mut sum_gx) = (0f64, 0f64);
-        for j in 0..d {
-            gh[j] = match gamma {
-                Some(gamma) => g[j] * gamma[j],
-                None => g[j],
-            };
-            sum_g += gh[j] as f64;
-            sum_gx += (gh[j] * (x[j] - mean) * rstd) as f64;
-        }
-        let (mean_g, mean_gx) = ((sum_g / d as f64) as f32, (sum_gx / d as f64) as f32);
-        for j in 0..d {
-            let xhat = (x[j] - mean) * rstd;
-            o[j] = (gh[j] - mean_g - xhat * mean_gx) * rstd;
-        }
+    let epsilon = epsilon as f32;
+    #[cfg(target_arch = "x86_64")]
+    if avx2::available() {
+        // SAFETY: the CPU has AVX2 and FMA (checked above).
+        return unsafe { avx2_norm::layer_norm_backward(dx, x, grad, d, gamma, epsilon) };
     }
+    layer_norm_backward_body(dx, x, grad, d, gamma, epsilon)
 }
 
-/// `dγ = Σ_rows g ⊙ x̂` and `dβ = Σ_rows g` of [`layer_norm`], accumulated in `f64`.
+/// `dγ = Σ_rows g ⊙ x̂` and `dβ = Σ_rows g` of layer normalisation.
 pub fn layer_norm_affine_backward(
     d_gamma: &mut [f32],
     d_beta: &mut [f32],
@@ -767,18 +848,15 @@ pub fn layer_norm_affine_backward(
     if d == 0 {
         return;
     }
-    let (mut sg, mut sb) = (vec![0f64; d], vec![0f64; d]);
-    for (x, g) in x.chunks_exact(d).zip(grad.chunks_exact(d)) {
-        let (mean, rstd) = row_stats(x, epsilon);
-        for j in 0..d {
-            sg[j] += (g[j] * (x[j] - mean) * rstd) as f64;
-            sb[j] += g[j] as f64;
-        }
+    let epsilon = epsilon as f32;
+    #[cfg(target_arch = "x86_64")]
+    if avx2::available() {
+        // SAFETY: the CPU has AVX2 and FMA (checked above).
+        return unsafe {
+            avx2_norm::layer_norm_affine_backward(d_gamma, d_beta, x, grad, d, epsilon)
+        };
     }
-    for j in 0..d {
-        d_gamma[j] = sg[j] as f32;
-        d_beta[j] = sb[j] as f32;
-    }
+    layer_norm_affine_backward_body(d_gamma, d_beta, x, grad, d, epsilon)
 }
 
 #[cfg(test)]

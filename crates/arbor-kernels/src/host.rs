@@ -165,29 +165,7 @@ pub(crate) fn matmul_sum<T: HostTensor>(terms: &[(&T, &T)], b: Option<&T>) -> Op
     Some(T::from_f32(out, Shape::new([m, n])))
 }
 
-/// Layer normalisation of a `[rows, d]` tensor on the CPU kernels, rows in parallel.
-pub(crate) fn layer_norm<T: HostTensor>(
-    x: &T,
-    affine: Option<(&T, &T)>,
-    epsilon: f64,
-) -> Option<T> {
-    let shape = x.shape();
-    let d = *shape.as_slice().last()?;
-    let xx = x.host()?;
-    let affine = match affine {
-        Some((g, b)) => Some((g.host()?, b.host()?)),
-        None => None,
-    };
-    let rows = if d == 0 { 0 } else { xx.len() / d };
-    let mut out = vec![0f32; xx.len()];
-    par::rows(rows, 4 * d, vec![(&mut out, d)], &|r, o| {
-        let aff = affine.as_ref().map(|(g, b)| (&g[..], &b[..]));
-        cpu::layer_norm(o[0], par::at(&xx, &r, d), d, aff, epsilon);
-    });
-    Some(T::from_f32(out, shape))
-}
-
-/// The gradients of [`layer_norm`]: `dx` (rows in parallel) and, with `gamma`, `(dγ, dβ)`.
+/// The gradients of layer normalisation: `dx` (rows in parallel) and, with `gamma`, `(dγ, dβ)`.
 #[allow(clippy::type_complexity)]
 pub(crate) fn layer_norm_backward<T: HostTensor>(
     x: &T,
@@ -204,7 +182,7 @@ pub(crate) fn layer_norm_backward<T: HostTensor>(
     };
     let rows = if d == 0 { 0 } else { xx.len() / d };
     let mut dx = vec![0f32; xx.len()];
-    par::rows(rows, 6 * d, vec![(&mut dx, d)], &|r, o| {
+    par::rows(rows, 2 * d, vec![(&mut dx, d)], &|r, o| {
         cpu::layer_norm_backward(
             o[0],
             par::at(&xx, &r, d),
@@ -864,18 +842,6 @@ macro_rules! host_backend {
                 match host::matmul(&x, &w, b.as_ref()) {
                     Some(out) => out,
                     None => reference::linear::<Self>(x, w, b),
-                }
-            }
-
-            fn layer_norm_rows(
-                x: FloatTensor<Self>,
-                affine: Option<(FloatTensor<Self>, FloatTensor<Self>)>,
-                epsilon: f64,
-            ) -> FloatTensor<Self> {
-                let fused = host::layer_norm(&x, affine.as_ref().map(|(g, b)| (g, b)), epsilon);
-                match fused {
-                    Some(out) => out,
-                    None => reference::layer_norm::<Self>(x, affine, epsilon),
                 }
             }
 

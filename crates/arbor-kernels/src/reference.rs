@@ -577,23 +577,22 @@ pub fn linear<B: Backend>(
         .tensor()
 }
 
-/// Layer normalisation of `[rows, d]` in plain ops (Burn's `layer_norm` decomposition).
+/// Layer normalisation of `[rows, d]`: the backend's own `layer_norm` module op (Flex and
+/// CubeCL run it as one kernel), with `γ = 1` and no `β` when there is no affine map.
 pub fn layer_norm<B: Backend>(
     x: FloatTensor<B>,
     affine: Option<(FloatTensor<B>, FloatTensor<B>)>,
     epsilon: f64,
 ) -> FloatTensor<B> {
-    let (xhat, _) = normalized::<B>(t2::<B>(x), epsilon);
-    let y = match affine {
-        Some((g, b)) => {
-            let d = xhat.dims()[1];
-            let g = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(g)).reshape([1, d]);
-            let b = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(b)).reshape([1, d]);
-            xhat.mul(g).add(b)
+    let (gamma, beta) = match affine {
+        Some((g, b)) => (g, Some(b)),
+        None => {
+            let d = x.shape()[1];
+            let ones = Tensor::<B, 1>::ones([d], &B::float_device(&x));
+            (ones.into_primitive().tensor(), None)
         }
-        None => xhat,
     };
-    y.into_primitive().tensor()
+    B::layer_norm(x, gamma, beta, epsilon)
 }
 
 /// `x̂ = (x − mean) / σ` and `1 / σ` (`[rows, 1]`) of `[rows, d]`.

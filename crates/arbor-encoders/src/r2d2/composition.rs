@@ -1,7 +1,7 @@
 //! R2D2's composition function `f(left, right)` (docs/models.md §4): a small Transformer over
 //! `[E[CLS], E[SUM], left, right]`.
 
-use arbor_cells::ArborBackend;
+use arbor_cells::{linear_rows, ArborBackend};
 use burn::module::{Initializer, Param};
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
@@ -146,13 +146,10 @@ impl CompositionConfig {
     }
 }
 
-/// `(x − mean)/sqrt(var + 1e-5)` over the last axis: LayerNorm without affine parameters.
+/// `(x − mean)/sqrt(var + 1e-5)` over the last axis: LayerNorm without affine parameters (one
+/// fused op, [`arbor_cells::kernels::layer_norm`]).
 pub fn layer_norm_noaffine<B: ArborBackend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    let dim = D - 1;
-    let mean = x.clone().mean_dim(dim);
-    let centered = x.sub(mean);
-    let var = centered.clone().powi_scalar(2).mean_dim(dim);
-    centered.div(var.add_scalar(1e-5).sqrt())
+    arbor_cells::kernels::layer_norm(x, None, 1e-5)
 }
 
 /// The additive attention mask of a sequence of `l` positions whose first `tasks` positions are
@@ -185,57 +182,75 @@ impl<B: ArborBackend> Composition<B> {
         }
     }
 
-    /// Runs the layers over sequences whose first `tasks` positions are task tokens.
-    ///
-    /// # Shapes
-    /// - `x`: `[n, l, D]`
-    /// - `role_ids`: `l` role indices
-    /// - output: `[n, l, D]`
-    fn encode(&self, x: Tensor<B, 3>, role_ids: &[usize], tasks: usize) -> Tensor<B, 3> {
-        let device = x.device();
+    /// The role terms of every layer for positions with roles `role_ids`
+    /// ([`RoleTransformerLayer::role_terms`]).
+    fn role_terms(&self, role_ids: &[usize]) -> Vec<Tensor<B, 2>> {
+        let device = self.roles.device();
         let l = role_ids.len();
-        let bias = mask_bias::<B>(l, tasks, &device);
         // The role rows of table `t`: one `select` per table.
         let rows_of = |t: usize| {
             let ids: Vec<i64> = role_ids.iter().map(|&r| (3 * t + r) as i64).collect();
             let ids = Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [l]), &device);
             self.roles.val().select(0, ids)
         };
-        match self.role_embeddings() {
-            RoleEmbeddings::Shared => {
-                let roles = rows_of(0);
-                self.layers
-                    .iter()
-                    .fold(x, |x, layer| layer.forward(x, roles.clone(), bias.clone()))
-            }
-            RoleEmbeddings::PerLayer => self.layers.iter().enumerate().fold(x, |x, (t, layer)| {
-                layer.forward(x, rows_of(t), bias.clone())
-            }),
-        }
+        let per_layer = self.role_embeddings() == RoleEmbeddings::PerLayer;
+        self.layers
+            .iter()
+            .enumerate()
+            .map(|(t, layer)| layer.role_terms(rows_of(if per_layer { t } else { 0 })))
+            .collect()
     }
 
-    /// The task token `which` (0: `[CLS]`, 1: `[SUM]`, 2: `[MASK]`) of `tokens` (`None`: this
-    /// composition's own [`Composition::task_tokens`]) repeated `n` times.
-    fn task_token(&self, tokens: Option<&Tensor<B, 2>>, which: usize, n: usize) -> Tensor<B, 3> {
+    /// Runs the layers over `x` with each layer's role terms; the first `tasks` positions are
+    /// task tokens.
+    fn encode(&self, x: Tensor<B, 3>, role_terms: &[Tensor<B, 2>], tasks: usize) -> Tensor<B, 3> {
+        let l = x.dims()[1];
+        let bias = mask_bias::<B>(l, tasks, &x.device());
+        self.layers
+            .iter()
+            .zip(role_terms)
+            .fold(x, |x, (layer, roles)| {
+                layer.forward_with_role_terms(x, roles.clone(), bias.clone())
+            })
+    }
+
+    /// Everything of this composition that depends on its parameters alone, computed once:
+    /// the task tokens (`tokens`, `[3, D]`, or its own) and every layer's role terms. A chart
+    /// composes with it at every step, so these tensors join the autodiff graph once per pass
+    /// instead of once per step (see [`RoleTransformerLayer::role_terms`]).
+    fn prepare(&self, tokens: Option<Tensor<B, 2>>) -> Prepared<B> {
         let d = self.d_model;
-        tokens
-            .cloned()
-            .unwrap_or_else(|| self.task_tokens.val())
-            .narrow(0, which, 1)
-            .reshape([1, 1, d])
-            .expand([n, 1, d])
+        let tokens = tokens.unwrap_or_else(|| self.task_tokens.val());
+        let token = |i: usize| tokens.clone().narrow(0, i, 1).reshape([1, 1, d]);
+        Prepared {
+            tokens: [token(0), token(1), token(2)],
+            compose_roles: self.role_terms(&[0, 0, 1, 2]),
+            mask_roles: self.role_terms(&[0, 1, 2]),
+        }
     }
 
     /// This composition with the `[CLS]`, `[SUM]`, `[MASK]` vectors taken from `tokens`
     /// instead of its own [`Composition::task_tokens`] (R2D2's LM passes rows of its
-    /// vocabulary embedding, as the reference does).
+    /// vocabulary embedding, as the reference does), with its parameter-derived tensors
+    /// computed once for every call ([`Composition::prepared`]).
     ///
     /// # Shapes
     /// - `tokens`: `[3, D]`, rows `[CLS]`, `[SUM]`, `[MASK]`
     pub fn with_task_tokens(&self, tokens: Tensor<B, 2>) -> WithTaskTokens<'_, B> {
         WithTaskTokens {
             composition: self,
-            tokens,
+            prepared: self.prepare(Some(tokens)),
+        }
+    }
+
+    /// This composition with its own task tokens and everything else that depends on its
+    /// parameters alone (the role terms of every layer) computed once, for a pass that
+    /// composes many times (a chart, once per step). The same values as composing with
+    /// `self`; under autodiff, these tensors then join the model's graph once per pass.
+    pub fn prepared(&self) -> WithTaskTokens<'_, B> {
+        WithTaskTokens {
+            composition: self,
+            prepared: self.prepare(None),
         }
     }
 
@@ -246,37 +261,47 @@ impl<B: ArborBackend> Composition<B> {
     /// - `left`, `right`: `[n, D]`
     /// - output: `[n, D]`
     pub fn mask_context(&self, left: Tensor<B, 2>, right: Tensor<B, 2>) -> Tensor<B, 2> {
-        self.mask_context_with(None, left, right)
+        self.mask_context_with(&self.prepare(None), left, right)
     }
 
-    /// [`Composition::mask_context`] with the task tokens of `tokens` (`None`: its own).
+    /// [`Composition::mask_context`] with prepared task tokens and role terms.
     fn mask_context_with(
         &self,
-        tokens: Option<&Tensor<B, 2>>,
+        prepared: &Prepared<B>,
         left: Tensor<B, 2>,
         right: Tensor<B, 2>,
     ) -> Tensor<B, 2> {
         let [n, d] = left.dims();
         let x = Tensor::cat(
             vec![
-                self.task_token(tokens, 2, n),
+                prepared.tokens[2].clone().expand([n, 1, d]),
                 left.reshape([n, 1, d]),
                 right.reshape([n, 1, d]),
             ],
             1,
         );
-        let o = self.encode(x, &[0, 1, 2], 1);
+        let o = self.encode(x, &prepared.mask_roles, 1);
         layer_norm_noaffine(o.narrow(1, 0, 1).reshape([n, d]))
     }
 }
 
-/// A [`Composition`] whose `[CLS]`, `[SUM]`, `[MASK]` vectors come from elsewhere
-/// ([`Composition::with_task_tokens`]).
+/// A composition's parameter-derived tensors ([`Composition::prepare`]).
+#[derive(Debug, Clone)]
+struct Prepared<B: Backend> {
+    /// `[CLS]`, `[SUM]`, `[MASK]`, each `[1, 1, D]`.
+    tokens: [Tensor<B, 3>; 3],
+    /// Every layer's role terms for `[CLS, SUM, left, right]`.
+    compose_roles: Vec<Tensor<B, 2>>,
+    /// Every layer's role terms for `[MASK, left, right]`.
+    mask_roles: Vec<Tensor<B, 2>>,
+}
+
+/// A [`Composition`] with its task tokens (its own, or from elsewhere) and role terms computed
+/// once ([`Composition::prepared`], [`Composition::with_task_tokens`]).
 #[derive(Debug, Clone)]
 pub struct WithTaskTokens<'a, B: Backend> {
     composition: &'a Composition<B>,
-    /// `[3, D]`: `[CLS]`, `[SUM]`, `[MASK]`.
-    tokens: Tensor<B, 2>,
+    prepared: Prepared<B>,
 }
 
 impl<B: ArborBackend> WithTaskTokens<'_, B> {
@@ -287,7 +312,7 @@ impl<B: ArborBackend> WithTaskTokens<'_, B> {
     /// - output: `[n, D]`
     pub fn mask_context(&self, left: Tensor<B, 2>, right: Tensor<B, 2>) -> Tensor<B, 2> {
         self.composition
-            .mask_context_with(Some(&self.tokens), left, right)
+            .mask_context_with(&self.prepared, left, right)
     }
 }
 
@@ -296,41 +321,39 @@ impl<B: ArborBackend> Compose<B> for WithTaskTokens<'_, B> {
         self.composition.d_model
     }
 
-    /// # Shapes
-    /// - `left`, `right`: `[n, D]`
-    /// - output: `repr` `[n, D]`, `log_p` `[n]`
     fn compose(&self, left: Tensor<B, 2>, right: Tensor<B, 2>) -> Composed<B> {
-        self.composition
-            .compose_with(Some(&self.tokens), left, right)
+        self.composition.compose_with(&self.prepared, left, right)
     }
 }
 
 impl<B: ArborBackend> Composition<B> {
-    /// [`Compose::compose`] with the task tokens of `tokens` (`None`: its own).
+    /// `f(left, right)` with prepared task tokens and role terms.
     fn compose_with(
         &self,
-        tokens: Option<&Tensor<B, 2>>,
+        prepared: &Prepared<B>,
         left: Tensor<B, 2>,
         right: Tensor<B, 2>,
     ) -> Composed<B> {
         let [n, d] = left.dims();
         let x = Tensor::cat(
             vec![
-                self.task_token(tokens, 0, n),
-                self.task_token(tokens, 1, n),
+                prepared.tokens[0].clone().expand([n, 1, d]),
+                prepared.tokens[1].clone().expand([n, 1, d]),
                 left.reshape([n, 1, d]),
                 right.reshape([n, 1, d]),
             ],
             1,
         );
-        let o = self.encode(x, &[0, 0, 1, 2], 2);
+        let o = self.encode(x, &prepared.compose_roles, 2);
         let pick = |i: usize| o.clone().narrow(1, i, 1).reshape([n, d]);
         let (o_cls, o_sum, o_left, o_right) = (pick(0), pick(1), pick(2), pick(3));
-        let w = softmax(self.mix.forward(o_cls), 1); // [n, 2]
+        // One fused `linear` each (a `Linear::forward` reshapes its bias: one more graph to
+        // merge per step under autodiff).
+        let w = softmax(linear_rows(&self.mix, o_cls), 1); // [n, 2]
         let mixed = o_left
             .mul(w.clone().narrow(1, 0, 1))
             .add(o_right.mul(w.narrow(1, 1, 1)));
-        let log_p = log_sigmoid(self.score.forward(o_sum)).reshape([n]);
+        let log_p = log_sigmoid(linear_rows(&self.score, o_sum)).reshape([n]);
         Composed {
             repr: layer_norm_noaffine(mixed),
             log_p,
@@ -347,6 +370,6 @@ impl<B: ArborBackend> Compose<B> for Composition<B> {
     /// - `left`, `right`: `[n, D]`
     /// - output: `repr` `[n, D]`, `log_p` `[n]`
     fn compose(&self, left: Tensor<B, 2>, right: Tensor<B, 2>) -> Composed<B> {
-        self.compose_with(None, left, right)
+        self.compose_with(&self.prepare(None), left, right)
     }
 }

@@ -132,7 +132,7 @@ impl<B: ArborBackend> R2d2<B> {
                 decisions,
             ),
             None => Chart::build(
-                &self.composition,
+                &self.composition.prepared(),
                 leaves,
                 lengths,
                 word_ids,

@@ -83,14 +83,47 @@ impl<B: ArborBackend> RoleTransformerLayer<B> {
         roles: Tensor<B, 2>,
         mask_bias: Tensor<B, 2>,
     ) -> Tensor<B, 3> {
-        let [n, l, d] = x.dims();
-        let h = self.n_heads;
-        let dh = d / h;
+        let role_qkv = self.role_terms(roles);
+        self.forward_with_role_terms(x, role_qkv, mask_bias)
+    }
+
+    /// The role part of the in-projection, `[r·W_q, r·W_k, 0]` for every position, flattened:
+    /// what [`forward_with_role_terms`](Self::forward_with_role_terms) adds to `x·W_qkv + b`.
+    ///
+    /// It depends on the parameters alone, so a caller that applies the layer many times in
+    /// one pass (the chart, once per step) computes it once: in Burn 0.21's autodiff, an op
+    /// whose only tracked inputs are parameters starts a graph of its own, and merging it into
+    /// the model's graph at every step costs time that grows with the graph.
+    ///
+    /// # Shapes
+    /// - `roles`: `[l, D]`
+    /// - output: `[1, l·3D]`
+    pub fn role_terms(&self, roles: Tensor<B, 2>) -> Tensor<B, 2> {
+        let [l, d] = roles.dims();
         // (x + r)·W_{q,k} = x·W_{q,k} + r·W_{q,k}: the role part has no bias.
         let w_qk = self.qkv.weight.val().narrow(1, 0, 2 * d);
         let role_qk = roles.matmul(w_qk); // [l, 2D]
-        let zeros = arbor_cells::kernels::zeros([l, d], &x.device());
-        let role_qkv = Tensor::cat(vec![role_qk, zeros], 1).reshape([1, l * 3 * d]);
+        let zeros = arbor_cells::kernels::zeros([l, d], &role_qk.device());
+        Tensor::cat(vec![role_qk, zeros], 1).reshape([1, l * 3 * d])
+    }
+
+    /// [`forward`](Self::forward) with the role terms computed beforehand
+    /// ([`role_terms`](Self::role_terms)).
+    ///
+    /// # Shapes
+    /// - `x`: `[n, l, D]`
+    /// - `role_qkv`: `[1, l·3D]`
+    /// - `mask_bias`: `[l, l]`
+    /// - output: `[n, l, D]`
+    pub fn forward_with_role_terms(
+        &self,
+        x: Tensor<B, 3>,
+        role_qkv: Tensor<B, 2>,
+        mask_bias: Tensor<B, 2>,
+    ) -> Tensor<B, 3> {
+        let [n, l, d] = x.dims();
+        let h = self.n_heads;
+        let dh = d / h;
         // Broadcasts are written over whole rows (`[n, l·3D] + [1, l·3D]`), which the CPU
         // backends add with one vectorised pass instead of a strided walk over three dims.
         let qkv = linear_rows(&self.qkv, x.clone())
@@ -111,8 +144,8 @@ impl<B: ArborBackend> RoleTransformerLayer<B> {
             .reshape([n, h, l, l]);
         let attn = softmax(scores, 3).matmul(v); // [n, h, l, dh]
         let attn = arbor_cells::kernels::contiguous(attn.swap_dims(1, 2)).reshape([n, l, d]);
-        let x = self.norm_attn.forward(x.add(linear_rows(&self.out, attn)));
+        let x = arbor_cells::layer_norm(&self.norm_attn, x.add(linear_rows(&self.out, attn)));
         let ff = linear_rows(&self.ff_out, gelu(linear_rows(&self.ff_in, x.clone())));
-        self.norm_ff.forward(x.add(ff))
+        arbor_cells::layer_norm(&self.norm_ff, x.add(ff))
     }
 }

@@ -466,9 +466,7 @@ impl<B: ArborBackend> Spinn<B> {
                     ],
                     1,
                 );
-                let new = cell
-                    .step(arbor_cells::linear_rows(&cell.input, x), state.clone())
-                    .state;
+                let new = cell.step_input(x, None, state.clone()).state;
                 let state = state.select(mask(active.clone()), new);
                 e = Some(state.h.clone());
                 classifier_in = Some(if with_cell {
@@ -487,7 +485,7 @@ impl<B: ArborBackend> Spinn<B> {
                     .collect(),
                 Plan::Own => {
                     let logits = match (&self.classifier, &classifier_in) {
-                        (Some(c), Some(input)) => c.forward(input.clone()),
+                        (Some(c), Some(input)) => arbor_cells::linear_rows(c, input.clone()),
                         _ => Tensor::zeros([batch, 2], &device),
                     };
                     let wanted: Vec<i64> = logits
@@ -511,7 +509,9 @@ impl<B: ArborBackend> Spinn<B> {
             };
             if let (Plan::Given(_), Some(c), Some(input)) = (&plan, &self.classifier, classifier_in)
             {
-                logits_steps.push(c.forward(input));
+                // One fused `linear` (Burn's reshapes the bias: a parameter-only op, whose new
+                // autodiff graph would be merged into the model's at every step).
+                logits_steps.push(arbor_cells::linear_rows(c, input));
                 for (b, op) in ops.iter().enumerate() {
                     if *op != Transition::Skip {
                         gold_rows.push(((t - 1) * batch + b) as i64);
