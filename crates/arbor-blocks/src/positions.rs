@@ -43,15 +43,22 @@ impl<B: ArborBackend> Positions<B> {
     /// - `x`: `[batch, time, D]`
     /// - output: `[batch, time, D]`
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let [_, time, d] = x.dims();
+        let [batch, time, d] = x.dims();
         let device = x.device();
+        // The table is added over whole rows (`[batch, time·D] + [1, time·D]`), which the CPU
+        // backends do in one vectorised pass; Flex walks a rank-3 broadcast element by element.
+        let add_rows = |x: Tensor<B, 3>, table: Tensor<B, 2>| {
+            x.reshape([batch, time * d])
+                .add(table.reshape([1, time * d]))
+                .reshape([batch, time, d])
+        };
         match (self.kind, &self.learned) {
-            (PositionKind::Sinusoidal, _) => x + sinusoids::<B>(time, d, &device).unsqueeze_dim(0),
+            (PositionKind::Sinusoidal, _) => add_rows(x, sinusoids::<B>(time, d, &device)),
             (PositionKind::Learned, Some(embedding)) => {
                 let max_len = embedding.weight.dims()[0];
                 let ids: Vec<i64> = (0..time).map(|t| t.min(max_len - 1) as i64).collect();
                 let ids = Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [time]), &device);
-                x + embedding.forward(ids.reshape([1, time]))
+                add_rows(x, embedding.forward(ids.reshape([1, time])).reshape([time, d]))
             }
             _ => x,
         }
