@@ -58,7 +58,10 @@ impl<B: ArborBackend> Positions<B> {
                 let max_len = embedding.weight.dims()[0];
                 let ids: Vec<i64> = (0..time).map(|t| t.min(max_len - 1) as i64).collect();
                 let ids = Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [time]), &device);
-                add_rows(x, embedding.forward(ids.reshape([1, time])).reshape([time, d]))
+                add_rows(
+                    x,
+                    embedding.forward(ids.reshape([1, time])).reshape([time, d]),
+                )
             }
             _ => x,
         }

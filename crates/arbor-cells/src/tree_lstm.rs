@@ -86,10 +86,25 @@ impl<B: ArborBackend> BinaryTreeLstm<B> {
         e: Option<Tensor<B, N>>,
     ) -> LstmState<B, N> {
         let hh = Tensor::cat(vec![left.h, right.h], N - 1);
-        let mut gates = crate::linear_rows(&self.children, hh);
-        if let (Some(ext), Some(e)) = (&self.external, e) {
-            gates = gates.add(crate::linear_rows(ext, e));
-        }
+        let gates = match (&self.external, e) {
+            (Some(ext), Some(e)) => {
+                // `[h_l; h_r]·W + e·W_e + b` as one product sum over rows.
+                let dims = hh.dims();
+                let rows = dims[..N - 1].iter().product::<usize>();
+                let (d_hh, d_e) = (dims[N - 1], e.dims()[N - 1]);
+                let g = crate::linear_pair_rows(
+                    &self.children,
+                    hh.reshape([rows, d_hh]),
+                    ext,
+                    e.reshape([rows, d_e]),
+                    None,
+                );
+                let mut out = dims;
+                out[N - 1] = g.dims()[1];
+                g.reshape(out)
+            }
+            _ => crate::linear_rows(&self.children, hh),
+        };
         compose(gates, left.c, right.c)
     }
 
