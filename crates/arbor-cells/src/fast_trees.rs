@@ -109,8 +109,8 @@ impl<B: ArborBackend> RecurrentCell<B> for FastTreesCell<B> {
         precomputed_master_step(&self.hidden, self.n_chunks, self.d_hidden, xp, state)
     }
 
-    /// The master gates from the input weight's first `2C` columns, the other gates as one
-    /// product sum over its remaining columns and the hidden weight.
+    /// `[f̃, ĩ, gates]` pre-activations as one product sum: the input weight's whole output,
+    /// with `h·W_hh` added to its last `4H` (gate) columns, so no weight is narrowed per step.
     fn step_input(
         &self,
         x_t: Tensor<B, 2>,
@@ -119,15 +119,9 @@ impl<B: ArborBackend> RecurrentCell<B> for FastTreesCell<B> {
     ) -> CellStep<B> {
         debug_assert!(context_t.is_none(), "FastTrees has no context");
         let c2 = 2 * self.n_chunks;
-        let master =
-            MasterGates::from_logits(crate::linear_columns(&self.input, x_t.clone(), 0, c2));
-        let gates = crate::linear_pair_rows(
-            &self.input,
-            x_t,
-            &self.hidden,
-            state.h,
-            Some((c2, 4 * self.d_hidden)),
-        );
+        let all = crate::linear_pair_rows(&self.input, x_t, &self.hidden, state.h);
+        let master = MasterGates::from_logits(all.clone().narrow(1, 0, c2));
+        let gates = all.narrow(1, c2, 4 * self.d_hidden);
         let forget = master.forget.clone();
         CellStep {
             state: ordered_update(master, gates, state.c),

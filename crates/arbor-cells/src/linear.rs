@@ -63,34 +63,34 @@ pub fn linear_columns<B: ArborBackend>(
 }
 
 /// A recurrent step's pre-activations `x_t·W_in + h·W_hh + b` from two `Linear`s, as one
-/// fused op ([`arbor_kernels::linear_pair`]), optionally on columns `start..start + len` of
-/// `input` (whose other columns feed something else): the same values as
-/// `input.forward(x).narrow(1, start, len) + hidden.forward(h)`.
+/// fused op ([`arbor_kernels::linear_pair`]): the same values as `input.forward(x)` with
+/// `hidden.forward(h)` added to its last columns (all of them when both have one width).
 ///
-/// `hidden`'s bias, when it has one, is added to `input`'s.
+/// `hidden`'s bias, when it has one, is added to those columns too.
 ///
 /// # Shapes
 /// - `x`: `[rows, d_in]`, `h`: `[rows, d_h]`
-/// - output: `[rows, len]`, the width of `hidden`'s output
+/// - output: `[rows, n]`, the width of `input`'s output (`hidden`'s is at most that)
 pub fn linear_pair_rows<B: ArborBackend>(
     input: &Linear<B>,
     x: Tensor<B, 2>,
     hidden: &Linear<B>,
     h: Tensor<B, 2>,
-    columns: Option<(usize, usize)>,
 ) -> Tensor<B, 2> {
-    let (mut w, mut b) = (input.weight.val(), input.bias.as_ref().map(|b| b.val()));
-    if let Some((start, len)) = columns {
-        w = w.narrow(1, start, len);
-        b = b.map(|b| b.narrow(0, start, len));
-    }
+    let mut b = input.bias.as_ref().map(|b| b.val());
     if let Some(bh) = &hidden.bias {
+        let (n, nh) = (input.weight.dims()[1], bh.dims()[0]);
+        let bh = if nh < n {
+            Tensor::cat(vec![Tensor::zeros([n - nh], &bh.device()), bh.val()], 0)
+        } else {
+            bh.val()
+        };
         b = Some(match b {
-            Some(b) => b.add(bh.val()),
-            None => bh.val(),
+            Some(b) => b.add(bh),
+            None => bh,
         });
     }
-    arbor_kernels::linear_pair(x, w, h, hidden.weight.val(), b)
+    arbor_kernels::linear_pair(x, input.weight.val(), h, hidden.weight.val(), b)
 }
 
 /// `norm.forward(x)` as one fused op ([`arbor_kernels::layer_norm`]), with `norm`'s own `γ`,

@@ -107,7 +107,7 @@ impl<B: ArborBackend> RecurrentCell<B> for LstmCell<B> {
         state: LstmState<B, 2>,
     ) -> CellStep<B> {
         debug_assert!(context_t.is_none(), "the LSTM has no context");
-        let gates = crate::linear_pair_rows(&self.input, x_t, &self.hidden, state.h, None);
+        let gates = crate::linear_pair_rows(&self.input, x_t, &self.hidden, state.h);
         CellStep {
             state: lstm_update(gates, state.c),
             master_forget: None,

@@ -91,7 +91,7 @@ impl<B: ArborBackend> RecurrentCell<B> for OnLstmCell<B> {
         state: LstmState<B, 2>,
     ) -> CellStep<B> {
         debug_assert!(context_t.is_none(), "ON-LSTM has no context");
-        let all = crate::linear_pair_rows(&self.input, x_t, &self.hidden, state.h, None);
+        let all = crate::linear_pair_rows(&self.input, x_t, &self.hidden, state.h);
         self.update(all, state.c)
     }
 }

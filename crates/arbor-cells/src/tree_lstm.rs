@@ -97,7 +97,6 @@ impl<B: ArborBackend> BinaryTreeLstm<B> {
                     hh.reshape([rows, d_hh]),
                     ext,
                     e.reshape([rows, d_e]),
-                    None,
                 );
                 let mut out = dims;
                 out[N - 1] = g.dims()[1];

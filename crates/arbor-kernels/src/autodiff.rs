@@ -67,8 +67,18 @@ impl<B: ArborBackend, const N: usize> Backward<B, N> for LinearPair {
     fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
         let grad = grads.consume::<B>(&ops.node);
         let [x, w, h, u] = ops.state;
+        // `h·u` covers the last `n_h` columns of the output.
+        let (n, nh) = (grad.shape()[1], u.shape()[1]);
+        let grad_h = if nh < n {
+            Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(grad.clone()))
+                .narrow(1, n - nh, nh)
+                .into_primitive()
+                .tensor()
+        } else {
+            grad.clone()
+        };
         let mut parents = ops.parents.into_iter();
-        for (input, weight) in [(x, w), (h, u)] {
+        for (input, weight, grad) in [(x, w, grad.clone()), (h, u, grad_h)] {
             if let Some(node) = parents.next().flatten() {
                 let d = B::affine(grad.clone(), B::float_swap_dims(weight.clone(), 0, 1), None);
                 grads.register::<B>(node.id, d);

@@ -98,14 +98,19 @@ pub(crate) fn matmul<T: HostTensor>(x: &T, w: &T, b: Option<&T>) -> Option<T> {
 
 /// `Σ_i x_i·w_i (+ b)` on one new row-major buffer: prefilled with `b`'s rows (or written by
 /// the first product), every other product accumulated into it by `gemm`'s `read_dst`, so a
-/// sum of products costs no elementwise pass and no buffer beyond the output. `None` when an
+/// sum of products costs no elementwise pass and no buffer beyond the output. The first
+/// product sets the width `n`; a narrower product adds into the last columns. `None` when an
 /// input is not an `f32` matrix the backend exposes.
 pub(crate) fn matmul_sum<T: HostTensor>(terms: &[(&T, &T)], b: Option<&T>) -> Option<T> {
     let m = terms.first()?.0.shape()[0];
     let n = terms.first()?.1.shape()[1];
     let mut operands = Vec::with_capacity(terms.len());
     for (x, w) in terms {
-        operands.push((x.matrix()?, w.matrix()?, x.shape()[1]));
+        let width = w.shape()[1];
+        if width > n {
+            return None;
+        }
+        operands.push((x.matrix()?, w.matrix()?, x.shape()[1], width));
     }
     let bias = match b {
         Some(b) => Some(b.host()?),
@@ -119,25 +124,32 @@ pub(crate) fn matmul_sum<T: HostTensor>(terms: &[(&T, &T)], b: Option<&T>) -> Op
         }
         filled = true;
     }
-    for ((xs, xo, x_rs, x_cs), (ws, wo, w_rs, w_cs), k) in operands {
-        if m * n == 0 || k == 0 {
+    for ((xs, xo, x_rs, x_cs), (ws, wo, w_rs, w_cs), k, width) in operands {
+        if m * width == 0 || k == 0 {
             continue;
         }
-        let parallelism = if m * n * k >= PARALLEL_PRODUCT {
+        if !filled && width < n {
+            // A product on the last columns only: the others start at zero.
+            out.resize(m * n, 0.0);
+            filled = true;
+        }
+        let parallelism = if m * width * k >= PARALLEL_PRODUCT {
             gemm::Parallelism::Rayon(0)
         } else {
             gemm::Parallelism::None
         };
         // SAFETY: the strides and offsets are the tensors' own, so every element the product
-        // reads lies inside its buffer; `out` has room for `m·n` values, and either holds them
-        // all (bias rows or an earlier product, read and accumulated into) or is written in
-        // full (`read_dst` false, `k > 0`) before its length is set.
+        // reads lies inside its buffer; `out` has room for `m·n` values; the product writes
+        // columns `n − width..n` of each row (`width ≤ n`), and either all `m·n` values are
+        // already set (bias rows, zeros or an earlier product, read and accumulated into) or
+        // this is a full-width product (`width = n`, `read_dst` false, `k > 0`) that writes
+        // them all before the length is set.
         unsafe {
             gemm::gemm(
                 m,
-                n,
+                width,
                 k,
-                out.as_mut_ptr(),
+                out.as_mut_ptr().add(n - width),
                 1,
                 n as isize,
                 filled,

@@ -742,6 +742,11 @@ pub fn linear<B: ArborBackend>(
 /// previous state), one op and one autodiff node: `linear(x, w, b) + linear(h, u, None)`
 /// without the sum's pass, its output buffer and its two extra graph nodes.
 ///
+/// `h·u` may be narrower than `x·w`: it is then added to the *last* columns of the output
+/// (FastTrees: the input weight makes `[f̃, ĩ, gates]`, the recurrent one only the gates), so
+/// a cell needs no narrowed view of a weight (whose gradients, one per step, Burn's autodiff
+/// would hold until the end of the backward pass).
+///
 /// On the CPU backends both products accumulate into one output buffer (prefilled with the
 /// bias rows), reading any strides in place, so column windows of a fused weight are not
 /// copied. The backward pass is `g·wᵀ`, `xᵀ·g`, `g·uᵀ`, `hᵀ·g` and the column sums of `g`, each
@@ -749,7 +754,7 @@ pub fn linear<B: ArborBackend>(
 ///
 /// # Shapes
 /// - `x`: `[m, k]`, `weight`: `[k, n]`
-/// - `h`: `[m, j]`, `weight_h`: `[j, n]`
+/// - `h`: `[m, j]`, `weight_h`: `[j, n_h]`, `n_h ≤ n` (added to output columns `n − n_h..n`)
 /// - `bias`: `[n]`
 /// - output: `[m, n]`
 pub fn linear_pair<B: ArborBackend>(
@@ -764,7 +769,7 @@ pub fn linear_pair<B: ArborBackend>(
     assert_eq!(k, kw, "linear_pair: x [m, {k}] and weight [{kw}, {n}]");
     assert_eq!(j, jw, "linear_pair: h [m, {j}] and weight_h [{jw}, {nh}]");
     assert!(
-        m == mh && n == nh,
+        m == mh && nh <= n,
         "linear_pair: x·w is [{m}, {n}] but h·u is [{mh}, {nh}]"
     );
     if let Some(b) = &bias {

@@ -552,7 +552,8 @@ pub fn zeros<B: Backend>(shape: Shape, device: &B::Device) -> FloatTensor<B> {
     B::float_reshape(flat, shape)
 }
 
-/// `x·w + h·u + b`: two plain products and a sum (the default of
+/// `x·w + h·u + b` (`h·u` on the last columns when narrower): two plain products and a sum
+/// (the default of
 /// [`ArborBackend::affine_pair`](crate::ArborBackend::affine_pair)).
 pub fn linear_pair<B: Backend>(
     x: FloatTensor<B>,
@@ -561,7 +562,16 @@ pub fn linear_pair<B: Backend>(
     u: FloatTensor<B>,
     b: Option<FloatTensor<B>>,
 ) -> FloatTensor<B> {
-    B::float_add(linear::<B>(x, w, b), linear::<B>(h, u, None))
+    let xw = t2::<B>(linear::<B>(x, w, b));
+    let hu = t2::<B>(linear::<B>(h, u, None));
+    let ([m, n], nh) = (xw.dims(), hu.dims()[1]);
+    let hu = if nh < n {
+        let zeros = Tensor::<B, 2>::zeros([m, n - nh], &hu.device());
+        Tensor::cat(vec![zeros, hu], 1)
+    } else {
+        hu
+    };
+    xw.add(hu).into_primitive().tensor()
 }
 
 /// `x·w + b` as Burn's `linear` computes it.

@@ -114,23 +114,28 @@ fn empty_products_are_the_bias_or_zeros() {
     assert_eq!(none.dims(), [0, 2]);
 }
 
-/// `linear_pair(x, w, h, u, b)` against `linear(x, w, b) + linear(h, u)` in Burn's ops: values
-/// and all five gradients, contiguous and strided operands (a transposed `x`, column windows
-/// of wider weights, as the FastTrees cell uses), with and without a bias, on both sides of
-/// the parallel threshold.
+/// `linear_pair(x, w, h, u, b)` against `linear(x, w, b) + linear(h, u)` in Burn's ops (`h·u`
+/// padded with zeros in front when it is narrower): values and all five gradients, contiguous
+/// and strided operands (a transposed `x`, column windows of wider weights), with and without a
+/// bias, on both sides of the parallel threshold.
 ///
 /// `empty`: also a product with an empty inner dimension (NdArray's own matmul, which its
 /// plain-op path runs, divides by zero there).
 fn pair_matches_burn<B: AutodiffBackend + ArborBackend>(tol: f64, empty: bool) {
     let device = Default::default();
     let r = |shape: [usize; 2]| Tensor::<B, 2>::random(shape, Distribution::Default, &device);
-    let mut shapes = vec![(3, 4, 2, 5), (1, 7, 3, 1), (160, 240, 200, 200)];
+    let mut shapes: Vec<(usize, usize, usize, usize)> =
+        vec![(3, 4, 2, 5), (1, 7, 3, 1), (160, 240, 200, 200)];
     if empty {
         shapes.push((5, 0, 3, 4));
     }
-    for (m, k, j, n) in shapes {
+    // `h·u` as wide as `x·w`, and narrower (added to the last columns, as FastTrees uses it).
+    let cases = shapes
+        .into_iter()
+        .flat_map(|(m, k, j, n)| [(m, k, j, n, n), (m, k, j, n, n.saturating_sub(2).max(1))]);
+    for (m, k, j, n, nh) in cases {
         for (with_bias, strided) in [(true, false), (false, false), (true, true), (false, true)] {
-            let what = format!("{m}×({k}, {j})×{n}, bias {with_bias}, strided {strided}");
+            let what = format!("{m}×({k}, {j})×({n}, {nh}), bias {with_bias}, strided {strided}");
             let x = if strided {
                 r([k, m]).swap_dims(0, 1)
             } else {
@@ -140,10 +145,11 @@ fn pair_matches_burn<B: AutodiffBackend + ArborBackend>(tol: f64, empty: bool) {
             let h = r([m, j]).require_grad();
             let extra = if strided { 3 } else { 0 };
             let wide_w = r([k, n + extra]).require_grad();
-            let wide_u = r([j, n + extra]).require_grad();
+            let wide_u = r([j, nh + extra]).require_grad();
             let window = |t: &Tensor<B, 2>| {
+                let width = t.dims()[1] - extra;
                 if strided {
-                    t.clone().narrow(1, 1, n)
+                    t.clone().narrow(1, 1, width)
                 } else {
                     t.clone()
                 }
@@ -158,9 +164,13 @@ fn pair_matches_burn<B: AutodiffBackend + ArborBackend>(tol: f64, empty: bool) {
                 window(&wide_u),
                 b.clone(),
             );
-            let burns = burn::tensor::module::linear(x.clone(), window(&wide_w), b.clone()).add(
-                burn::tensor::module::linear(h.clone(), window(&wide_u), None),
-            );
+            let hu = burn::tensor::module::linear(h.clone(), window(&wide_u), None);
+            let hu = if nh < n {
+                Tensor::cat(vec![Tensor::zeros([m, n - nh], &device), hu], 1)
+            } else {
+                hu
+            };
+            let burns = burn::tensor::module::linear(x.clone(), window(&wide_w), b.clone()).add(hu);
             assert_eq!(ours.dims(), [m, n], "{what}");
             close(
                 values(ours.clone()),
