@@ -192,7 +192,7 @@ pub(crate) fn layer_norm_backward<T: HostTensor>(
         Some(gm) => Some(gm.host()?),
         None => None,
     };
-    let rows = if d == 0 { 0 } else { xx.len() / d };
+    let rows = xx.len().checked_div(d).unwrap_or(0);
     let mut dx = vec![0f32; xx.len()];
     par::rows(rows, 2 * d, vec![(&mut dx, d)], &|r, o| {
         cpu::layer_norm_backward(
