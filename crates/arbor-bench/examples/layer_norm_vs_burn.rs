@@ -5,18 +5,7 @@ use burn::backend::{flex::Flex, Autodiff};
 use burn::nn::LayerNormConfig;
 use burn::tensor::{Distribution, Tensor};
 type A = Autodiff<Flex>;
-fn best(mut f: impl FnMut()) -> f64 {
-    f();
-    let mut b = f64::MAX;
-    for _ in 0..7 {
-        let t = std::time::Instant::now();
-        for _ in 0..5 {
-            f();
-        }
-        b = b.min(t.elapsed().as_secs_f64() / 5.0);
-    }
-    b * 1e3
-}
+use arbor_bench::harness::best_of_rounds_ms as best;
 fn main() {
     arbor_train::alloc::tune_for_cpu_tensors();
     let dev = Default::default();

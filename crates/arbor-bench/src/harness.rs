@@ -327,6 +327,22 @@ pub fn measure(
     Ok(records)
 }
 
+/// The best of 7 rounds of 5 calls of `f`, in milliseconds per call, after one untimed call:
+/// the timer of the op-level examples (`examples/linear_vs_burn.rs`,
+/// `examples/layer_norm_vs_burn.rs`), which compare two implementations of one op.
+pub fn best_of_rounds_ms(mut f: impl FnMut()) -> f64 {
+    f();
+    let mut best = f64::MAX;
+    for _ in 0..7 {
+        let t = std::time::Instant::now();
+        for _ in 0..5 {
+            f();
+        }
+        best = best.min(t.elapsed().as_secs_f64() / 5.0);
+    }
+    best * 1e3
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,32 +4,10 @@
 
 mod common;
 
-use arbor_cells::{run_sequence, CellStep, RecurrentCell, SequenceOutput};
+use arbor_cells::{run_sequence, SequenceOutput};
 use arbor_cells::{ArborBackend, FasterFastTreesCell, FasterFastTreesCellConfig, LstmState};
 use burn::backend::{Autodiff, Flex};
-use burn::prelude::*;
-use common::{assert_close, tensor, to_vec};
-
-/// The same cell without its scan: the runner falls back to one `step` per time step.
-struct StepByStep<'a, B: Backend>(&'a FasterFastTreesCell<B>);
-
-impl<B: ArborBackend> RecurrentCell<B> for StepByStep<'_, B> {
-    fn d_input(&self) -> usize {
-        self.0.d_input()
-    }
-    fn d_hidden(&self) -> usize {
-        self.0.d_hidden()
-    }
-    fn n_chunks(&self) -> Option<usize> {
-        self.0.n_chunks()
-    }
-    fn precompute(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        self.0.precompute(x)
-    }
-    fn step(&self, xp: Tensor<B, 2>, state: LstmState<B, 2>) -> CellStep<B> {
-        self.0.step(xp, state)
-    }
-}
+use common::{assert_close, tensor, to_vec, StepByStep};
 
 fn flat<B: ArborBackend>(out: SequenceOutput<B>) -> Vec<Vec<f64>> {
     vec![

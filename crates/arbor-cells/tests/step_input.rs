@@ -5,33 +5,12 @@
 
 mod common;
 
-use arbor_cells::{run_sequence, CellStep, RecurrentCell, SequenceOutput};
+use arbor_cells::{run_sequence, RecurrentCell, SequenceOutput};
 use arbor_cells::{ArborBackend, FastTreesCellConfig, LstmCellConfig, LstmState, OnLstmCellConfig};
 use burn::backend::{Autodiff, Flex};
 use burn::module::Module;
 use burn::prelude::*;
-use common::{assert_close, tensor, to_vec, Ad64};
-
-/// A cell through the trait's default `step_input`: `precompute(x_t)`, then `step`.
-struct Default_<'a, C>(&'a C);
-
-impl<B: ArborBackend, C: RecurrentCell<B>> RecurrentCell<B> for Default_<'_, C> {
-    fn d_input(&self) -> usize {
-        self.0.d_input()
-    }
-    fn d_hidden(&self) -> usize {
-        self.0.d_hidden()
-    }
-    fn n_chunks(&self) -> Option<usize> {
-        self.0.n_chunks()
-    }
-    fn precompute(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        self.0.precompute(x)
-    }
-    fn step(&self, xp: Tensor<B, 2>, state: LstmState<B, 2>) -> CellStep<B> {
-        self.0.step(xp, state)
-    }
-}
+use common::{assert_close, tensor, to_vec, Ad64, StepByStep};
 
 fn flat<B: ArborBackend>(out: SequenceOutput<B>) -> Vec<Vec<f64>> {
     let mut v = vec![to_vec(out.outputs), to_vec(out.last.h), to_vec(out.last.c)];
@@ -58,7 +37,7 @@ where
             let out = if fused {
                 run_sequence(cell, x.clone(), lengths, Some(init))
             } else {
-                run_sequence(&Default_(cell), x.clone(), lengths, Some(init))
+                run_sequence(&StepByStep(cell), x.clone(), lengths, Some(init))
             };
             let mut values = flat(out.clone());
             let w = tensor::<B, 3>([4, 5, h], 1.0, 4, &device);

@@ -128,3 +128,31 @@ pub fn check_gradients<const D: usize>(
     }
     assert!(checked > 0, "nothing was checked");
 }
+
+/// A cell run through the trait's defaults only: `precompute(x_t)` then `step` per time step,
+/// without the cell's own `step_input` or `scan` (what the fused paths are checked against).
+pub struct StepByStep<'a, C>(pub &'a C);
+
+impl<B: ArborBackend, C: arbor_cells::RecurrentCell<B>> arbor_cells::RecurrentCell<B>
+    for StepByStep<'_, C>
+{
+    fn d_input(&self) -> usize {
+        self.0.d_input()
+    }
+    fn d_hidden(&self) -> usize {
+        self.0.d_hidden()
+    }
+    fn n_chunks(&self) -> Option<usize> {
+        self.0.n_chunks()
+    }
+    fn precompute(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        self.0.precompute(x)
+    }
+    fn step(
+        &self,
+        xp: Tensor<B, 2>,
+        state: arbor_cells::LstmState<B, 2>,
+    ) -> arbor_cells::CellStep<B> {
+        self.0.step(xp, state)
+    }
+}
