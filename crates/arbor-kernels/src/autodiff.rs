@@ -5,7 +5,7 @@ use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
-use burn::backend::autodiff::Autodiff;
+use burn::backend::autodiff::{Autodiff, NodeId};
 use burn::prelude::*;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{TensorMetadata, TensorPrimitive};
@@ -38,20 +38,43 @@ impl<B: ArborBackend, const N: usize> Backward<B, N> for Linear {
     fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
         let grad = grads.consume::<B>(&ops.node);
         let (x, w) = ops.state;
-        let mut parents = ops.parents.into_iter();
-        if let Some(node) = parents.next().flatten() {
-            let dx = B::affine(grad.clone(), B::float_swap_dims(w, 0, 1), None);
-            grads.register::<B>(node.id, dx);
-        }
-        if let Some(node) = parents.next().flatten() {
-            let dw = B::affine(B::float_swap_dims(x, 0, 1), grad.clone(), None);
-            grads.register::<B>(node.id, dw);
-        }
-        if let Some(node) = parents.next().flatten() {
-            let n = grad.shape()[1];
-            let db = B::float_reshape(B::float_sum_dim(grad, 0), Shape::new([n]));
-            grads.register::<B>(node.id, db);
-        }
+        let mut parents = ops.parents.into_iter().map(|p| p.map(|n| n.id));
+        product_grads::<B>(&mut parents, grads, x, w, &grad);
+        bias_grad::<B>(&mut parents, grads, grad);
+    }
+}
+
+/// The gradients of a product `input·weight` with output gradient `grad`, for the next two
+/// parents (`input`, then `weight`), each only when it is tracked: `grad·weightᵀ` and
+/// `inputᵀ·grad`.
+fn product_grads<B: ArborBackend>(
+    parents: &mut impl Iterator<Item = Option<NodeId>>,
+    grads: &mut Gradients,
+    input: FloatTensor<B>,
+    weight: FloatTensor<B>,
+    grad: &FloatTensor<B>,
+) {
+    if let Some(id) = parents.next().flatten() {
+        let d = B::affine(grad.clone(), B::float_swap_dims(weight, 0, 1), None);
+        grads.register::<B>(id, d);
+    }
+    if let Some(id) = parents.next().flatten() {
+        let d = B::affine(B::float_swap_dims(input, 0, 1), grad.clone(), None);
+        grads.register::<B>(id, d);
+    }
+}
+
+/// The gradient of a bias added to every row, `Σ_rows grad`, for the next parent when there is
+/// one and it is tracked.
+fn bias_grad<B: ArborBackend>(
+    parents: &mut impl Iterator<Item = Option<NodeId>>,
+    grads: &mut Gradients,
+    grad: FloatTensor<B>,
+) {
+    if let Some(id) = parents.next().flatten() {
+        let n = grad.shape()[1];
+        let db = B::float_reshape(B::float_sum_dim(grad, 0), Shape::new([n]));
+        grads.register::<B>(id, db);
     }
 }
 
@@ -77,22 +100,10 @@ impl<B: ArborBackend, const N: usize> Backward<B, N> for LinearPair {
         } else {
             grad.clone()
         };
-        let mut parents = ops.parents.into_iter();
-        for (input, weight, grad) in [(x, w, grad.clone()), (h, u, grad_h)] {
-            if let Some(node) = parents.next().flatten() {
-                let d = B::affine(grad.clone(), B::float_swap_dims(weight.clone(), 0, 1), None);
-                grads.register::<B>(node.id, d);
-            }
-            if let Some(node) = parents.next().flatten() {
-                let d = B::affine(B::float_swap_dims(input, 0, 1), grad.clone(), None);
-                grads.register::<B>(node.id, d);
-            }
-        }
-        if let Some(node) = parents.next().flatten() {
-            let n = grad.shape()[1];
-            let db = B::float_reshape(B::float_sum_dim(grad, 0), Shape::new([n]));
-            grads.register::<B>(node.id, db);
-        }
+        let mut parents = ops.parents.into_iter().map(|p| p.map(|n| n.id));
+        product_grads::<B>(&mut parents, grads, x, w, &grad);
+        product_grads::<B>(&mut parents, grads, h, u, &grad_h);
+        bias_grad::<B>(&mut parents, grads, grad);
     }
 }
 
