@@ -4,7 +4,7 @@ use crate::ArborBackend;
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 
-use crate::master::{n_chunks, ordered_update};
+use crate::master::{n_chunks, ordered_step, ordered_update};
 use crate::runner::{CellStep, RecurrentCell};
 use crate::{LstmState, MasterGates};
 
@@ -118,14 +118,7 @@ impl<B: ArborBackend> RecurrentCell<B> for FastTreesCell<B> {
         state: LstmState<B, 2>,
     ) -> CellStep<B> {
         debug_assert!(context_t.is_none(), "FastTrees has no context");
-        let c2 = 2 * self.n_chunks;
         let all = crate::linear_pair_rows(&self.input, x_t, &self.hidden, state.h);
-        let master = MasterGates::from_logits(all.clone().narrow(1, 0, c2));
-        let gates = all.narrow(1, c2, 4 * self.d_hidden);
-        let forget = master.forget.clone();
-        CellStep {
-            state: ordered_update(master, gates, state.c),
-            master_forget: Some(forget),
-        }
+        ordered_step(all, self.n_chunks, self.d_hidden, state.c)
     }
 }

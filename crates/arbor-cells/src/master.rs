@@ -92,6 +92,26 @@ pub(crate) fn ordered_update<B: ArborBackend>(
     LstmState { h, c }
 }
 
+/// One ON-LSTM step (eqs. 9–14) from the pre-activations `[f̃, ĩ, i, f, ĉ, o]` of all gates
+/// (`2C + 4H` columns): the master gates by cumax, then [`ordered_update`]. ON-LSTM's gates
+/// read `x_t` and `h`; FastTrees' master gates read `x_t` only, but its step gathers the same
+/// pre-activations.
+pub(crate) fn ordered_step<B: ArborBackend>(
+    all: Tensor<B, 2>,
+    n_chunks: usize,
+    d_hidden: usize,
+    c_prev: Tensor<B, 2>,
+) -> crate::CellStep<B> {
+    let c2 = 2 * n_chunks;
+    let master = MasterGates::from_logits(all.clone().narrow(1, 0, c2));
+    let gates = all.narrow(1, c2, 4 * d_hidden);
+    let forget = master.forget.clone();
+    crate::CellStep {
+        state: ordered_update(master, gates, c_prev),
+        master_forget: Some(forget),
+    }
+}
+
 /// Checks `d_hidden` against `chunk_size` and returns the number of chunks `C`.
 pub(crate) fn n_chunks(d_hidden: usize, chunk_size: usize) -> usize {
     assert!(

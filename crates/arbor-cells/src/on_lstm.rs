@@ -4,9 +4,9 @@ use crate::ArborBackend;
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 
-use crate::master::{n_chunks, ordered_update};
+use crate::master::{n_chunks, ordered_step};
 use crate::runner::{CellStep, RecurrentCell};
-use crate::{LstmState, MasterGates};
+use crate::LstmState;
 
 /// Configuration of an [`OnLstmCell`].
 #[derive(Config, Debug)]
@@ -80,7 +80,7 @@ impl<B: ArborBackend> RecurrentCell<B> for OnLstmCell<B> {
 
     fn step(&self, xp: Tensor<B, 2>, state: LstmState<B, 2>) -> CellStep<B> {
         let all = xp.add(crate::linear_rows(&self.hidden, state.h));
-        self.update(all, state.c)
+        ordered_step(all, self.n_chunks, self.d_hidden, state.c)
     }
 
     /// `W x_t + U h + b` as one product sum, then the update.
@@ -92,20 +92,6 @@ impl<B: ArborBackend> RecurrentCell<B> for OnLstmCell<B> {
     ) -> CellStep<B> {
         debug_assert!(context_t.is_none(), "ON-LSTM has no context");
         let all = crate::linear_pair_rows(&self.input, x_t, &self.hidden, state.h);
-        self.update(all, state.c)
-    }
-}
-
-impl<B: ArborBackend> OnLstmCell<B> {
-    /// Eqs. 9–14 from the pre-activations `[f̃, ĩ, i, f, ĉ, o]` of all gates.
-    fn update(&self, all: Tensor<B, 2>, c_prev: Tensor<B, 2>) -> CellStep<B> {
-        let c2 = 2 * self.n_chunks;
-        let master = MasterGates::from_logits(all.clone().narrow(1, 0, c2));
-        let gates = all.narrow(1, c2, 4 * self.d_hidden);
-        let forget = master.forget.clone();
-        CellStep {
-            state: ordered_update(master, gates, c_prev),
-            master_forget: Some(forget),
-        }
+        ordered_step(all, self.n_chunks, self.d_hidden, state.c)
     }
 }
