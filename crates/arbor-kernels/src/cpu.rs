@@ -736,6 +736,7 @@ fn row_stats(x: &[f32], epsilon: f32) -> (f32, f32) {
 #[inline(always)]
 fn layer_norm_backward_body(
     dx: &mut [f32],
+    stats: &mut [f32],
     x: &[f32],
     grad: &[f32],
     d: usize,
@@ -743,12 +744,14 @@ fn layer_norm_backward_body(
     epsilon: f32,
 ) {
     let mut gh = vec![0f32; d];
-    for ((o, x), g) in dx
+    for (((o, st), x), g) in dx
         .chunks_exact_mut(d)
+        .zip(stats.chunks_exact_mut(2))
         .zip(x.chunks_exact(d))
         .zip(grad.chunks_exact(d))
     {
         let (mean, rstd) = row_stats(x, epsilon);
+        st.copy_from_slice(&[mean, rstd]);
         match gamma {
             Some(gamma) => {
                 for ((h, &g), &w) in gh.iter_mut().zip(g).zip(gamma) {
@@ -770,15 +773,19 @@ fn layer_norm_backward_body(
 fn layer_norm_affine_backward_body(
     d_gamma: &mut [f32],
     d_beta: &mut [f32],
+    stats: &[f32],
     x: &[f32],
     grad: &[f32],
     d: usize,
-    epsilon: f32,
 ) {
     d_gamma.fill(0.0);
     d_beta.fill(0.0);
-    for (x, g) in x.chunks_exact(d).zip(grad.chunks_exact(d)) {
-        let (mean, rstd) = row_stats(x, epsilon);
+    for ((st, x), g) in stats
+        .chunks_exact(2)
+        .zip(x.chunks_exact(d))
+        .zip(grad.chunks_exact(d))
+    {
+        let (mean, rstd) = (st[0], st[1]);
         for (((dg, db), &x), &g) in d_gamma.iter_mut().zip(d_beta.iter_mut()).zip(x).zip(g) {
             *dg += g * (x - mean) * rstd;
             *db += g;
@@ -792,32 +799,36 @@ mod avx2_norm {
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn layer_norm_backward(
         dx: &mut [f32],
+        stats: &mut [f32],
         x: &[f32],
         grad: &[f32],
         d: usize,
         gamma: Option<&[f32]>,
         epsilon: f32,
     ) {
-        super::layer_norm_backward_body(dx, x, grad, d, gamma, epsilon)
+        super::layer_norm_backward_body(dx, stats, x, grad, d, gamma, epsilon)
     }
 
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn layer_norm_affine_backward(
         d_gamma: &mut [f32],
         d_beta: &mut [f32],
+        stats: &[f32],
         x: &[f32],
         grad: &[f32],
         d: usize,
-        epsilon: f32,
     ) {
-        super::layer_norm_affine_backward_body(d_gamma, d_beta, x, grad, d, epsilon)
+        super::layer_norm_affine_backward_body(d_gamma, d_beta, stats, x, grad, d)
     }
 }
 
-/// `dx` of layer normalisation (width `d`, `f32` statistics) for the rows of `x` (statistics recomputed):
-/// `dx = (ĝ − mean(ĝ) − x̂ ⊙ mean(ĝ ⊙ x̂)) / σ`, `ĝ = g ⊙ γ` (`g` without `γ`).
+/// `dx` of layer normalisation (width `d`, `f32` statistics) for the rows of `x` (statistics
+/// recomputed, and written to `stats` as `(mean, 1/σ)` per row for
+/// [`layer_norm_affine_backward`]): `dx = (ĝ − mean(ĝ) − x̂ ⊙ mean(ĝ ⊙ x̂)) / σ`, `ĝ = g ⊙ γ`
+/// (`g` without `γ`).
 pub fn layer_norm_backward(
     dx: &mut [f32],
+    stats: &mut [f32],
     x: &[f32],
     grad: &[f32],
     d: usize,
@@ -831,32 +842,32 @@ pub fn layer_norm_backward(
     #[cfg(target_arch = "x86_64")]
     if avx2::available() {
         // SAFETY: the CPU has AVX2 and FMA (checked above).
-        return unsafe { avx2_norm::layer_norm_backward(dx, x, grad, d, gamma, epsilon) };
+        return unsafe { avx2_norm::layer_norm_backward(dx, stats, x, grad, d, gamma, epsilon) };
     }
-    layer_norm_backward_body(dx, x, grad, d, gamma, epsilon)
+    layer_norm_backward_body(dx, stats, x, grad, d, gamma, epsilon)
 }
 
-/// `dγ = Σ_rows g ⊙ x̂` and `dβ = Σ_rows g` of layer normalisation.
+/// `dγ = Σ_rows g ⊙ x̂` and `dβ = Σ_rows g` of layer normalisation, with each row's
+/// `(mean, 1/σ)` from [`layer_norm_backward`].
 pub fn layer_norm_affine_backward(
     d_gamma: &mut [f32],
     d_beta: &mut [f32],
+    stats: &[f32],
     x: &[f32],
     grad: &[f32],
     d: usize,
-    epsilon: f64,
 ) {
     if d == 0 {
         return;
     }
-    let epsilon = epsilon as f32;
     #[cfg(target_arch = "x86_64")]
     if avx2::available() {
         // SAFETY: the CPU has AVX2 and FMA (checked above).
         return unsafe {
-            avx2_norm::layer_norm_affine_backward(d_gamma, d_beta, x, grad, d, epsilon)
+            avx2_norm::layer_norm_affine_backward(d_gamma, d_beta, stats, x, grad, d)
         };
     }
-    layer_norm_affine_backward_body(d_gamma, d_beta, x, grad, d, epsilon)
+    layer_norm_affine_backward_body(d_gamma, d_beta, stats, x, grad, d)
 }
 
 #[cfg(test)]

@@ -194,9 +194,15 @@ pub(crate) fn layer_norm_backward<T: HostTensor>(
     };
     let rows = xx.len().checked_div(d).unwrap_or(0);
     let mut dx = vec![0f32; xx.len()];
-    par::rows(rows, 2 * d, vec![(&mut dx, d)], &|r, o| {
+    // Each row's (mean, 1/σ), computed once for both passes.
+    let mut stats = vec![0f32; 2 * rows];
+    par::rows(rows, 2 * d, vec![(&mut dx, d), (&mut stats, 2)], &|r, o| {
+        let [dx, stats] = o else {
+            unreachable!("two outputs")
+        };
         cpu::layer_norm_backward(
-            o[0],
+            dx,
+            stats,
             par::at(&xx, &r, d),
             par::at(&g, &r, d),
             d,
@@ -206,7 +212,7 @@ pub(crate) fn layer_norm_backward<T: HostTensor>(
     });
     let affine = gamma.map(|_| {
         let (mut dg, mut db) = (vec![0f32; d], vec![0f32; d]);
-        cpu::layer_norm_affine_backward(&mut dg, &mut db, &xx, &g, d, epsilon);
+        cpu::layer_norm_affine_backward(&mut dg, &mut db, &stats, &xx, &g, d);
         (
             T::from_f32(dg, Shape::new([d])),
             T::from_f32(db, Shape::new([d])),
