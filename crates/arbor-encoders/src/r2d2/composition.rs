@@ -7,6 +7,7 @@ use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::activation::{log_sigmoid, softmax};
 use burn::tensor::TensorData;
+use std::cell::OnceCell;
 
 use super::layer::{RoleTransformerLayer, RoleTransformerLayerConfig};
 
@@ -215,17 +216,18 @@ impl<B: ArborBackend> Composition<B> {
     }
 
     /// Everything of this composition that depends on its parameters alone, computed once:
-    /// the task tokens (`tokens`, `[3, D]`, or its own) and every layer's role terms. A chart
-    /// composes with it at every step, so these tensors join the autodiff graph once per pass
-    /// instead of once per step (see [`RoleTransformerLayer::role_terms`]).
+    /// the task tokens (`tokens`, `[3, D]`, or its own) and, at their first use, every layer's
+    /// role terms for composing and for the LM's `[MASK]` context. A chart composes with it at
+    /// every step, so these tensors join the autodiff graph once per pass instead of once per
+    /// step (see [`RoleTransformerLayer::role_terms`]).
     fn prepare(&self, tokens: Option<Tensor<B, 2>>) -> Prepared<B> {
         let d = self.d_model;
         let tokens = tokens.unwrap_or_else(|| self.task_tokens.val());
         let token = |i: usize| tokens.clone().narrow(0, i, 1).reshape([1, 1, d]);
         Prepared {
             tokens: [token(0), token(1), token(2)],
-            compose_roles: self.role_terms(&[0, 0, 1, 2]),
-            mask_roles: self.role_terms(&[0, 1, 2]),
+            compose_roles: OnceCell::new(),
+            mask_roles: OnceCell::new(),
         }
     }
 
@@ -280,7 +282,10 @@ impl<B: ArborBackend> Composition<B> {
             ],
             1,
         );
-        let o = self.encode(x, &prepared.mask_roles, 1);
+        let roles = prepared
+            .mask_roles
+            .get_or_init(|| self.role_terms(&[0, 1, 2]));
+        let o = self.encode(x, roles, 1);
         layer_norm_noaffine(o.narrow(1, 0, 1).reshape([n, d]))
     }
 }
@@ -290,10 +295,10 @@ impl<B: ArborBackend> Composition<B> {
 struct Prepared<B: Backend> {
     /// `[CLS]`, `[SUM]`, `[MASK]`, each `[1, 1, D]`.
     tokens: [Tensor<B, 3>; 3],
-    /// Every layer's role terms for `[CLS, SUM, left, right]`.
-    compose_roles: Vec<Tensor<B, 2>>,
-    /// Every layer's role terms for `[MASK, left, right]`.
-    mask_roles: Vec<Tensor<B, 2>>,
+    /// Every layer's role terms for `[CLS, SUM, left, right]`, once first needed.
+    compose_roles: OnceCell<Vec<Tensor<B, 2>>>,
+    /// Every layer's role terms for `[MASK, left, right]`, once first needed.
+    mask_roles: OnceCell<Vec<Tensor<B, 2>>>,
 }
 
 /// A [`Composition`] with its task tokens (its own, or from elsewhere) and role terms computed
@@ -321,6 +326,9 @@ impl<B: ArborBackend> Compose<B> for WithTaskTokens<'_, B> {
         self.composition.d_model
     }
 
+    /// # Shapes
+    /// - `left`, `right`: `[n, D]`
+    /// - output: `repr` `[n, D]`, `log_p` `[n]`
     fn compose(&self, left: Tensor<B, 2>, right: Tensor<B, 2>) -> Composed<B> {
         self.composition.compose_with(&self.prepared, left, right)
     }
@@ -344,7 +352,10 @@ impl<B: ArborBackend> Composition<B> {
             ],
             1,
         );
-        let o = self.encode(x, &prepared.compose_roles, 2);
+        let roles = prepared
+            .compose_roles
+            .get_or_init(|| self.role_terms(&[0, 0, 1, 2]));
+        let o = self.encode(x, roles, 2);
         let pick = |i: usize| o.clone().narrow(1, i, 1).reshape([n, d]);
         let (o_cls, o_sum, o_left, o_right) = (pick(0), pick(1), pick(2), pick(3));
         // One fused `linear` each (a `Linear::forward` reshapes its bias: one more graph to
