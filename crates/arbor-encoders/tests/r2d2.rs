@@ -363,9 +363,11 @@ fn pruning_walk_through_with_chosen_scores_m2() {
         assert!(chart.has_cell(0, span), "{span:?} computed");
     }
     assert!(!chart.has_cell(0, (1, 4)), "never a top-row cell");
-    // Rows 2 and 3: 5·1 + 4·2 = 13; step 1: (0,3) 2 splits; step 2: (0,4), (2,5) 2 each;
-    // step 3: the root, 2 splits.
-    assert_eq!(chart.stats.compositions, 13 + 2 + 4 + 2);
+    // Rows 2 and 3: 5·1 + 4·2 = 13. Each pruned step composes the m + 1 = 3 top-row cells
+    // that could contain the merged terminal, 2 splits each (the step's shape may not depend on
+    // the merge, which stays on the device), and keeps the new ones: step 1 (0,3); step 2
+    // (0,4), (2,5); step 3 the root.
+    assert_eq!(chart.stats.compositions, 13 + 3 * 3 * 2);
     assert_eq!(chart.stats.calls, 2 + 3);
 }
 
@@ -393,8 +395,13 @@ fn pruning_walk_through_with_chosen_scores_m3() {
     assert_eq!(chart.merges()[0], vec![(0, 1), (3, 4)]);
     let (expected, _) = BinaryTree::parse("((0 1) ((2 (3 4)) 5))").unwrap();
     assert_eq!(chart.trees()[0], expected.renumbered());
-    // Rows 2–4: 5 + 4·2 + 3·3 = 22; step 1: (0,4) 3 splits; step 2: the root, 3 splits.
-    assert_eq!(chart.stats.compositions, 22 + 3 + 3);
+    // Rows 2–4: 5 + 4·2 + 3·3 = 22; then 2 steps of m + 1 = 4 candidate cells, 3 splits
+    // each, of which (0,4) and then the root are new.
+    assert_eq!(chart.stats.compositions, 22 + 2 * 4 * 3);
+    for span in [(0, 4), (0, 5)] {
+        assert!(chart.has_cell(0, span), "{span:?} computed");
+    }
+    assert!(!chart.has_cell(0, (1, 5)), "never a top-row cell");
 }
 
 #[test]
@@ -416,14 +423,25 @@ fn composition_calls_grow_linearly() {
                 "n {n} m {window}: {c} compositions"
             );
             assert_eq!(chart.stats.merges, (n - window - 1) as u64);
-            // Linear in n: the CKY rows up to m + 1, then between m and m(m + 1)
-            // compositions per merge (exhaustive CKY needs (n³ − n)/6).
+            // Linear in n: the CKY rows up to m + 1, then m(m + 1) compositions per merge
+            // (the m + 1 top-row cells that could hold the new terminal; exhaustive CKY needs
+            // (n³ − n)/6).
             let rows: usize = (2..=window + 1).map(|l| (n - l + 1) * (l - 1)).sum();
             let merges = n - window - 1;
-            assert!(
-                c >= (rows + merges * window) as u64
-                    && c <= (rows + merges * window * (window + 1)) as u64,
+            assert_eq!(
+                c,
+                (rows + merges * window * (window + 1)) as u64,
                 "n {n} m {window}: {c} compositions"
+            );
+            // The cells kept: every top-row cell over m + 1 terminals appears once per merge
+            // that creates it, between 1 and m + 1 per merge.
+            let kept: usize = (0..n)
+                .flat_map(|i| (i + window + 1..n).map(move |j| (i, j)))
+                .filter(|&span| chart.has_cell(0, span))
+                .count();
+            assert!(
+                (merges..=merges * (window + 1)).contains(&kept),
+                "n {n} m {window}: {kept} cells beyond the CKY rows"
             );
             assert_eq!(
                 chart.stats.calls,

@@ -5,10 +5,8 @@
 //!
 //! SPINN (all three variants, trained on gold transitions) uploads the indices of its thin
 //! stack but reads nothing back; the Gumbel Tree-LSTM keeps its sampled selections on the
-//! device and builds no trees in training. R2D2, which still reads in a training step (its
-//! pruned chart's merge choices are made on the host), is held to at most the reads it makes
-//! today, so the count can only go down; bringing it to zero is the remaining part of the
-//! issue.
+//! device and builds no trees in training; R2D2 runs its pruned chart's FIND and merges on the
+//! device (as a classifier's encoder and in its own LM pretraining task).
 
 use std::cell::RefCell;
 
@@ -140,25 +138,48 @@ fn recurrent_transformer_spinn_and_gumbel_steps_read_nothing() {
         EncoderKind::SpinnPi,
         EncoderKind::Spinn,
         EncoderKind::Gumbel,
+        EncoderKind::R2d2,
     ] {
         assert_eq!(reads_per_step(kind, 3), vec![0; 3], "{kind}");
     }
 }
 
 #[test]
-fn r2d2_steps_read_no_more_than_today() {
-    // Reads of the first three steps (batches of at most 7, 6 and 6 tokens): R2D2 reads its
-    // pruned chart's merge choices back (one read per pruning step). They were [16, 13, 13]
-    // when the engine stopped reading, before the straight-through one-hot stopped reading
-    // (Burn's `one_hot` reads its indices twice). Lower the bound when it reads less; the goal
-    // is zero (then move it to the test above).
-    let today = [6, 5, 5];
-    let got = reads_per_step(EncoderKind::R2d2, 3);
-    eprintln!("r2d2: {got:?} reads per step (at most {today:?})");
-    assert!(
-        got.iter().zip(today).all(|(&g, t)| g <= t),
-        "r2d2 reads more per step than it did: {got:?} > {today:?}"
-    );
+fn r2d2_pretraining_steps_read_nothing() {
+    use arbor_encoders::r2d2::{CompositionConfig, R2d2Config, R2d2LmConfig};
+    use arbor_tasks::{R2d2LmTask, R2d2Meta};
+    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let device = Default::default();
+    seed_everything::<Ad>(&device, 5);
+    // Sentences of 1 to 9 pieces, so that steps mix sentences that prune (window 2) with ones
+    // that do not.
+    let sentences: Vec<Vec<u32>> = (0..12u32)
+        .map(|i| (0..1 + (i * 7) % 9).map(|t| 1 + (i + t) % 11).collect())
+        .collect();
+    let config = R2d2LmConfig::new(12)
+        .with_encoder(R2d2Config::new(8, CompositionConfig::new(8).with_n_heads(2)).with_window(2));
+    let task = R2d2LmTask::<Ad> {
+        train: sentences.clone(),
+        valid: sentences,
+        meta: R2d2Meta {
+            model: config.clone(),
+            vocab: (0..12).map(|i| format!("t{i}")).collect(),
+        },
+        eval_batch: 4,
+        device,
+    };
+    let mut model = config.init::<Ad>(&device);
+    let mut optim = AdamConfig::new().init::<Ad, _>();
+    for s in 0..3 {
+        let idx: Vec<usize> = (s * 4..(s + 1) * 4).collect();
+        let counter = ReadCounter::start();
+        let out = task.step(&model, &idx, StepContext::seeded(s as u64));
+        let mut grads = GradientsParams::from_grads(out.loss.backward(), &model);
+        let norm = grad_norm_on_device::<Ad, _>(&model, &grads).expect("gradients");
+        clip_on_device::<Ad, _>(&model, &mut grads, norm, 1.0);
+        model = optim.step(1e-3, model.clone(), grads);
+        assert_eq!(counter.reads(), 0, "step {s}");
+    }
 }
 
 /// A task that records this thread's read count as each step starts.

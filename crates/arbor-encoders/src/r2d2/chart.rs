@@ -1,25 +1,43 @@
 //! R2D2's differentiable CKY chart with pruned tree induction (docs/models.md §4; Hu et al. 2021,
-//! eq. 1–5 and Algorithms 1–2).
+//! eq. 1–5 and Algorithms 1–2), built on the device.
 //!
-//! Cells are addressed by their span `(i, j)` of original token positions (inclusive). The
-//! host keeps the chart's structure (which cells exist, their ranked splits, the current
-//! terminals); the cells' vectors `e_ij` and `log p̃_ij` are rows of one growing tensor store.
-//! Every step composes *all* pending cells of *all* sentences of the batch, with every split,
-//! in one call to the composition function.
+//! Nothing in [`Chart::build`] reads a tensor back to the host (docs/r2d2.md, "The chart on the
+//! device"):
+//!
+//! - The CKY rows up to `m + 1` tokens have a structure the host knows from the lengths alone;
+//!   their children are gathered with uploaded indices.
+//! - The pruned steps keep a *table* of the chart's top rows over the current terminals:
+//!   slot `(b, s, l)` holds the cell of sentence `b` that spans terminals `s..=s + l`
+//!   (`l ≤ m`): its vector `e`, `log p̃`, `log p`, and its splits (token positions and
+//!   un-noised `log p̃_ijk`). FIND (Algorithm 2) runs as tensor operations over that table, the
+//!   merge is one gather that drops the merged terminal's slot, and the missing top-row cells
+//!   are composed for *every* position they could take (`m + 1` per sentence; the ones that
+//!   fall outside the sentence are computed and discarded), so the shapes never depend on the
+//!   data.
+//! - Every composed cell is also recorded (its span, splits, scores and choice, as tensors), and
+//!   the longest cell starting and ending at each position is kept on the device for the roots
+//!   and the LM contexts.
+//!
+//! What needs the host (trees, merges, a cell's splits) reads those records once, at first use
+//! ([`Chart::trees`] and the other inspection methods).
 
 use arbor_cells::ArborBackend;
+use std::cell::OnceCell;
 use std::collections::HashMap;
 
 use arbor_cells::{argmax_select, st_gumbel_softmax};
 use arbor_data::tree::BinaryTree;
 use burn::prelude::*;
-use burn::tensor::TensorData;
+use burn::tensor::{IndexingUpdateOp, TensorData};
 
 use super::composition::Compose;
 use crate::Decisions;
 
 /// Clamp inside the logarithms of the bigram score (docs/models.md §4, FIND step 2).
 const SCORE_EPS: f64 = 1e-9;
+
+/// Score of a missing split or an excluded candidate (below any real score).
+const NEG: f32 = -1e30;
 
 /// How the chart is built.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -32,10 +50,13 @@ pub struct ChartConfig {
     pub tau: f64,
 }
 
-/// Counters of one chart construction.
+/// Counters of one chart construction: the work done, known without reading the device.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChartStats {
-    /// Number of `(left, right)` pairs composed (one per split of every computed cell).
+    /// Number of `(left, right)` pairs composed (one per split of every computed cell). A
+    /// pruned step composes `m + 1` top-row cells per unfinished sentence, `m` splits each,
+    /// although between 1 and `m + 1` of them are new (the rest are discarded): the step's
+    /// shape may not depend on which pair FIND picks.
     pub compositions: u64,
     /// Number of calls to the composition function (batched steps).
     pub calls: u64,
@@ -52,37 +73,33 @@ impl ChartStats {
     }
 }
 
-/// Host-side record of one chart cell.
+/// Host-side record of one chart cell (the host view, read at first use).
 #[derive(Debug, Clone)]
 struct CellMeta {
-    /// Row of `e_ij` in the store.
-    e_row: usize,
-    /// Row of `log p̃_ij` in the store (a detached copy once the cell became a terminal).
-    lpt_row: usize,
+    /// Row of `e_ij` in [`Chart::vectors`].
+    row: usize,
     /// Split points `k` (the left child is `(i, k)`), best un-noised `log p̃_ijk` first.
     splits: Vec<usize>,
     /// The split the selection `α` picked (eq. 2): the best one at evaluation, a Gumbel-noised
     /// one in training.
     chosen: usize,
-    /// `log p_ij = Σ_k α_k log p_ijk` (eq. 5), as FIND scores it. `α` is one-hot in the forward
-    /// pass, so this is `log p` of the chosen split.
+    /// `log p_ij = Σ_k α_k log p_ijk` (eq. 5); `α` is one-hot in the forward pass, so this is
+    /// `log p` of the chosen split.
     log_p: f64,
 }
 
-/// The chart of one sentence.
+/// The host view of one sentence's chart.
 #[derive(Debug, Clone)]
 struct SentenceChart {
     n: usize,
     cells: HashMap<(usize, usize), CellMeta>,
-    /// Current terminals, as spans of original positions, left to right.
-    atoms: Vec<(usize, usize)>,
     /// Spans merged into terminals by pruning, in merge order.
     merged: Vec<(usize, usize)>,
     /// Word index of every position (word-piece input), when pieces of a word stay together.
     word_of: Option<Vec<usize>>,
-    /// For each position `j`, the longest computed cell ending at `j`: `(length, e_row)`.
+    /// For each position `j`, the longest computed cell ending at `j`: `(length, row)`.
     longest_ending: Vec<(usize, usize)>,
-    /// For each position `i`, the longest computed cell starting at `i`: `(length, e_row)`.
+    /// For each position `i`, the longest computed cell starting at `i`: `(length, row)`.
     longest_starting: Vec<(usize, usize)>,
 }
 
@@ -90,24 +107,12 @@ impl SentenceChart {
     fn add_cell(&mut self, span: (usize, usize), meta: CellMeta) {
         let len = span.1 - span.0 + 1;
         if len > self.longest_ending[span.1].0 {
-            self.longest_ending[span.1] = (len, meta.e_row);
+            self.longest_ending[span.1] = (len, meta.row);
         }
         if len > self.longest_starting[span.0].0 {
-            self.longest_starting[span.0] = (len, meta.e_row);
+            self.longest_starting[span.0] = (len, meta.row);
         }
         self.cells.insert(span, meta);
-    }
-
-    /// Whether merging `span` respects word boundaries: inside one word, or whole words.
-    fn word_allowed(&self, span: (usize, usize)) -> bool {
-        match &self.word_of {
-            None => true,
-            Some(w) => {
-                let (i, j) = span;
-                w[i] == w[j]
-                    || ((i == 0 || w[i - 1] != w[i]) && (j + 1 == self.n || w[j + 1] != w[j]))
-            }
-        }
     }
 
     /// Whether splitting `span` after `k` is allowed for tree recovery: no merged terminal
@@ -142,92 +147,6 @@ impl SentenceChart {
             .unwrap_or(cell.splits[0]);
         BinaryTree::node(self.tree((span.0, k)), self.tree((k + 1, span.1)))
     }
-
-    /// FIND (Algorithm 2): the bigram of current terminals to merge next, as the index `u` of
-    /// its left terminal.
-    fn find(&self, window: usize) -> usize {
-        let a = self.atoms.len();
-        let mut atom_at_start = HashMap::new();
-        for (t, &(s, _)) in self.atoms.iter().enumerate() {
-            atom_at_start.insert(s, t);
-        }
-        let mut atom_at_end = HashMap::new();
-        for (t, &(_, e)) in self.atoms.iter().enumerate() {
-            atom_at_end.insert(e, t);
-        }
-        // 1. The bigrams used by the best trees of the top-row cells.
-        let mut used = vec![false; a.saturating_sub(1)];
-        let mut stack: Vec<(usize, usize)> = (0..a - window)
-            .map(|s| (self.atoms[s].0, self.atoms[s + window].1))
-            .collect();
-        while let Some(span) = stack.pop() {
-            let (first, last) = (atom_at_start[&span.0], atom_at_end[&span.1]);
-            match last - first {
-                0 => {}
-                1 => used[first] = true,
-                _ => {
-                    let cell = &self.cells[&span];
-                    let k = cell
-                        .splits
-                        .iter()
-                        .copied()
-                        .find(|k| atom_at_end.contains_key(k))
-                        .unwrap_or(cell.splits[0]);
-                    stack.push((span.0, k));
-                    stack.push((k + 1, span.1));
-                }
-            }
-        }
-        // 2. Score: log p(bigram) + log(1 − p(left neighbour)) + log(1 − p(right neighbour)).
-        let p = |u: usize| {
-            self.cells[&(self.atoms[u].0, self.atoms[u + 1].1)]
-                .log_p
-                .exp()
-        };
-        let score = |u: usize| {
-            let mut s = p(u).max(SCORE_EPS).ln();
-            if u > 0 {
-                s += (1.0 - p(u - 1)).max(SCORE_EPS).ln();
-            }
-            if u + 2 < a {
-                s += (1.0 - p(u + 1)).max(SCORE_EPS).ln();
-            }
-            s
-        };
-        let allowed = |u: usize| self.word_allowed((self.atoms[u].0, self.atoms[u + 1].1));
-        let best = |candidates: &mut dyn Iterator<Item = usize>| {
-            let mut best: Option<(usize, f64)> = None;
-            for u in candidates {
-                let s = score(u);
-                if best.is_none_or(|(_, b)| s > b) {
-                    best = Some((u, s));
-                }
-            }
-            best.map(|(u, _)| u)
-        };
-        best(&mut (0..a - 1).filter(|&u| used[u] && allowed(u)))
-            .or_else(|| best(&mut (0..a - 1).filter(|&u| allowed(u))))
-            .or_else(|| best(&mut (0..a - 1)))
-            .unwrap_or(0)
-    }
-
-    /// Merges terminals `u` and `u + 1` and returns the top-row cells that are now missing,
-    /// as `(span, splits)`.
-    fn merge(&mut self, u: usize, window: usize) -> Vec<((usize, usize), Vec<usize>)> {
-        let span = (self.atoms[u].0, self.atoms[u + 1].1);
-        self.atoms.splice(u..u + 2, [span]);
-        self.merged.push(span);
-        let a = self.atoms.len();
-        let mut missing = Vec::new();
-        if a > window {
-            for s in u.saturating_sub(window)..=u.min(a - window - 1) {
-                let cell = (self.atoms[s].0, self.atoms[s + window].1);
-                let splits = self.atoms[s..s + window].iter().map(|t| t.1).collect();
-                missing.push((cell, splits));
-            }
-        }
-        missing
-    }
 }
 
 fn shifted_right_branching(span: (usize, usize)) -> BinaryTree {
@@ -236,116 +155,6 @@ fn shifted_right_branching(span: (usize, usize)) -> BinaryTree {
         t = BinaryTree::node(BinaryTree::Leaf(i), t);
     }
     t
-}
-
-/// The growing store of cell vectors `e_ij`, `log p̃_ij` and `log p_ij`.
-///
-/// Rows are appended step by step and kept in chunks whose sizes at least halve from each
-/// chunk to the next (a chunk is merged into its predecessor when that is less than twice its
-/// size). So there are at most `log₂ rows + 1` chunks, every row is copied `O(log rows)` times
-/// in all, and a gather touches only the chunks holding the rows it reads: a step costs what
-/// it reads plus an amortised `O(log)` per row, instead of re-concatenating the whole store.
-#[derive(Debug)]
-struct Store<B: Backend> {
-    /// The chunks, in row order.
-    chunks: Vec<Chunk<B>>,
-    rows: usize,
-}
-
-/// `(first row, e, log p̃, log p)` of one chunk of the [`Store`].
-type Chunk<B> = (usize, Tensor<B, 2>, Tensor<B, 1>, Tensor<B, 1>);
-
-impl<B: ArborBackend> Store<B> {
-    fn new() -> Self {
-        Store {
-            chunks: Vec::new(),
-            rows: 0,
-        }
-    }
-
-    /// Appends rows of `e`, `log p̃` and `log p`; returns the index of the first.
-    fn push(&mut self, e: Tensor<B, 2>, lpt: Tensor<B, 1>, lp: Tensor<B, 1>) -> usize {
-        let first = self.rows;
-        let n = e.dims()[0];
-        self.rows += n;
-        self.chunks.push((first, e, lpt, lp));
-        while self.chunks.len() >= 2 {
-            let last = self.chunks.len() - 1;
-            let size = |c: &Chunk<B>| c.1.dims()[0];
-            if size(&self.chunks[last - 1]) >= 2 * size(&self.chunks[last]) {
-                break;
-            }
-            let (_, e2, l2, p2) = self.chunks.pop().unwrap_or_else(|| unreachable!());
-            let (start, e1, l1, p1) = self.chunks.pop().unwrap_or_else(|| unreachable!());
-            self.chunks.push((
-                start,
-                Tensor::cat(vec![e1, e2], 0),
-                Tensor::cat(vec![l1, l2], 0),
-                Tensor::cat(vec![p1, p2], 0),
-            ));
-        }
-        first
-    }
-
-    /// The chunk holding `row`, and the row's index inside it.
-    fn locate(&self, row: usize) -> (usize, usize) {
-        let c = self.chunks.partition_point(|chunk| chunk.0 <= row) - 1;
-        (c, row - self.chunks[c].0)
-    }
-
-    /// Rows `e_rows` of `e` and `lpt_rows` of `log p̃`, in the order given.
-    fn gather(&self, e_rows: &[usize], lpt_rows: &[usize]) -> (Tensor<B, 2>, Tensor<B, 1>) {
-        let e = self.gather_one(e_rows, |c| c.1.clone());
-        let lpt = self.gather_one(lpt_rows, |c| c.2.clone());
-        (e, lpt)
-    }
-
-    /// One `select` per chunk that holds any of `rows`, one `cat`, and one reordering
-    /// `select` when the rows do not come chunk by chunk already.
-    fn gather_one<const D: usize>(
-        &self,
-        rows: &[usize],
-        part: impl Fn(&Chunk<B>) -> Tensor<B, D>,
-    ) -> Tensor<B, D> {
-        let device = self.chunks[0].1.device();
-        let mut by_chunk: Vec<Vec<(usize, usize)>> = vec![Vec::new(); self.chunks.len()];
-        for (slot, &row) in rows.iter().enumerate() {
-            let (c, local) = self.locate(row);
-            by_chunk[c].push((slot, local));
-        }
-        let mut pieces = Vec::new();
-        let mut order = Vec::with_capacity(rows.len());
-        for (c, wanted) in by_chunk.iter().enumerate() {
-            if wanted.is_empty() {
-                continue;
-            }
-            let local: Vec<usize> = wanted.iter().map(|w| w.1).collect();
-            pieces.push(part(&self.chunks[c]).select(0, index_tensor::<B>(&local, &device)));
-            order.extend(wanted.iter().map(|w| w.0));
-        }
-        let gathered = if pieces.len() == 1 {
-            pieces.pop().unwrap_or_else(|| unreachable!())
-        } else {
-            Tensor::cat(pieces, 0)
-        };
-        if order.iter().enumerate().all(|(i, &slot)| i == slot) {
-            return gathered;
-        }
-        // `order[p]` is the slot the p-th gathered row belongs to; invert it.
-        let mut position = vec![0; rows.len()];
-        for (p, &slot) in order.iter().enumerate() {
-            position[slot] = p;
-        }
-        gathered.select(0, index_tensor::<B>(&position, &device))
-    }
-
-    /// Every cell vector so far, as one tensor.
-    fn all_vectors(&self) -> Tensor<B, 2> {
-        if self.chunks.len() == 1 {
-            return self.chunks[0].1.clone();
-        }
-        Tensor::cat(self.chunks.iter().map(|c| c.1.clone()).collect(), 0)
-    }
 }
 
 /// Row indices as an index tensor.
@@ -357,20 +166,128 @@ pub(super) fn index_tensor<B: ArborBackend>(
     Tensor::from_data(TensorData::new(v, [rows.len()]), device)
 }
 
-/// A cell to compute: sentence, span, and its split points.
-type Job = (usize, (usize, usize), Vec<usize>);
+/// An integer tensor from host values.
+fn ints<B: Backend, const D: usize>(
+    v: Vec<i64>,
+    shape: [usize; D],
+    device: &B::Device,
+) -> Tensor<B, D, Int> {
+    Tensor::from_data(TensorData::new(v, shape), device)
+}
+
+/// A boolean tensor from host values (made by a comparison: Flex stores booleans from data
+/// in another dtype than those from comparisons, and will not combine the two).
+fn bools<B: Backend, const D: usize>(
+    v: Vec<bool>,
+    shape: [usize; D],
+    device: &B::Device,
+) -> Tensor<B, D, Bool> {
+    ints::<B, D>(v.into_iter().map(i64::from).collect(), shape, device).equal_elem(1)
+}
+
+/// `0, 1, …, n − 1` along `dim`, broadcast to `dims`.
+fn iota<B: Backend, const D: usize>(
+    dims: [usize; D],
+    dim: usize,
+    device: &B::Device,
+) -> Tensor<B, D, Int> {
+    let mut shape = [1; D];
+    shape[dim] = dims[dim];
+    Tensor::<B, 1, Int>::arange(0..dims[dim] as i64, device)
+        .reshape(shape)
+        .expand(dims)
+}
+
+/// The index of the first maximum along `dim` (size 1 there), like the host's strict `>` scan.
+fn first_argmax<B: Backend, const D: usize>(x: Tensor<B, D>, dim: usize) -> Tensor<B, D, Int> {
+    let dims = x.dims();
+    let device = x.device();
+    let max = x.clone().max_dim(dim).expand(dims);
+    let n = dims[dim] as i64;
+    iota::<B, D>(dims, dim, &device)
+        .mask_fill(x.equal(max).bool_not(), n)
+        .min_dim(dim)
+        // A NaN row has no maximum: take its first entry rather than an index out of range.
+        .clamp(0, n - 1)
+}
+
+/// One batch of cells composed in one call, as recorded for the host view and the LM.
+#[derive(Debug)]
+struct Block<B: Backend> {
+    /// Row of its first cell in [`Chart::vectors`].
+    first: usize,
+    /// `e_ij` of every cell: `[cells, D]`.
+    e: Tensor<B, 2>,
+    /// `log p̃_ij` (with its gradient): `[cells]`.
+    lpt: Tensor<B, 1>,
+    /// `log p_ij` (with its gradient): `[cells]`.
+    lp: Tensor<B, 1>,
+    /// `[cells, 5 + W]`: sentence, start, end, valid (0/1), index of the chosen split, split
+    /// positions (−1 past the cell's splits).
+    ints: Tensor<B, 2, Int>,
+    /// `[cells, 1 + W]`: `log p_ij` (detached), un-noised `log p̃_ijk` ([`NEG`] past the splits).
+    floats: Tensor<B, 2>,
+}
+
+/// What eq. 2–5 give for `c` cells of `k` splits each.
+struct Chosen<B: Backend> {
+    e: Tensor<B, 2>,
+    lpt: Tensor<B, 1>,
+    lp: Tensor<B, 1>,
+    /// Un-noised `log p̃_ijk`, detached: `[c, k]`.
+    scores: Tensor<B, 2>,
+    /// Index of the split `α` picked: `[c]`.
+    chosen: Tensor<B, 1, Int>,
+    /// `log p_ijk` of the chosen split, detached: `[c]`.
+    lp_chosen: Tensor<B, 1>,
+}
+
+/// The device table of a sentence batch's top chart rows over the current terminals (see the
+/// module docs). Slot `(b, s, l)` is row `(b·A + s)·(m + 1) + l`.
+struct Table<B: Backend> {
+    /// Current number of terminal slots `A` per sentence.
+    width: usize,
+    e: Tensor<B, 2>,
+    lpt: Tensor<B, 1>,
+    /// `log p` (detached), for FIND's bigram scores.
+    lp: Tensor<B, 1>,
+    /// Split scores `[slots, m]` (detached, [`NEG`] past a cell's splits).
+    scores: Tensor<B, 2>,
+    /// Split positions `[slots, m]` (−1 past a cell's splits).
+    splits: Tensor<B, 2, Int>,
+    /// First and last token position of every terminal: `[batch·A]`.
+    start: Tensor<B, 1, Int>,
+    end: Tensor<B, 1, Int>,
+}
 
 /// A built chart: every sentence's cells, trees, roots and LM contexts.
 #[derive(Debug)]
 pub struct Chart<B: Backend> {
-    store: Store<B>,
-    sentences: Vec<SentenceChart>,
+    /// The leaf vectors: `[batch·time, D]`, rows `b·time + i`.
+    leaves: Tensor<B, 2>,
+    blocks: Vec<Block<B>>,
+    /// Per pruned step: `[sentences merging, 3]` (sentence, first, last position of the merge).
+    merged: Vec<Tensor<B, 2, Int>>,
+    /// Per position `b·time + j`: row of the longest cell ending at `j`.
+    longest_end: Tensor<B, 1, Int>,
+    /// Per position `b·time + i`: row of the longest cell starting at `i`.
+    longest_start: Tensor<B, 1, Int>,
+    lengths: Vec<usize>,
+    time: usize,
+    /// Split columns of the records (`W`).
+    width: usize,
+    word_of: Option<Vec<Vec<usize>>>,
+    /// The host view, read at first use.
+    host: OnceCell<Vec<SentenceChart>>,
     /// Counters of this construction.
     pub stats: ChartStats,
 }
 
+/// The children of one CKY row's cells: `(sentence, start, left rows, right rows)` per cell.
+type RowJobs = Vec<(usize, usize)>;
+
 impl<B: ArborBackend> Chart<B> {
-    /// Builds the charts of a batch of sentences.
+    /// Builds the charts of a batch of sentences, reading nothing back from the device.
     ///
     /// Training mode ([`Decisions::Sample`]) selects each cell's split with straight-through
     /// Gumbel-softmax over `log p̃_ijk` (eq. 2); evaluation ([`Decisions::Argmax`]) takes the
@@ -409,234 +326,724 @@ impl<B: ArborBackend> Chart<B> {
             );
         }
         let device = leaves.device();
-        let mut store = Store::new();
-        store.push(
-            leaves.reshape([batch * time, d]),
-            arbor_cells::kernels::zeros([batch * time], &device),
-            arbor_cells::kernels::zeros([batch * time], &device),
-        );
-        let sentences = lengths
-            .iter()
-            .enumerate()
-            .map(|(b, &n)| SentenceChart {
-                n,
-                cells: HashMap::new(),
-                atoms: (0..n).map(|i| (i, i)).collect(),
-                merged: Vec::new(),
-                word_of: word_ids.map(|w| w[b].clone()),
-                longest_ending: (0..n).map(|i| (1, b * time + i)).collect(),
-                longest_starting: (0..n).map(|i| (1, b * time + i)).collect(),
-            })
-            .collect();
+        let n_max = lengths.iter().copied().max().unwrap_or(1);
+        // The highest CKY row (cells of `top + 1` tokens).
+        let top = if config.pruning {
+            config.window.min(n_max - 1)
+        } else {
+            n_max - 1
+        };
+        let width = top.max(1);
+        let leaf_rows = batch * time;
         let mut chart = Chart {
-            store,
-            sentences,
+            leaves: leaves.reshape([leaf_rows, d]),
+            blocks: Vec::new(),
+            merged: Vec::new(),
+            longest_end: Tensor::zeros([leaf_rows], &device),
+            longest_start: Tensor::zeros([leaf_rows], &device),
+            lengths: lengths.to_vec(),
+            time,
+            width,
+            word_of: word_ids.map(|w| w.to_vec()),
+            host: OnceCell::new(),
             stats: ChartStats::default(),
         };
-        let leaf_row = |b: usize, i: usize| b * time + i;
-        // Full CKY rows, up to spans of m + 1 tokens when pruning.
-        let max_n = lengths.iter().copied().max().unwrap_or(1);
-        for len in 2..=max_n {
-            let mut jobs: Vec<Job> = Vec::new();
-            for (b, &n) in lengths.iter().enumerate() {
-                if n >= len && (!config.pruning || len <= config.window + 1) {
-                    for i in 0..=n - len {
-                        jobs.push((b, (i, i + len - 1), (i..i + len - 1).collect()));
-                    }
+        // Row of the CKY cell (b, i, l) spanning tokens i..=i+l; level 0 is the leaves.
+        let mut cky_row: Vec<Vec<Vec<usize>>> = lengths
+            .iter()
+            .enumerate()
+            .map(|(b, &n)| vec![(0..n).map(|i| b * time + i).collect()])
+            .collect();
+        for l in 1..=top {
+            let jobs: RowJobs = lengths
+                .iter()
+                .enumerate()
+                .filter(|(_, &n)| n > l)
+                .flat_map(|(b, &n)| (0..n - l).map(move |i| (b, i)))
+                .collect();
+            let first = chart.rows();
+            chart.cky_row(compose, &jobs, l, &cky_row, config, &mut decisions);
+            for (t, &(b, _)) in jobs.iter().enumerate() {
+                if cky_row[b].len() == l {
+                    cky_row[b].push(Vec::new());
                 }
+                cky_row[b][l].push(first + t);
             }
-            if jobs.is_empty() {
-                break;
-            }
-            chart.compute(compose, jobs, &leaf_row, config, &mut decisions);
         }
-        // Pruned steps: FIND, merge, fill the missing top-row cells.
-        if config.pruning {
-            loop {
-                let pending: Vec<usize> = (0..batch)
-                    .filter(|&b| chart.sentences[b].atoms.len() > config.window + 1)
-                    .collect();
-                if pending.is_empty() {
-                    break;
+        // The longest cell at each position so far: the highest row's.
+        let (mut longest_end, mut longest_start) = (vec![0i64; leaf_rows], vec![0i64; leaf_rows]);
+        for (b, rows) in cky_row.iter().enumerate() {
+            for (l, row) in rows.iter().enumerate() {
+                for (i, &r) in row.iter().enumerate() {
+                    longest_start[b * time + i] = r as i64;
+                    longest_end[b * time + i + l] = r as i64;
                 }
-                let mut jobs: Vec<Job> = Vec::new();
-                let mut merged_rows = Vec::new();
-                for &b in &pending {
-                    let s = &mut chart.sentences[b];
-                    let u = s.find(config.window);
-                    let span = (s.atoms[u].0, s.atoms[u + 1].1);
-                    merged_rows.push((b, span, s.cells[&span].lpt_row));
-                    for (cell, splits) in s.merge(u, config.window) {
-                        jobs.push((b, cell, splits));
-                    }
-                    chart.stats.merges += 1;
-                }
-                // The new terminals' log p̃ become constants.
-                let rows: Vec<usize> = merged_rows.iter().map(|r| r.2).collect();
-                let detached = chart.store.gather_one(&rows, |c| c.2.clone()).detach();
-                let first = chart.store.push(
-                    arbor_cells::kernels::zeros([rows.len(), d], &device),
-                    detached,
-                    arbor_cells::kernels::zeros([rows.len()], &device),
-                );
-                for (t, (b, span, _)) in merged_rows.into_iter().enumerate() {
-                    if let Some(cell) = chart.sentences[b].cells.get_mut(&span) {
-                        cell.lpt_row = first + t;
-                    }
-                }
-                chart.compute(compose, jobs, &leaf_row, config, &mut decisions);
+            }
+        }
+        chart.longest_end = ints(longest_end, [leaf_rows], &device);
+        chart.longest_start = ints(longest_start, [leaf_rows], &device);
+        if config.pruning && n_max > top + 1 {
+            let mut table = chart.initial_table(&cky_row, n_max, top);
+            for step in 0..n_max - top - 1 {
+                table = chart.pruned_step(compose, table, step, config, &mut decisions);
             }
         }
         chart
     }
 
-    /// Computes the cells `jobs` (all with the same number of splits) in one composition call.
-    fn compute<C: Compose<B>>(
+    /// Number of rows of [`Chart::vectors`] so far.
+    fn rows(&self) -> usize {
+        self.blocks
+            .last()
+            .map_or(self.leaves.dims()[0], |b| b.first + b.e.dims()[0])
+    }
+
+    /// Every vector row so far (`e`, `log p̃`) as two tensors.
+    fn all_rows(&self) -> (Tensor<B, 2>, Tensor<B, 1>) {
+        let device = self.leaves.device();
+        let mut e = vec![self.leaves.clone()];
+        let mut lpt = vec![Tensor::zeros([self.leaves.dims()[0]], &device)];
+        for b in &self.blocks {
+            e.push(b.e.clone());
+            lpt.push(b.lpt.clone());
+        }
+        (Tensor::cat(e, 0), Tensor::cat(lpt, 0))
+    }
+
+    /// Composes CKY row `l` (cells of `l + 1` tokens, `l` splits each) of every sentence
+    /// long enough, in one call; `jobs` are the cells `(sentence, start)`.
+    fn cky_row<C: Compose<B>>(
         &mut self,
         compose: &C,
-        jobs: Vec<Job>,
-        leaf_row: &dyn Fn(usize, usize) -> usize,
+        jobs: &RowJobs,
+        l: usize,
+        cky_row: &[Vec<Vec<usize>>],
         config: &ChartConfig,
         decisions: &mut Decisions<'_>,
     ) {
-        if jobs.is_empty() {
-            return;
-        }
+        let device = self.leaves.device();
+        let w = self.width;
         let c = jobs.len();
-        let k = jobs[0].2.len();
-        debug_assert!(jobs.iter().all(|j| j.2.len() == k));
-        let rows_of = |b: usize, span: (usize, usize)| -> (usize, Option<usize>) {
-            if span.0 == span.1 {
-                (leaf_row(b, span.0), None)
-            } else {
-                let cell = &self.sentences[b].cells[&span];
-                (cell.e_row, Some(cell.lpt_row))
+        let mut rows = Vec::with_capacity(2 * c * l);
+        let mut right = Vec::with_capacity(c * l);
+        let mut meta = Vec::with_capacity(c * (4 + w));
+        let mut positions = Vec::with_capacity(c * w);
+        for &(b, i) in jobs {
+            for q in 0..l {
+                rows.push(cky_row[b][q][i]);
+                right.push(cky_row[b][l - 1 - q][i + q + 1]);
             }
-        };
-        let (mut e_rows, mut lpt_rows) = (Vec::with_capacity(2 * c * k), Vec::new());
-        let mut right = Vec::with_capacity(c * k);
-        let mut right_lpt = Vec::new();
-        for (b, span, splits) in &jobs {
-            for &s in splits {
-                let (el, ll) = rows_of(*b, (span.0, s));
-                let (er, lr) = rows_of(*b, (s + 1, span.1));
-                e_rows.push(el);
-                right.push(er);
-                lpt_rows.push(ll.unwrap_or(el));
-                right_lpt.push(lr.unwrap_or(er));
-            }
+            meta.extend([b as i64, i as i64, (i + l) as i64, 1]);
+            positions.extend((0..w).map(|q| if q < l { (i + q) as i64 } else { -1 }));
         }
-        e_rows.extend(right);
-        lpt_rows.extend(right_lpt);
-        let (e, lpt) = self.store.gather(&e_rows, &lpt_rows);
-        let device = e.device();
-        let d = e.dims()[1];
-        let n = c * k;
-        let composed = compose.compose(e.clone().narrow(0, 0, n), e.narrow(0, n, n));
-        // eq. 1: log p̃_ijk = log p_ijk + log p̃_ik + log p̃_(k+1)j.
-        let lpt_k = composed
-            .log_p
-            .clone()
-            .add(lpt.clone().narrow(0, 0, n))
-            .add(lpt.narrow(0, n, n));
-        let lpt_k = lpt_k.reshape([c, k]);
-        let (e_new, lpt_new, lp_new, chosen) = if k == 1 {
-            let lp = composed.log_p.clone();
-            (composed.repr, lpt_k.clone().reshape([c]), lp, None)
-        } else {
-            // eq. 2–5.
-            let sel = match decisions {
-                Decisions::Sample(sampler) => {
-                    let noise = sampler.sample::<B, 2>([c, k], &device);
-                    let tau = sampler.temperature_or(config.tau);
-                    st_gumbel_softmax(lpt_k.clone(), None, tau, Some(noise))
-                }
-                Decisions::Argmax => argmax_select(lpt_k.clone(), None),
-            };
-            let alpha = sel.hard;
-            let e = composed
-                .repr
-                .reshape([c, k, d])
-                .mul(alpha.clone().reshape([c, k, 1]))
-                .sum_dim(1)
-                .reshape([c, d]);
-            // log p_ij = Σ_k α_k log p_ijk: in training the soft α's gradient reaches every
-            // split's score, as in the reference.
-            let lp = composed
-                .log_p
-                .clone()
-                .reshape([c, k])
-                .mul(alpha.clone())
-                .sum_dim(1)
-                .reshape([c]);
-            let lpt = lpt_k.clone().mul(alpha).sum_dim(1).reshape([c]);
-            (e, lpt, lp, Some(sel.index.float()))
-        };
-        // One read of everything the host needs: the un-noised log p̃_ijk (ranking), log p_ijk,
-        // and the split α picked.
-        let mut parts = vec![lpt_k.detach().reshape([n]), composed.log_p.detach()];
-        parts.extend(chosen.map(|t| t.detach()));
-        let host: Vec<f32> = Tensor::cat(parts, 0)
-            .into_data()
-            .convert::<f32>()
-            .into_vec()
-            .unwrap_or_default();
-        let first = self.store.push(e_new, lpt_new, lp_new);
-        for (t, (b, span, splits)) in jobs.into_iter().enumerate() {
-            let scores = &host[t * k..(t + 1) * k];
-            let mut order: Vec<usize> = (0..k).collect();
-            order.sort_by(|&x, &y| scores[y].total_cmp(&scores[x]).then(x.cmp(&y)));
-            let pick = if k == 1 {
-                0
-            } else {
-                host.get(2 * n + t)
-                    .map_or(order[0], |&i| (i as usize).min(k - 1))
-            };
-            let log_p = host.get(n + t * k + pick).copied().unwrap_or(0.0) as f64;
-            let meta = CellMeta {
-                e_row: first + t,
-                lpt_row: first + t,
-                splits: order.iter().map(|&o| splits[o]).collect(),
-                chosen: splits[pick],
-                log_p,
-            };
-            self.sentences[b].add_cell(span, meta);
+        rows.extend(right);
+        let (all_e, all_lpt) = self.all_rows();
+        let idx = index_tensor::<B>(&rows, &device);
+        let e = all_e.select(0, idx.clone());
+        let lpt = all_lpt.select(0, idx);
+        let n = c * l;
+        let out = choose(
+            compose,
+            [e.clone().narrow(0, 0, n), e.narrow(0, n, n)],
+            [lpt.clone().narrow(0, 0, n), lpt.narrow(0, n, n)],
+            [c, l],
+            config,
+            decisions,
+        );
+        let ints = Tensor::cat(
+            vec![
+                ints::<B, 2>(meta, [c, 4], &device),
+                out.chosen.clone().reshape([c, 1]),
+                ints::<B, 2>(positions, [c, w], &device),
+            ],
+            1,
+        );
+        self.record(out, ints, n);
+    }
+
+    /// Appends a composed block to the records.
+    fn record(&mut self, out: Chosen<B>, ints: Tensor<B, 2, Int>, compositions: usize) {
+        let [c, k] = out.scores.dims();
+        let device = out.e.device();
+        let mut floats = vec![out.lp_chosen.reshape([c, 1]), out.scores];
+        if k < self.width {
+            floats.push(Tensor::full([c, self.width - k], NEG, &device));
         }
-        self.stats.compositions += n as u64;
+        let first = self.rows();
+        self.blocks.push(Block {
+            first,
+            e: out.e,
+            lpt: out.lpt,
+            lp: out.lp,
+            ints,
+            floats: Tensor::cat(floats, 1),
+        });
+        self.stats.compositions += compositions as u64;
         self.stats.calls += 1;
     }
 
-    /// Every cell vector so far, with the rows of [`Chart::root_rows`] and
-    /// [`Chart::context_rows`].
+    /// The table of every CKY cell up to row `top` (= `m`), over `n_max` terminal slots.
+    fn initial_table(&self, cky_row: &[Vec<Vec<usize>>], n_max: usize, top: usize) -> Table<B> {
+        let device = self.leaves.device();
+        let (batch, l1) = (self.lengths.len(), top + 1);
+        let slots = batch * n_max * l1;
+        let mut rows = vec![0usize; slots];
+        let mut splits = vec![-1i64; slots * top];
+        for (b, cells) in cky_row.iter().enumerate() {
+            for (l, row) in cells.iter().enumerate() {
+                for (s, &r) in row.iter().enumerate() {
+                    let slot = (b * n_max + s) * l1 + l;
+                    rows[slot] = r;
+                    for q in 0..l {
+                        splits[slot * top + q] = (s + q) as i64;
+                    }
+                }
+            }
+        }
+        let (all_e, all_lpt) = self.all_rows();
+        let mut lp = vec![Tensor::zeros([self.leaves.dims()[0]], &device)];
+        let mut scores = vec![Tensor::full([self.leaves.dims()[0], top], NEG, &device)];
+        for b in &self.blocks {
+            lp.push(b.floats.clone().narrow(1, 0, 1).reshape([b.e.dims()[0]]));
+            scores.push(b.floats.clone().narrow(1, 1, top));
+        }
+        let idx = index_tensor::<B>(&rows, &device);
+        let terminals: Vec<i64> = (0..batch * n_max).map(|r| (r % n_max) as i64).collect();
+        Table {
+            width: n_max,
+            e: all_e.select(0, idx.clone()),
+            lpt: all_lpt.select(0, idx.clone()),
+            lp: Tensor::cat(lp, 0).select(0, idx.clone()),
+            scores: Tensor::cat(scores, 0).select(0, idx),
+            splits: ints(splits, [slots, top], &device),
+            start: ints(terminals.clone(), [batch * n_max], &device),
+            end: ints(terminals, [batch * n_max], &device),
+        }
+    }
+
+    /// One pruned step (Algorithm 1, lines 5–9) for every sentence with more than `m + 1`
+    /// terminals: FIND, merge, compose the missing top-row cells, update the table.
+    fn pruned_step<C: Compose<B>>(
+        &mut self,
+        compose: &C,
+        t: Table<B>,
+        step: usize,
+        config: &ChartConfig,
+        decisions: &mut Decisions<'_>,
+    ) -> Table<B> {
+        let device = self.leaves.device();
+        let batch = self.lengths.len();
+        let (m, a) = (self.width, t.width);
+        let (l1, a2) = (m + 1, a - 1);
+        // Host-known: which sentences merge at this step and how many terminals they have.
+        let atoms: Vec<usize> = self.lengths.iter().map(|&n| n - step.min(n)).collect();
+        let pending: Vec<usize> = (0..batch).filter(|&b| atoms[b] > m + 1).collect();
+        let p = pending.len();
+        let mut rank = vec![0i64; batch];
+        for (r, &b) in pending.iter().enumerate() {
+            rank[b] = r as i64;
+        }
+        let is_pending = |b: usize| atoms[b] > m + 1;
+
+        // FIND 1: each cell's best split among the current terminal boundaries.
+        let mut boundary = Vec::with_capacity(batch * a * m);
+        for b in 0..batch {
+            for s in 0..a {
+                boundary.extend((0..m).map(|q| (b * a + (s + q).min(a - 1)) as i64));
+            }
+        }
+        let shape5 = [batch, a, l1, m, m];
+        let bpos = t
+            .end
+            .clone()
+            .select(0, ints(boundary, [batch * a * m], &device))
+            .reshape([batch, a, 1, m, 1])
+            .expand(shape5);
+        let split_pos = t
+            .splits
+            .clone()
+            .reshape([batch, a, l1, 1, m])
+            .expand(shape5);
+        let split_score = t
+            .scores
+            .clone()
+            .reshape([batch, a, l1, 1, m])
+            .expand(shape5);
+        let per_boundary = split_score
+            .mask_fill(split_pos.equal(bpos).bool_not(), NEG)
+            .max_dim(4)
+            .reshape([batch, a, l1, m]);
+        // Only boundaries q < l lie inside a cell of row l.
+        let outside: Vec<bool> = (0..l1).flat_map(|l| (0..m).map(move |q| q >= l)).collect();
+        let outside = bools::<B, 2>(outside, [l1, m], &device)
+            .reshape([1, 1, l1, m])
+            .expand([batch, a, l1, m]);
+        let best = first_argmax(per_boundary.mask_fill(outside, NEG), 3).reshape([batch, a, l1]);
+        // FIND 1: the bigrams the top-row cells' best trees use, walking down the rows.
+        let mut top_valid = vec![0i64; batch * a];
+        for &b in &pending {
+            for s in 0..atoms[b] - m {
+                top_valid[b * a + s] = 1;
+            }
+        }
+        let zeros = |cols: usize| Tensor::<B, 2, Int>::zeros([batch, cols], &device);
+        let mut reached: Vec<Tensor<B, 2, Int>> = (0..l1).map(|_| zeros(a)).collect();
+        reached[m] = ints(top_valid, [batch, a], &device);
+        for l in (2..=m).rev() {
+            let best_l = best.clone().narrow(2, l, 1).reshape([batch, a]);
+            for q in 0..l {
+                let hit = reached[l]
+                    .clone()
+                    .mul(best_l.clone().equal_elem(q as i64).int());
+                if q > 0 {
+                    reached[q] = reached[q].clone().max_pair(hit.clone());
+                }
+                let r = l - 1 - q;
+                if r > 0 {
+                    let shifted = Tensor::cat(vec![zeros(q + 1), hit.narrow(1, 0, a - q - 1)], 1);
+                    reached[r] = reached[r].clone().max_pair(shifted);
+                }
+            }
+        }
+        let used = reached.swap_remove(1);
+        // FIND 2: log p(bigram) + log(1 − p(left neighbour)) + log(1 − p(right neighbour)).
+        let prob =
+            t.lp.clone()
+                .reshape([batch, a, l1])
+                .narrow(2, 1, 1)
+                .reshape([batch, a])
+                .exp();
+        let own = prob.clone().clamp_min(SCORE_EPS).log();
+        let not = prob.neg().add_scalar(1.0).clamp_min(SCORE_EPS).log();
+        let zero_col = Tensor::<B, 2>::zeros([batch, 1], &device);
+        let left = Tensor::cat(vec![zero_col.clone(), not.clone().narrow(1, 0, a - 1)], 1);
+        let right = Tensor::cat(vec![not.narrow(1, 1, a - 1), zero_col], 1);
+        let (mut valid_u, mut has_right) = (vec![false; batch * a], vec![false; batch * a]);
+        for &b in &pending {
+            for u in 0..atoms[b] - 1 {
+                valid_u[b * a + u] = true;
+                has_right[b * a + u] = u + 2 < atoms[b];
+            }
+        }
+        let valid_u = bools::<B, 2>(valid_u, [batch, a], &device);
+        let right = right.mask_fill(
+            bools::<B, 2>(has_right, [batch, a], &device).bool_not(),
+            0.0,
+        );
+        let score = own.add(left).add(right);
+        // Candidates: used and whole-word bigrams, else whole-word ones, else any.
+        let tier = match self.word_of.is_some() {
+            true => {
+                let allowed = self.word_allowed(&t, a).int();
+                allowed.clone().add(allowed.mul(used))
+            }
+            false => used.add_scalar(1),
+        };
+        let tier = tier.mask_fill(valid_u.clone().bool_not(), -1);
+        let best_tier = tier.clone().max_dim(1).expand([batch, a]);
+        let candidate = tier.equal(best_tier).bool_and(valid_u);
+        let u = first_argmax(score.mask_fill(candidate.bool_not(), NEG), 1).reshape([batch]);
+        // Sentences that are done merge nowhere: `u` past every slot keeps their table as it is.
+        let done: Vec<bool> = (0..batch).map(|b| !is_pending(b)).collect();
+        let big = (a + m + 2) as i64;
+        let u = u.mask_fill(bools::<B, 1>(done, [batch], &device), big);
+
+        // Merge: the terminals after the step, and the merged span of each merging sentence.
+        let pend_idx = index_tensor::<B>(&pending, &device);
+        let u_p = u.clone().select(0, pend_idx.clone());
+        let base_p = ints::<B, 1>(
+            pending.iter().map(|&b| (b * a) as i64).collect(),
+            [p],
+            &device,
+        );
+        let at = base_p.clone().add(u_p.clone().clamp(0, a as i64 - 2));
+        self.merged.push(Tensor::cat(
+            vec![
+                ints::<B, 2>(pending.iter().map(|&b| b as i64).collect(), [p, 1], &device),
+                t.start.clone().select(0, at.clone()).reshape([p, 1]),
+                t.end.clone().select(0, at.add_scalar(1)).reshape([p, 1]),
+            ],
+            1,
+        ));
+        let grid2 = iota::<B, 2>([batch, a2], 1, &device);
+        let base2 = iota::<B, 2>([batch, a2], 0, &device).mul_scalar(a as i64);
+        let u2 = u.clone().reshape([batch, 1]).expand([batch, a2]);
+        let start_src = base2
+            .clone()
+            .add(grid2.clone())
+            .add(grid2.clone().greater(u2.clone()).int());
+        let end_src = base2.add(grid2.clone()).add(grid2.greater_equal(u2).int());
+        let start = t.start.clone().select(0, start_src.reshape([batch * a2]));
+        let end = t.end.clone().select(0, end_src.reshape([batch * a2]));
+
+        // The top-row cells over terminals s..=s+m for s = u − m..=u, with their children
+        // (left (s, q), right (s + q + 1, m − 1 − q) after the merge) read from the old table.
+        let c = p * l1;
+        let j = iota::<B, 2>([p, l1], 1, &device);
+        let s_raw = u_p
+            .clone()
+            .reshape([p, 1])
+            .expand([p, l1])
+            .add(j)
+            .sub_scalar(m as i64);
+        let last_top: Vec<i64> = pending
+            .iter()
+            .map(|&b| (atoms[b] - 1 - 1 - m) as i64)
+            .collect();
+        let last_top = ints::<B, 1>(last_top, [p], &device)
+            .reshape([p, 1])
+            .expand([p, l1]);
+        let valid = s_raw
+            .clone()
+            .greater_equal_elem(0)
+            .bool_and(s_raw.clone().lower_equal(last_top));
+        let s = s_raw.clamp(0, (a2 - 1 - m) as i64);
+        let shape3 = [p, l1, m];
+        let s3 = s.clone().reshape([p, l1, 1]).expand(shape3);
+        let q3 = iota::<B, 3>(shape3, 2, &device);
+        let u3 = u_p.clone().reshape([p, 1, 1]).expand(shape3);
+        let b3 = base_p.clone().reshape([p, 1, 1]).expand(shape3);
+        let old_slot = |s: Tensor<B, 3, Int>, l: Tensor<B, 3, Int>| {
+            let contains = s
+                .clone()
+                .lower_equal(u3.clone())
+                .bool_and(u3.clone().lower_equal(s.clone().add(l.clone())));
+            let old_s = s.clone().add(s.greater(u3.clone()).int());
+            b3.clone()
+                .add(old_s)
+                .mul_scalar(l1 as i64)
+                .add(l)
+                .add(contains.int())
+                .reshape([c * m])
+        };
+        let left_idx = old_slot(s3.clone(), q3.clone());
+        let right_idx = old_slot(
+            s3.clone().add(q3.clone()).add_scalar(1),
+            q3.neg().add_scalar(m as i64 - 1),
+        );
+        let idx = Tensor::cat(vec![left_idx, right_idx], 0);
+        let e = t.e.clone().select(0, idx.clone());
+        let lpt = t.lpt.clone().select(0, idx);
+        let n = c * m;
+        let out = choose(
+            compose,
+            [e.clone().narrow(0, 0, n), e.narrow(0, n, n)],
+            [lpt.clone().narrow(0, 0, n), lpt.narrow(0, n, n)],
+            [c, m],
+            config,
+            decisions,
+        );
+        // Spans and split positions of the new cells, in the terminals after the merge.
+        let base2_p = base_p.clone().div_scalar(a as i64).mul_scalar(a2 as i64);
+        let at_cell = base2_p.clone().reshape([p, 1]).expand([p, l1]).add(s);
+        let cell_start = start.clone().select(0, at_cell.clone().reshape([c]));
+        let cell_end = end
+            .clone()
+            .select(0, at_cell.clone().add_scalar(m as i64).reshape([c]));
+        let positions = end
+            .clone()
+            .select(
+                0,
+                at_cell
+                    .reshape([p, l1, 1])
+                    .expand(shape3)
+                    .add(iota::<B, 3>(shape3, 2, &device))
+                    .reshape([n]),
+            )
+            .reshape([c, m]);
+        let sentence: Vec<i64> = pending
+            .iter()
+            .flat_map(|&b| std::iter::repeat_n(b as i64, l1))
+            .collect();
+        let sentence = ints::<B, 1>(sentence, [c], &device);
+        let valid = valid.reshape([c]);
+        let first = self.rows();
+        // The longest cells: a new cell is longer than any earlier one ending (or starting)
+        // where it does (its span only now became m + 1 terminals); cells outside the
+        // sentence go to a spare slot.
+        let spare = (batch * self.time) as i64;
+        let at_token = |pos: Tensor<B, 1, Int>| {
+            sentence
+                .clone()
+                .mul_scalar(self.time as i64)
+                .add(pos)
+                .mask_fill(valid.clone().bool_not(), spare)
+        };
+        let new_rows = Tensor::<B, 1, Int>::arange(first as i64..(first + c) as i64, &device);
+        self.longest_end = longest(
+            self.longest_end.clone(),
+            at_token(cell_end.clone()),
+            new_rows.clone(),
+        );
+        self.longest_start = longest(
+            self.longest_start.clone(),
+            at_token(cell_start.clone()),
+            new_rows,
+        );
+
+        // The table after the merge: slot (b, s, l) takes the old cell over the same terminals
+        // (s ≤ u ≤ s + l: the old row l + 1 at s; after u: the old slot s + 1), or a new cell.
+        let shape3 = [batch, a2, l1];
+        let s3 = iota::<B, 3>(shape3, 1, &device);
+        let l3 = iota::<B, 3>(shape3, 2, &device);
+        let b3 = iota::<B, 3>(shape3, 0, &device).mul_scalar(a as i64);
+        let u3 = u.reshape([batch, 1, 1]).expand(shape3);
+        let contains = s3
+            .clone()
+            .lower_equal(u3.clone())
+            .bool_and(u3.clone().lower_equal(s3.clone().add(l3.clone())));
+        let after = s3.clone().greater(u3.clone()).int();
+        let old = b3
+            .add(s3.clone())
+            .add(after)
+            .mul_scalar(l1 as i64)
+            .add(l3.clone())
+            .add(contains.clone().int());
+        let slots = (batch * a * l1) as i64;
+        let rank = ints::<B, 1>(rank, [batch], &device)
+            .reshape([batch, 1, 1])
+            .expand(shape3);
+        let new_cell = rank
+            .mul_scalar(l1 as i64)
+            .add(s3.sub(u3))
+            .add_scalar(m as i64 + slots);
+        let is_new = contains.clone().bool_and(l3.clone().equal_elem(m as i64));
+        let src = old.clone().mask_where(is_new.clone(), new_cell.clone());
+        // A merged terminal's log p̃ is a constant (Algorithm 1): read it from a detached copy.
+        let is_atom = contains.bool_and(l3.equal_elem(0));
+        let lpt_src = old
+            .add_scalar(slots)
+            .mask_where(is_atom.bool_not(), src.clone())
+            .mask_where(is_new, new_cell.add_scalar(slots));
+        let src = src.reshape([batch * a2 * l1]);
+        let lpt_src = lpt_src.reshape([batch * a2 * l1]);
+        let table = Table {
+            width: a2,
+            e: Tensor::cat(vec![t.e, out.e.clone()], 0).select(0, src.clone()),
+            lpt: Tensor::cat(vec![t.lpt.clone(), t.lpt.detach(), out.lpt.clone()], 0)
+                .select(0, lpt_src),
+            lp: Tensor::cat(vec![t.lp, out.lp_chosen.clone()], 0).select(0, src.clone()),
+            scores: Tensor::cat(vec![t.scores, out.scores.clone()], 0).select(0, src.clone()),
+            splits: Tensor::cat(vec![t.splits, positions.clone()], 0).select(0, src),
+            start,
+            end,
+        };
+        let ints = Tensor::cat(
+            vec![
+                sentence.reshape([c, 1]),
+                cell_start.reshape([c, 1]),
+                cell_end.reshape([c, 1]),
+                valid.int().reshape([c, 1]),
+                out.chosen.clone().reshape([c, 1]),
+                positions,
+            ],
+            1,
+        );
+        self.record(out, ints, n);
+        self.stats.merges += p as u64;
+        table
+    }
+
+    /// Whether merging each bigram `(u, u + 1)` of the table's terminals respects word
+    /// boundaries: inside one word, or whole words on both sides.
+    ///
+    /// # Shapes
+    /// - output: `[batch, A]`
+    fn word_allowed(&self, t: &Table<B>, a: usize) -> Tensor<B, 2, Bool> {
+        let device = self.leaves.device();
+        let batch = self.lengths.len();
+        let time = self.time;
+        let (mut word, mut starts, mut ends) = (
+            vec![-1i64; batch * time],
+            vec![false; batch * time],
+            vec![false; batch * time],
+        );
+        for (b, w) in self.word_of.iter().flatten().enumerate() {
+            let n = w.len();
+            for i in 0..n {
+                word[b * time + i] = w[i] as i64;
+                starts[b * time + i] = i == 0 || w[i - 1] != w[i];
+                ends[b * time + i] = i + 1 == n || w[i + 1] != w[i];
+            }
+        }
+        let word = ints::<B, 1>(word, [batch * time], &device);
+        let flags = |v: Vec<bool>| {
+            ints::<B, 1>(
+                v.into_iter().map(i64::from).collect(),
+                [batch * time],
+                &device,
+            )
+        };
+        let (starts, ends) = (flags(starts), flags(ends));
+        let base = iota::<B, 2>([batch, a], 0, &device);
+        let next: Vec<i64> = (0..batch * a)
+            .map(|r| (r / a * a + (r % a + 1).min(a - 1)) as i64)
+            .collect();
+        let token = |pos: Tensor<B, 1, Int>| {
+            base.clone()
+                .mul_scalar(time as i64)
+                .reshape([batch * a])
+                .add(pos)
+        };
+        let i = token(t.start.clone());
+        let j = token(t.end.clone().select(0, ints(next, [batch * a], &device)));
+        let same = word
+            .clone()
+            .select(0, i.clone())
+            .equal(word.select(0, j.clone()));
+        let whole = starts.select(0, i).mul(ends.select(0, j)).equal_elem(1);
+        same.bool_or(whole).reshape([batch, a])
+    }
+
+    /// The host view: every cell's span, ranked splits, choice and `log p`, and the merges,
+    /// read from the device once.
+    fn host(&self) -> &[SentenceChart] {
+        self.host.get_or_init(|| {
+            let time = self.time;
+            let mut sentences: Vec<SentenceChart> = self
+                .lengths
+                .iter()
+                .enumerate()
+                .map(|(b, &n)| SentenceChart {
+                    n,
+                    cells: HashMap::new(),
+                    merged: Vec::new(),
+                    word_of: self.word_of.as_ref().map(|w| w[b].clone()),
+                    longest_ending: (0..n).map(|i| (1, b * time + i)).collect(),
+                    longest_starting: (0..n).map(|i| (1, b * time + i)).collect(),
+                })
+                .collect();
+            if self.blocks.is_empty() {
+                return sentences;
+            }
+            let w = self.width;
+            let read_ints = |t: Vec<Tensor<B, 2, Int>>| -> Vec<i64> {
+                Tensor::cat(t, 0)
+                    .into_data()
+                    .convert::<i64>()
+                    .into_vec()
+                    .unwrap_or_default()
+            };
+            let ints = read_ints(self.blocks.iter().map(|b| b.ints.clone()).collect());
+            let floats: Vec<f64> =
+                Tensor::cat(self.blocks.iter().map(|b| b.floats.clone()).collect(), 0)
+                    .into_data()
+                    .convert::<f64>()
+                    .into_vec()
+                    .unwrap_or_default();
+            let first = self.blocks[0].first;
+            for (c, (int, float)) in ints
+                .chunks_exact(5 + w)
+                .zip(floats.chunks_exact(1 + w))
+                .enumerate()
+            {
+                let [b, start, end, valid, chosen] = [0, 1, 2, 3, 4].map(|x| int[x] as usize);
+                if valid == 0 || b >= sentences.len() {
+                    continue;
+                }
+                let positions: Vec<usize> = int[5..]
+                    .iter()
+                    .take_while(|&&p| p >= 0)
+                    .map(|&p| p as usize)
+                    .collect();
+                let scores = &float[1..];
+                let mut order: Vec<usize> = (0..positions.len()).collect();
+                order.sort_by(|&x, &y| scores[y].total_cmp(&scores[x]).then(x.cmp(&y)));
+                let meta = CellMeta {
+                    row: first + c,
+                    splits: order.iter().map(|&o| positions[o]).collect(),
+                    chosen: positions[chosen.min(positions.len() - 1)],
+                    log_p: float[0],
+                };
+                sentences[b].add_cell((start, end), meta);
+            }
+            if !self.merged.is_empty() {
+                for span in read_ints(self.merged.clone()).chunks_exact(3) {
+                    if let Some(s) = sentences.get_mut(span[0] as usize) {
+                        s.merged.push((span[1] as usize, span[2] as usize));
+                    }
+                }
+            }
+            sentences
+        })
+    }
+
+    /// Every cell vector: the leaves (rows `b·time + i`), then the cells in the order they
+    /// were composed (including those a pruned step computed outside its sentence), with the
+    /// rows of [`Chart::root_rows`] and [`Chart::context_rows`].
     ///
     /// # Shapes
     /// - output: `[rows, D]`
     pub fn vectors(&self) -> Tensor<B, 2> {
-        self.store.all_vectors()
+        let mut all = vec![self.leaves.clone()];
+        all.extend(self.blocks.iter().map(|b| b.e.clone()));
+        Tensor::cat(all, 0)
     }
 
-    /// The row of each sentence's root `e_0(n−1)` (a one-token sentence: its leaf).
+    /// The row of each sentence's root `e_0(n−1)` (a one-token sentence: its leaf). Reads the
+    /// host view.
     pub fn root_rows(&self) -> Vec<usize> {
-        self.sentences
+        self.host()
             .iter()
             .map(|s| s.longest_starting[0].1)
             .collect()
     }
 
-    /// The root vectors.
+    /// The root vectors, gathered on the device.
     ///
     /// # Shapes
     /// - output: `[batch, D]`
     pub fn roots(&self) -> Tensor<B, 2> {
-        self.store.gather_one(&self.root_rows(), |c| c.1.clone())
+        let device = self.leaves.device();
+        let at: Vec<usize> = (0..self.lengths.len()).map(|b| b * self.time).collect();
+        let rows = self
+            .longest_start
+            .clone()
+            .select(0, index_tensor::<B>(&at, &device));
+        self.vectors().select(0, rows)
     }
 
-    /// The LM contexts of every token (eq. 8): for token `i`, the row of the longest computed
-    /// cell ending at `i − 1` and of the longest starting at `i + 1` (`None` at the sentence's
-    /// edges, where `[BOS]`/`[EOS]` go). With pruning these cells need not span the whole
-    /// prefix or suffix; cells dropped by pruning count too.
+    /// The LM contexts of every token (eq. 8), gathered on the device: for token `i`, the
+    /// longest computed cell ending at `i − 1` and the longest starting at `i + 1`, or `bos` /
+    /// `eos` at the sentence's edges. With pruning these cells need not span the whole prefix
+    /// or suffix; cells dropped by pruning count too.
+    ///
+    /// # Shapes
+    /// - `bos`, `eos`: `[1, D]`
+    /// - output: `(left, right)`, each `[Σ lengths, D]`, sentence by sentence
+    pub fn contexts(&self, bos: Tensor<B, 2>, eos: Tensor<B, 2>) -> (Tensor<B, 2>, Tensor<B, 2>) {
+        let device = self.leaves.device();
+        let all = self.vectors();
+        let rows = all.dims()[0] as i64;
+        let all = Tensor::cat(vec![all, bos, eos], 0);
+        let (mut before, mut after, mut first, mut last) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (b, &n) in self.lengths.iter().enumerate() {
+            for i in 0..n {
+                before.push(b * self.time + i.max(1) - 1);
+                after.push(b * self.time + (i + 1).min(n - 1));
+                first.push(i == 0);
+                last.push(i + 1 == n);
+            }
+        }
+        let tokens = first.len();
+        let left = self
+            .longest_end
+            .clone()
+            .select(0, index_tensor::<B>(&before, &device))
+            .mask_fill(bools::<B, 1>(first, [tokens], &device), rows);
+        let right = self
+            .longest_start
+            .clone()
+            .select(0, index_tensor::<B>(&after, &device))
+            .mask_fill(bools::<B, 1>(last, [tokens], &device), rows + 1);
+        (all.clone().select(0, left), all.select(0, right))
+    }
+
+    /// The rows of [`Chart::contexts`] in [`Chart::vectors`] (`None` at the sentence's edges).
+    /// Reads the host view.
     pub fn context_rows(&self) -> Vec<Vec<(Option<usize>, Option<usize>)>> {
-        self.sentences
+        self.host()
             .iter()
             .map(|s| {
                 (0..s.n)
@@ -651,48 +1058,148 @@ impl<B: ArborBackend> Chart<B> {
     }
 
     /// Each sentence's tree, recovered from the root by following the best allowed split of
-    /// every cell (leaves numbered `0..n`).
+    /// every cell (leaves numbered `0..n`). Reads the host view.
     pub fn trees(&self) -> Vec<BinaryTree> {
-        self.sentences
-            .iter()
-            .map(|s| s.tree((0, s.n - 1)))
-            .collect()
+        self.host().iter().map(|s| s.tree((0, s.n - 1))).collect()
     }
 
     /// The spans each sentence's pruning merged into terminals, in merge order (empty without
-    /// pruning or for sentences of at most `m + 1` tokens).
+    /// pruning or for sentences of at most `m + 1` tokens). Reads the host view.
     pub fn merges(&self) -> Vec<Vec<(usize, usize)>> {
-        self.sentences.iter().map(|s| s.merged.clone()).collect()
+        self.host().iter().map(|s| s.merged.clone()).collect()
     }
 
     /// `log p_ij` of sentence `b`'s cell over `span` as the chart computed it (eq. 5:
     /// `Σ_k α_k log p_ijk` with the selection `α` of that cell; 0 for a leaf), or `None` when
-    /// there is no such cell.
+    /// there is no such cell. Reads the host view.
     pub fn cell_log_p(&self, b: usize, span: (usize, usize)) -> Option<f64> {
         if span.0 == span.1 {
-            return (span.0 < self.sentences.get(b)?.n).then_some(0.0);
+            return (span.0 < *self.lengths.get(b)?).then_some(0.0);
         }
-        self.sentences.get(b)?.cells.get(&span).map(|c| c.log_p)
+        self.host().get(b)?.cells.get(&span).map(|c| c.log_p)
     }
 
     /// The same `log p_ij` of a cell of two or more tokens, as a tensor `[1]` that carries the
     /// gradient of the selection `α` (in training: of the soft α, so every split's `log p_ijk`
     /// gets one), or `None` when there is no such cell.
     pub fn cell_log_p_tensor(&self, b: usize, span: (usize, usize)) -> Option<Tensor<B, 1>> {
-        let row = self.sentences.get(b)?.cells.get(&span)?.e_row;
-        Some(self.store.gather_one(&[row], |c| c.3.clone()))
+        let row = self.host().get(b)?.cells.get(&span)?.row;
+        let block = self.blocks.iter().rev().find(|k| k.first <= row)?;
+        let device = self.leaves.device();
+        Some(
+            block
+                .lp
+                .clone()
+                .select(0, index_tensor::<B>(&[row - block.first], &device)),
+        )
     }
 
     /// The split points of sentence `b`'s cell over `span`: `(best, chosen)`, where `best` has
     /// the highest un-noised `log p̃_ijk` (tree recovery and pruning follow it) and `chosen` is
     /// the one the selection `α` picked (the same at evaluation; Gumbel-noised in training).
     pub fn splits(&self, b: usize, span: (usize, usize)) -> Option<(usize, usize)> {
-        let cell = self.sentences.get(b)?.cells.get(&span)?;
+        let cell = self.host().get(b)?.cells.get(&span)?;
         Some((cell.splits[0], cell.chosen))
     }
 
     /// Whether sentence `b` has a computed cell over `span`.
     pub fn has_cell(&self, b: usize, span: (usize, usize)) -> bool {
-        span.0 == span.1 || self.sentences[b].cells.contains_key(&span)
+        span.0 == span.1 || self.host()[b].cells.contains_key(&span)
+    }
+}
+
+/// Replaces `rows[at]` by `new` (for `at` inside `rows`; `at == rows.len()` is a spare slot).
+fn longest<B: Backend>(
+    rows: Tensor<B, 1, Int>,
+    at: Tensor<B, 1, Int>,
+    new: Tensor<B, 1, Int>,
+) -> Tensor<B, 1, Int> {
+    let n = rows.dims()[0];
+    let device = rows.device();
+    let empty = Tensor::<B, 1, Int>::zeros([n + 1], &device);
+    let hit = empty
+        .clone()
+        .scatter(
+            0,
+            at.clone(),
+            Tensor::ones([at.dims()[0]], &device),
+            IndexingUpdateOp::Add,
+        )
+        .greater_elem(0);
+    let value = empty.scatter(0, at, new, IndexingUpdateOp::Add);
+    Tensor::cat(vec![rows, Tensor::zeros([1], &device)], 0)
+        .mask_where(hit, value)
+        .narrow(0, 0, n)
+}
+
+/// Composes `c` cells of `k` splits each (eq. 1–5): `e` holds the left and right children of
+/// every split, cell by cell, `lpt` their `log p̃`.
+///
+/// # Shapes
+/// - `e`: two `[c·k, D]`; `lpt`: two `[c·k]`
+fn choose<B: ArborBackend, C: Compose<B>>(
+    compose: &C,
+    e: [Tensor<B, 2>; 2],
+    lpt: [Tensor<B, 1>; 2],
+    [c, k]: [usize; 2],
+    config: &ChartConfig,
+    decisions: &mut Decisions<'_>,
+) -> Chosen<B> {
+    let [left, right] = e;
+    let [lpt_left, lpt_right] = lpt;
+    let device = left.device();
+    let d = left.dims()[1];
+    let composed = compose.compose(left, right);
+    // eq. 1: log p̃_ijk = log p_ijk + log p̃_ik + log p̃_(k+1)j.
+    let lpt_k = composed
+        .log_p
+        .clone()
+        .add(lpt_left)
+        .add(lpt_right)
+        .reshape([c, k]);
+    let scores = lpt_k.clone().detach();
+    let log_p = composed.log_p.reshape([c, k]);
+    if k == 1 {
+        return Chosen {
+            e: composed.repr,
+            lpt: lpt_k.reshape([c]),
+            lp: log_p.clone().reshape([c]),
+            scores,
+            chosen: Tensor::zeros([c], &device),
+            lp_chosen: log_p.detach().reshape([c]),
+        };
+    }
+    // eq. 2–5.
+    let sel = match decisions {
+        Decisions::Sample(sampler) => {
+            let noise = sampler.sample::<B, 2>([c, k], &device);
+            let tau = sampler.temperature_or(config.tau);
+            st_gumbel_softmax(lpt_k.clone(), None, tau, Some(noise))
+        }
+        Decisions::Argmax => argmax_select(lpt_k.clone(), None),
+    };
+    let alpha = sel.hard;
+    let e = composed
+        .repr
+        .reshape([c, k, d])
+        .mul(alpha.clone().reshape([c, k, 1]))
+        .sum_dim(1)
+        .reshape([c, d]);
+    let lp_chosen = log_p
+        .clone()
+        .detach()
+        .gather(1, sel.index.clone().reshape([c, 1]))
+        .reshape([c]);
+    // log p_ij = Σ_k α_k log p_ijk: in training the soft α's gradient reaches every split's
+    // score, as in the reference.
+    let lp = log_p.mul(alpha.clone()).sum_dim(1).reshape([c]);
+    let lpt = lpt_k.mul(alpha).sum_dim(1).reshape([c]);
+    Chosen {
+        e,
+        lpt,
+        lp,
+        scores,
+        chosen: sel.index,
+        lp_chosen,
     }
 }

@@ -148,18 +148,20 @@ impl<B: ArborBackend> SentenceEncoder<B> for R2d2<B> {
         self.composition.d_model
     }
 
-    /// `sentence` is the root cell, `trees` the induced trees; no per-token states.
+    /// `sentence` is the root cell, `trees` the induced trees at evaluation (in training the
+    /// trees are not built: that would read the chart back from the device); no per-token
+    /// states.
     ///
     /// # Shapes
     /// - `input.embeddings`: `[batch, time, d_input]`
     /// - output `sentence`: `[batch, D]`
     fn encode(&self, input: EncoderInput<B>, decisions: Decisions<'_>) -> EncoderOutput<B> {
+        let evaluation = decisions.is_argmax();
         let chart = self.forward(input.embeddings, &input.lengths, None, decisions);
-        let trees = chart.trees();
         EncoderOutput {
             sentence: chart.roots(),
             tokens: None,
-            trees: Some(trees),
+            trees: evaluation.then(|| chart.trees()),
             aux_loss: None,
         }
     }

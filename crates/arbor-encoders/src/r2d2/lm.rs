@@ -322,22 +322,10 @@ impl<B: ArborBackend> R2d2Lm<B> {
     /// As [`R2d2Lm::chart`].
     pub fn lm_loss(&self, sentences: &[&[u32]], decisions: Decisions<'_>) -> LmLoss<B> {
         let chart = self.chart(sentences, None, decisions);
-        let all = chart.vectors();
-        let device = all.device();
-        let rows = all.dims()[0];
-        let all = Tensor::cat(vec![all, self.edge_vectors()], 0);
-        let (bos, eos) = (rows, rows + 1);
-        let (mut left, mut right, mut targets) = (Vec::new(), Vec::new(), Vec::new());
-        for (ctx, s) in chart.context_rows().iter().zip(sentences) {
-            for (&(l, r), &t) in ctx.iter().zip(s.iter()) {
-                left.push(l.unwrap_or(bos));
-                right.push(r.unwrap_or(eos));
-                targets.push(t);
-            }
-        }
+        let edges = self.edge_vectors();
+        let (l, r) = chart.contexts(edges.clone().narrow(0, 0, 1), edges.narrow(0, 1, 1));
+        let targets: Vec<u32> = sentences.iter().flat_map(|s| s.iter().copied()).collect();
         let n = targets.len();
-        let l = all.clone().select(0, index_tensor::<B>(&left, &device));
-        let r = all.select(0, index_tensor::<B>(&right, &device));
         let nll = Self::nll(self.predict(l, r), &targets);
         LmLoss {
             loss: nll.clone().mean(),
