@@ -363,11 +363,12 @@ fn pruning_walk_through_with_chosen_scores_m2() {
         assert!(chart.has_cell(0, span), "{span:?} computed");
     }
     assert!(!chart.has_cell(0, (1, 4)), "never a top-row cell");
-    // Rows 2 and 3: 5·1 + 4·2 = 13. Each pruned step composes the m + 1 = 3 top-row cells
-    // that could contain the merged terminal, 2 splits each (the step's shape may not depend on
-    // the merge, which stays on the device), and keeps the new ones: step 1 (0,3); step 2
-    // (0,4), (2,5); step 3 the root.
-    assert_eq!(chart.stats.compositions, 13 + 3 * 3 * 2);
+    // Rows 2 and 3: 5·1 + 4·2 = 13. Each pruned step composes every top-row cell that could
+    // hold the merged terminal, min(m + 1, a' − m) for a' terminals after the merge (the step's
+    // shape may not depend on the merge, which stays on the device), 2 splits each, and keeps
+    // the new ones: step 1 (a' = 5) 3 cells, (0,3) new; step 2 (a' = 4) 2 cells, (0,4) and
+    // (2,5) new; step 3 (a' = 3) the root.
+    assert_eq!(chart.stats.compositions, 13 + (3 + 2 + 1) * 2);
     assert_eq!(chart.stats.calls, 2 + 3);
 }
 
@@ -395,9 +396,9 @@ fn pruning_walk_through_with_chosen_scores_m3() {
     assert_eq!(chart.merges()[0], vec![(0, 1), (3, 4)]);
     let (expected, _) = BinaryTree::parse("((0 1) ((2 (3 4)) 5))").unwrap();
     assert_eq!(chart.trees()[0], expected.renumbered());
-    // Rows 2–4: 5 + 4·2 + 3·3 = 22; then 2 steps of m + 1 = 4 candidate cells, 3 splits
-    // each, of which (0,4) and then the root are new.
-    assert_eq!(chart.stats.compositions, 22 + 2 * 4 * 3);
+    // Rows 2–4: 5 + 4·2 + 3·3 = 22; then 2 steps of min(m + 1, a' − m) = 2 and 1 candidate
+    // cells, 3 splits each, of which (0,4) and then the root are new.
+    assert_eq!(chart.stats.compositions, 22 + (2 + 1) * 3);
     for span in [(0, 4), (0, 5)] {
         assert!(chart.has_cell(0, span), "{span:?} computed");
     }
@@ -423,14 +424,15 @@ fn composition_calls_grow_linearly() {
                 "n {n} m {window}: {c} compositions"
             );
             assert_eq!(chart.stats.merges, (n - window - 1) as u64);
-            // Linear in n: the CKY rows up to m + 1, then m(m + 1) compositions per merge
-            // (the m + 1 top-row cells that could hold the new terminal; exhaustive CKY needs
-            // (n³ − n)/6).
+            // Linear in n: the CKY rows up to m + 1, then at most m(m + 1) compositions per
+            // merge (the min(m + 1, a' − m) top-row cells that could hold the new terminal
+            // when a' remain; exhaustive CKY needs (n³ − n)/6).
             let rows: usize = (2..=window + 1).map(|l| (n - l + 1) * (l - 1)).sum();
             let merges = n - window - 1;
+            let candidates: usize = (window + 1..n).map(|a| (window + 1).min(a - window)).sum();
             assert_eq!(
                 c,
-                (rows + merges * window * (window + 1)) as u64,
+                (rows + candidates * window) as u64,
                 "n {n} m {window}: {c} compositions"
             );
             // The cells kept: every top-row cell over m + 1 terminals appears once per merge

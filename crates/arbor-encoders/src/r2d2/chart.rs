@@ -539,10 +539,6 @@ impl<B: ArborBackend> Chart<B> {
         let atoms: Vec<usize> = self.lengths.iter().map(|&n| n - step.min(n)).collect();
         let pending: Vec<usize> = (0..batch).filter(|&b| atoms[b] > m + 1).collect();
         let p = pending.len();
-        let mut rank = vec![0i64; batch];
-        for (r, &b) in pending.iter().enumerate() {
-            rank[b] = r as i64;
-        }
         let is_pending = |b: usize| atoms[b] > m + 1;
 
         // FIND 1: each cell's best split among the current terminal boundaries.
@@ -676,34 +672,43 @@ impl<B: ArborBackend> Chart<B> {
         let start = t.start.clone().select(0, start_src.reshape([batch * a2]));
         let end = t.end.clone().select(0, end_src.reshape([batch * a2]));
 
-        // The top-row cells over terminals s..=s+m for s = u − m..=u, with their children
-        // (left (s, q), right (s + q + 1, m − 1 − q) after the merge) read from the old table.
-        let c = p * l1;
-        let j = iota::<B, 2>([p, l1], 1, &device);
-        let s_raw = u_p
-            .clone()
-            .reshape([p, 1])
-            .expand([p, l1])
-            .add(j)
-            .sub_scalar(m as i64);
-        let last_top: Vec<i64> = pending
+        // The top-row cells over terminals s..=s+m that hold the new terminal, s in
+        // [max(0, u − m), min(u, a' − m − 1)] for a' terminals after the merge: at most
+        // k = min(m + 1, a' − m) of them, which the host knows. Each sentence composes k cells
+        // from s = max(0, u − m) on (those past the interval are discarded), with their
+        // children (left (s, q), right (s + q + 1, m − 1 − q) after the merge) read from the
+        // old table.
+        let k: Vec<usize> = pending
             .iter()
-            .map(|&b| (atoms[b] - 1 - 1 - m) as i64)
+            .map(|&b| (m + 1).min(atoms[b] - 1 - m))
             .collect();
-        let last_top = ints::<B, 1>(last_top, [p], &device)
-            .reshape([p, 1])
-            .expand([p, l1]);
+        let mut offset = vec![0i64; batch];
+        let (mut cell_of, mut cell_j, mut cell_last) = (Vec::new(), Vec::new(), Vec::new());
+        for (r, &b) in pending.iter().enumerate() {
+            offset[b] = cell_of.len() as i64;
+            for j in 0..k[r] {
+                cell_of.push(r);
+                cell_j.push(j as i64);
+                cell_last.push((atoms[b] - 2 - m) as i64);
+            }
+        }
+        let c = cell_of.len();
+        let of_cell = index_tensor::<B>(&cell_of, &device);
+        let u_c = u_p.clone().select(0, of_cell.clone());
+        let lo = u_c.clone().sub_scalar(m as i64).clamp_min(0);
+        let s_raw = lo.add(ints::<B, 1>(cell_j, [c], &device));
         let valid = s_raw
             .clone()
-            .greater_equal_elem(0)
-            .bool_and(s_raw.clone().lower_equal(last_top));
+            .lower_equal(u_c.clone())
+            .bool_and(s_raw.clone().lower_equal(ints(cell_last, [c], &device)));
         let s = s_raw.clamp(0, (a2 - 1 - m) as i64);
-        let shape3 = [p, l1, m];
-        let s3 = s.clone().reshape([p, l1, 1]).expand(shape3);
-        let q3 = iota::<B, 3>(shape3, 2, &device);
-        let u3 = u_p.clone().reshape([p, 1, 1]).expand(shape3);
-        let b3 = base_p.clone().reshape([p, 1, 1]).expand(shape3);
-        let old_slot = |s: Tensor<B, 3, Int>, l: Tensor<B, 3, Int>| {
+        let shape3 = [c, m];
+        let s3 = s.clone().reshape([c, 1]).expand(shape3);
+        let q3 = iota::<B, 2>(shape3, 1, &device);
+        let u3 = u_c.reshape([c, 1]).expand(shape3);
+        let base_c = base_p.clone().select(0, of_cell.clone());
+        let b3 = base_c.clone().reshape([c, 1]).expand(shape3);
+        let old_slot = |s: Tensor<B, 2, Int>, l: Tensor<B, 2, Int>| {
             let contains = s
                 .clone()
                 .lower_equal(u3.clone())
@@ -734,27 +739,21 @@ impl<B: ArborBackend> Chart<B> {
             decisions,
         );
         // Spans and split positions of the new cells, in the terminals after the merge.
-        let base2_p = base_p.clone().div_scalar(a as i64).mul_scalar(a2 as i64);
-        let at_cell = base2_p.clone().reshape([p, 1]).expand([p, l1]).add(s);
-        let cell_start = start.clone().select(0, at_cell.clone().reshape([c]));
-        let cell_end = end
-            .clone()
-            .select(0, at_cell.clone().add_scalar(m as i64).reshape([c]));
+        let at_cell = base_c.div_scalar(a as i64).mul_scalar(a2 as i64).add(s);
+        let cell_start = start.clone().select(0, at_cell.clone());
+        let cell_end = end.clone().select(0, at_cell.clone().add_scalar(m as i64));
         let positions = end
             .clone()
             .select(
                 0,
                 at_cell
-                    .reshape([p, l1, 1])
+                    .reshape([c, 1])
                     .expand(shape3)
-                    .add(iota::<B, 3>(shape3, 2, &device))
+                    .add(iota::<B, 2>(shape3, 1, &device))
                     .reshape([n]),
             )
             .reshape([c, m]);
-        let sentence: Vec<i64> = pending
-            .iter()
-            .flat_map(|&b| std::iter::repeat_n(b as i64, l1))
-            .collect();
+        let sentence: Vec<i64> = cell_of.iter().map(|&r| pending[r] as i64).collect();
         let sentence = ints::<B, 1>(sentence, [c], &device);
         let valid = valid.reshape([c]);
         let first = self.rows();
@@ -800,13 +799,24 @@ impl<B: ArborBackend> Chart<B> {
             .add(l3.clone())
             .add(contains.clone().int());
         let slots = (batch * a * l1) as i64;
-        let rank = ints::<B, 1>(rank, [batch], &device)
-            .reshape([batch, 1, 1])
-            .expand(shape3);
-        let new_cell = rank
-            .mul_scalar(l1 as i64)
-            .add(s3.sub(u3))
-            .add_scalar(m as i64 + slots);
+        // Sentence b's cell for slot s is its (s − max(0, u − m))-th; slots past the sentence
+        // hold anything, but in range.
+        let mut most = vec![0i64; batch];
+        for (r, &b) in pending.iter().enumerate() {
+            most[b] = k[r] as i64 - 1;
+        }
+        let per_sentence = |v: Vec<i64>| {
+            ints::<B, 1>(v, [batch], &device)
+                .reshape([batch, 1, 1])
+                .expand(shape3)
+        };
+        let lo3 = u3.clone().sub_scalar(m as i64).clamp_min(0);
+        let new_cell = s3
+            .sub(lo3)
+            .clamp_min(0)
+            .min_pair(per_sentence(most))
+            .add(per_sentence(offset))
+            .add_scalar(slots);
         let is_new = contains.clone().bool_and(l3.clone().equal_elem(m as i64));
         let src = old.clone().mask_where(is_new.clone(), new_cell.clone());
         // A merged terminal's log p̃ is a constant (Algorithm 1): read it from a detached copy.
@@ -814,7 +824,7 @@ impl<B: ArborBackend> Chart<B> {
         let lpt_src = old
             .add_scalar(slots)
             .mask_where(is_atom.bool_not(), src.clone())
-            .mask_where(is_new, new_cell.add_scalar(slots));
+            .mask_where(is_new, new_cell.clone().add_scalar(slots));
         let src = src.reshape([batch * a2 * l1]);
         let lpt_src = lpt_src.reshape([batch * a2 * l1]);
         let table = Table {
