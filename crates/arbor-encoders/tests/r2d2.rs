@@ -363,12 +363,23 @@ fn pruning_walk_through_with_chosen_scores_m2() {
         assert!(chart.has_cell(0, span), "{span:?} computed");
     }
     assert!(!chart.has_cell(0, (1, 4)), "never a top-row cell");
-    // Rows 2 and 3: 5·1 + 4·2 = 13. Each pruned step composes every top-row cell that could
-    // hold the merged terminal, min(m + 1, a' − m) for a' terminals after the merge (the step's
-    // shape may not depend on the merge, which stays on the device), 2 splits each, and keeps
-    // the new ones: step 1 (a' = 5) 3 cells, (0,3) new; step 2 (a' = 4) 2 cells, (0,4) and
-    // (2,5) new; step 3 (a' = 3) the root.
-    assert_eq!(chart.stats.compositions, 13 + (3 + 2 + 1) * 2);
+    // Rows 2 and 3: 5·1 + 4·2 = 13; step 1: (0,3) 2 splits; step 2: (0,4), (2,5) 2 each;
+    // step 3: the root, 2 splits.
+    assert_eq!(chart.stats.compositions, 13 + 2 + 4 + 2);
+    // Training reads nothing back, so a step composes every top-row cell that could hold the
+    // merged terminal, min(m + 1, a' − m) for a' terminals after the merge, and keeps the new
+    // ones: step 1 (a' = 5) 3 cells, step 2 (a' = 4) 2, step 3 (a' = 3) 1.
+    let mut sampler = GumbelSampler::seeded(0);
+    let train = Chart::build(
+        &stub(),
+        span_leaves(6),
+        &[6],
+        None,
+        &config,
+        Decisions::Sample(&mut sampler),
+    );
+    assert_eq!(train.stats.compositions, 13 + (3 + 2 + 1) * 2);
+    assert_eq!(train.stats.calls, 2 + 3);
     assert_eq!(chart.stats.calls, 2 + 3);
 }
 
@@ -396,9 +407,8 @@ fn pruning_walk_through_with_chosen_scores_m3() {
     assert_eq!(chart.merges()[0], vec![(0, 1), (3, 4)]);
     let (expected, _) = BinaryTree::parse("((0 1) ((2 (3 4)) 5))").unwrap();
     assert_eq!(chart.trees()[0], expected.renumbered());
-    // Rows 2–4: 5 + 4·2 + 3·3 = 22; then 2 steps of min(m + 1, a' − m) = 2 and 1 candidate
-    // cells, 3 splits each, of which (0,4) and then the root are new.
-    assert_eq!(chart.stats.compositions, 22 + (2 + 1) * 3);
+    // Rows 2–4: 5 + 4·2 + 3·3 = 22; step 1: (0,4) 3 splits; step 2: the root, 3 splits.
+    assert_eq!(chart.stats.compositions, 22 + 3 + 3);
     for span in [(0, 4), (0, 5)] {
         assert!(chart.has_cell(0, span), "{span:?} computed");
     }
@@ -424,26 +434,37 @@ fn composition_calls_grow_linearly() {
                 "n {n} m {window}: {c} compositions"
             );
             assert_eq!(chart.stats.merges, (n - window - 1) as u64);
-            // Linear in n: the CKY rows up to m + 1, then at most m(m + 1) compositions per
-            // merge (the min(m + 1, a' − m) top-row cells that could hold the new terminal
-            // when a' remain; exhaustive CKY needs (n³ − n)/6).
+            // Linear in n: the CKY rows up to m + 1, then between m and m(m + 1)
+            // compositions per merge (exhaustive CKY needs (n³ − n)/6).
             let rows: usize = (2..=window + 1).map(|l| (n - l + 1) * (l - 1)).sum();
             let merges = n - window - 1;
-            let candidates: usize = (window + 1..n).map(|a| (window + 1).min(a - window)).sum();
-            assert_eq!(
-                c,
-                (rows + candidates * window) as u64,
+            assert!(
+                c >= (rows + merges * window) as u64
+                    && c <= (rows + merges * window * (window + 1)) as u64,
                 "n {n} m {window}: {c} compositions"
             );
-            // The cells kept: every top-row cell over m + 1 terminals appears once per merge
-            // that creates it, between 1 and m + 1 per merge.
+            // Evaluation composes exactly the new cells: the cells beyond the CKY rows.
             let kept: usize = (0..n)
                 .flat_map(|i| (i + window + 1..n).map(move |j| (i, j)))
                 .filter(|&span| chart.has_cell(0, span))
                 .count();
-            assert!(
-                (merges..=merges * (window + 1)).contains(&kept),
-                "n {n} m {window}: {kept} cells beyond the CKY rows"
+            assert_eq!(c, (rows + kept * window) as u64, "n {n} m {window}");
+            // Training composes min(m + 1, a' − m) candidates per merge whatever FIND picks.
+            let mut sampler = GumbelSampler::seeded(n as u64);
+            let leaves = tensor::<Fx, 3>([1, n, d], 1.0, n as u64);
+            let train = Chart::build(
+                &f,
+                leaves,
+                &[n],
+                None,
+                &config,
+                Decisions::Sample(&mut sampler),
+            );
+            let candidates: usize = (window + 1..n).map(|a| (window + 1).min(a - window)).sum();
+            assert_eq!(
+                train.stats.compositions,
+                (rows + candidates * window) as u64,
+                "n {n} m {window}: training"
             );
             assert_eq!(
                 chart.stats.calls,
@@ -885,24 +906,51 @@ fn the_device_chart_matches_pruned_induction_written_on_the_host() {
                     pruning: true,
                     tau: 1.0,
                 };
-                let chart = Chart::build(
-                    &f,
-                    leaves.clone(),
-                    &lengths,
-                    words.then_some(word_of.as_slice()),
-                    &config,
-                    Decisions::Argmax,
+                let words = words.then_some(word_of.as_slice());
+                let (exact, padded) = (
+                    Chart::build(
+                        &f,
+                        leaves.clone(),
+                        &lengths,
+                        words,
+                        &config,
+                        Decisions::Argmax,
+                    ),
+                    // The way training builds: every candidate cell composed, no reads.
+                    Chart::build_without_reads(
+                        &f,
+                        leaves.clone(),
+                        &lengths,
+                        words,
+                        &config,
+                        Decisions::Argmax,
+                    ),
                 );
-                let (merges, trees, roots) = (chart.merges(), chart.trees(), rows(chart.roots()));
-                for (b, &n) in lengths.iter().enumerate() {
-                    let what = format!("seed {seed} m {window} words {words} sentence {b}");
-                    let w = words.then_some(word_of[b].as_slice());
-                    let (m, tree, root) =
-                        reference_pruned(&f, &all[b * time..b * time + n], window, w);
-                    assert_eq!(merges[b], m, "{what}: merges");
-                    assert_eq!(trees[b], tree, "{what}: tree");
-                    assert_close(&roots[b], &root, 1e-4, &what);
+                assert!(padded.stats.compositions >= exact.stats.compositions);
+                let mut contexts = Vec::new();
+                for (how, chart) in [("exact", exact), ("padded", padded)] {
+                    let edge = |v: f32| Tensor::<Fx, 2>::full([1, d], v, &dev::<Fx>());
+                    let (l, r) = chart.contexts(edge(-7.0), edge(7.0));
+                    contexts.push((rows(l).concat(), rows(r).concat()));
+                    let (merges, trees, roots) =
+                        (chart.merges(), chart.trees(), rows(chart.roots()));
+                    for (b, &n) in lengths.iter().enumerate() {
+                        let what = format!(
+                            "{how} seed {seed} m {window} words {} sentence {b}",
+                            words.is_some()
+                        );
+                        let w = words.map(|w| w[b].as_slice());
+                        let (m, tree, root) =
+                            reference_pruned(&f, &all[b * time..b * time + n], window, w);
+                        assert_eq!(merges[b], m, "{what}: merges");
+                        assert_eq!(trees[b], tree, "{what}: tree");
+                        assert_close(&roots[b], &root, 1e-4, &what);
+                    }
                 }
+                // The LM contexts (longest cells ending before and starting after each token)
+                // do not depend on how many candidates a step composed.
+                assert_close(&contexts[0].0, &contexts[1].0, 1e-6, "left contexts");
+                assert_close(&contexts[0].1, &contexts[1].1, 1e-6, "right contexts");
             }
         }
     }

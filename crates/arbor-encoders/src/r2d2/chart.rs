@@ -310,7 +310,40 @@ impl<B: ArborBackend> Chart<B> {
         lengths: &[usize],
         word_ids: Option<&[Vec<usize>]>,
         config: &ChartConfig,
+        decisions: Decisions<'_>,
+    ) -> Chart<B> {
+        let exact = decisions.is_argmax();
+        Self::build_with(compose, leaves, lengths, word_ids, config, decisions, exact)
+    }
+
+    /// [`Chart::build`], reading nothing back in evaluation either: every pruned step composes
+    /// all the top-row cells the merge could create, as training does, instead of reading the
+    /// merge positions to compose exactly the new ones. The chart is the same; on a GPU this
+    /// trades a little composition work for no synchronisation per step.
+    ///
+    /// # Shapes
+    /// - as [`Chart::build`]
+    pub fn build_without_reads<C: Compose<B>>(
+        compose: &C,
+        leaves: Tensor<B, 3>,
+        lengths: &[usize],
+        word_ids: Option<&[Vec<usize>]>,
+        config: &ChartConfig,
+        decisions: Decisions<'_>,
+    ) -> Chart<B> {
+        Self::build_with(compose, leaves, lengths, word_ids, config, decisions, false)
+    }
+
+    /// `exact`: read the merge positions back at each pruned step and compose only the new
+    /// cells.
+    fn build_with<C: Compose<B>>(
+        compose: &C,
+        leaves: Tensor<B, 3>,
+        lengths: &[usize],
+        word_ids: Option<&[Vec<usize>]>,
+        config: &ChartConfig,
         mut decisions: Decisions<'_>,
+        exact: bool,
     ) -> Chart<B> {
         let [batch, time, d] = leaves.dims();
         assert_eq!(lengths.len(), batch, "one length per sentence");
@@ -385,7 +418,7 @@ impl<B: ArborBackend> Chart<B> {
         if config.pruning && n_max > top + 1 {
             let mut table = chart.initial_table(&cky_row, n_max, top);
             for step in 0..n_max - top - 1 {
-                table = chart.pruned_step(compose, table, step, config, &mut decisions);
+                table = chart.pruned_step(compose, table, step, config, &mut decisions, exact);
             }
         }
         chart
@@ -530,6 +563,7 @@ impl<B: ArborBackend> Chart<B> {
         step: usize,
         config: &ChartConfig,
         decisions: &mut Decisions<'_>,
+        exact: bool,
     ) -> Table<B> {
         let device = self.leaves.device();
         let batch = self.lengths.len();
@@ -674,14 +708,35 @@ impl<B: ArborBackend> Chart<B> {
 
         // The top-row cells over terminals s..=s+m that hold the new terminal, s in
         // [max(0, u − m), min(u, a' − m − 1)] for a' terminals after the merge: at most
-        // k = min(m + 1, a' − m) of them, which the host knows. Each sentence composes k cells
-        // from s = max(0, u − m) on (those past the interval are discarded), with their
-        // children (left (s, q), right (s + q + 1, m − 1 − q) after the merge) read from the
-        // old table.
-        let k: Vec<usize> = pending
-            .iter()
-            .map(|&b| (m + 1).min(atoms[b] - 1 - m))
-            .collect();
+        // k = min(m + 1, a' − m) of them, which the host knows. In training each sentence
+        // composes k cells from s = max(0, u − m) on (those past the interval are discarded),
+        // so that nothing is read back. Evaluation (`exact`) reads the merge positions (one
+        // read per step; the trees read the chart anyway) and composes exactly the interval.
+        // Children:
+        // left (s, q), right (s + q + 1, m − 1 − q) after the merge, read from the old table.
+        let k: Vec<usize> = match exact {
+            false => pending
+                .iter()
+                .map(|&b| (m + 1).min(atoms[b] - 1 - m))
+                .collect(),
+            true => {
+                let at: Vec<i64> = u_p
+                    .clone()
+                    .into_data()
+                    .convert::<i64>()
+                    .into_vec()
+                    .unwrap_or_default();
+                pending
+                    .iter()
+                    .zip(at.iter().chain(std::iter::repeat(&0)))
+                    .map(|(&b, &u)| {
+                        let u = (u.max(0) as usize).min(atoms[b] - 2);
+                        let (lo, hi) = (u.saturating_sub(m), u.min(atoms[b] - 2 - m));
+                        hi.saturating_sub(lo) + 1
+                    })
+                    .collect()
+            }
+        };
         let mut offset = vec![0i64; batch];
         let (mut cell_of, mut cell_j, mut cell_last) = (Vec::new(), Vec::new(), Vec::new());
         for (r, &b) in pending.iter().enumerate() {
