@@ -96,10 +96,16 @@ fn bench(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// The workspace root (the parent of this crate's directory).
+/// The workspace root (the parent of this crate's directory). `cargo run` passes the manifest
+/// directory at run time; the compile-time one is only the fallback, because a build cache
+/// shared by checkouts at different paths (CI's and a developer's) may run a binary built in
+/// the other checkout.
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .filter(|d| d.join("Cargo.toml").is_file())
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    dir.parent()
         .expect("xtask lives inside the workspace")
         .to_path_buf()
 }
