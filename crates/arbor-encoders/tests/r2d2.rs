@@ -955,3 +955,63 @@ fn the_device_chart_matches_pruned_induction_written_on_the_host() {
         }
     }
 }
+
+#[test]
+fn candidates_outside_the_sentence_get_no_gradient() {
+    // Training composes every top-row cell a merge could create and discards those outside
+    // the sentence; with the same (argmax) decisions, the gradients of the roots and of every
+    // token's LM contexts with respect to the leaves and the composition's weights equal those
+    // of the chart that composes only the new cells.
+    let _lock = SEED.lock().unwrap_or_else(|e| e.into_inner());
+    Ad::seed(&dev::<Ad>(), 9);
+    let d = 8;
+    let f = CompositionConfig::new(d)
+        .with_n_layers(2)
+        .with_n_heads(2)
+        .init::<Ad>(&dev::<Ad>());
+    let lengths = [9usize, 4, 12, 7];
+    let config = ChartConfig {
+        window: 2,
+        pruning: true,
+        tau: 1.0,
+    };
+    let grads = |padded: bool| {
+        let leaves = common::padded_batch::<Ad>(&lengths, 12, d, 3).require_grad();
+        let build = if padded {
+            Chart::build_without_reads
+        } else {
+            Chart::build
+        };
+        let chart = build(
+            &f,
+            leaves.clone(),
+            &lengths,
+            None,
+            &config,
+            Decisions::Argmax,
+        );
+        let edge = Tensor::<Ad, 2>::zeros([1, d], &dev::<Ad>());
+        let (l, r) = chart.contexts(edge.clone(), edge);
+        let loss = chart
+            .roots()
+            .sum()
+            .add(l.powf_scalar(2.0).sum())
+            .add(r.sum());
+        let g = loss.backward();
+        let leaf: Vec<f32> = leaves.grad(&g).unwrap().into_data().to_vec().unwrap();
+        let weight: Vec<f32> = f.layers[0]
+            .qkv
+            .weight
+            .grad(&g)
+            .unwrap()
+            .into_data()
+            .to_vec()
+            .unwrap();
+        (leaf, weight, chart.stats.compositions)
+    };
+    let (exact, padded) = (grads(false), grads(true));
+    assert!(padded.2 > exact.2, "the padded chart composes more");
+    assert!(exact.0.iter().any(|g| *g != 0.0));
+    assert_close(&exact.0, &padded.0, 1e-5, "leaf gradients");
+    assert_close(&exact.1, &padded.1, 1e-4, "weight gradients");
+}

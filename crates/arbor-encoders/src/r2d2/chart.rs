@@ -277,14 +277,46 @@ pub struct Chart<B: Backend> {
     /// Split columns of the records (`W`).
     width: usize,
     word_of: Option<Vec<Vec<usize>>>,
+    /// The same on the device, for FIND.
+    words: Option<WordFlags<B>>,
     /// The host view, read at first use.
     host: OnceCell<Vec<SentenceChart>>,
     /// Counters of this construction.
     pub stats: ChartStats,
 }
 
-/// The children of one CKY row's cells: `(sentence, start, left rows, right rows)` per cell.
+/// The cells `(sentence, first token)` of one CKY row.
 type RowJobs = Vec<(usize, usize)>;
+
+/// Word-piece input on the device, per position `b·time + i`: the word index, and whether the
+/// piece starts or ends its word (1/0).
+#[derive(Debug)]
+struct WordFlags<B: Backend> {
+    word: Tensor<B, 1, Int>,
+    starts: Tensor<B, 1, Int>,
+    ends: Tensor<B, 1, Int>,
+}
+
+impl<B: Backend> WordFlags<B> {
+    fn new(word_of: &[Vec<usize>], time: usize, device: &B::Device) -> Self {
+        let rows = word_of.len() * time;
+        let (mut word, mut starts, mut ends) =
+            (vec![-1i64; rows], vec![0i64; rows], vec![0i64; rows]);
+        for (b, w) in word_of.iter().enumerate() {
+            let n = w.len();
+            for i in 0..n {
+                word[b * time + i] = w[i] as i64;
+                starts[b * time + i] = i64::from(i == 0 || w[i - 1] != w[i]);
+                ends[b * time + i] = i64::from(i + 1 == n || w[i + 1] != w[i]);
+            }
+        }
+        WordFlags {
+            word: ints(word, [rows], device),
+            starts: ints(starts, [rows], device),
+            ends: ints(ends, [rows], device),
+        }
+    }
+}
 
 impl<B: ArborBackend> Chart<B> {
     /// Builds the charts of a batch of sentences, reading nothing back from the device.
@@ -378,6 +410,7 @@ impl<B: ArborBackend> Chart<B> {
             time,
             width,
             word_of: word_ids.map(|w| w.to_vec()),
+            words: word_ids.map(|w| WordFlags::new(w, time, &device)),
             host: OnceCell::new(),
             stats: ChartStats::default(),
         };
@@ -662,12 +695,12 @@ impl<B: ArborBackend> Chart<B> {
         );
         let score = own.add(left).add(right);
         // Candidates: used and whole-word bigrams, else whole-word ones, else any.
-        let tier = match self.word_of.is_some() {
-            true => {
-                let allowed = self.word_allowed(&t, a).int();
+        let tier = match &self.words {
+            Some(words) => {
+                let allowed = self.word_allowed(words, &t, a).int();
                 allowed.clone().add(allowed.mul(used))
             }
-            false => used.add_scalar(1),
+            None => used.add_scalar(1),
         };
         let tier = tier.mask_fill(valid_u.clone().bool_not(), -1);
         let best_tier = tier.clone().max_dim(1).expand([batch, a]);
@@ -914,32 +947,10 @@ impl<B: ArborBackend> Chart<B> {
     ///
     /// # Shapes
     /// - output: `[batch, A]`
-    fn word_allowed(&self, t: &Table<B>, a: usize) -> Tensor<B, 2, Bool> {
+    fn word_allowed(&self, words: &WordFlags<B>, t: &Table<B>, a: usize) -> Tensor<B, 2, Bool> {
         let device = self.leaves.device();
         let batch = self.lengths.len();
         let time = self.time;
-        let (mut word, mut starts, mut ends) = (
-            vec![-1i64; batch * time],
-            vec![false; batch * time],
-            vec![false; batch * time],
-        );
-        for (b, w) in self.word_of.iter().flatten().enumerate() {
-            let n = w.len();
-            for i in 0..n {
-                word[b * time + i] = w[i] as i64;
-                starts[b * time + i] = i == 0 || w[i - 1] != w[i];
-                ends[b * time + i] = i + 1 == n || w[i + 1] != w[i];
-            }
-        }
-        let word = ints::<B, 1>(word, [batch * time], &device);
-        let flags = |v: Vec<bool>| {
-            ints::<B, 1>(
-                v.into_iter().map(i64::from).collect(),
-                [batch * time],
-                &device,
-            )
-        };
-        let (starts, ends) = (flags(starts), flags(ends));
         let base = iota::<B, 2>([batch, a], 0, &device);
         let next: Vec<i64> = (0..batch * a)
             .map(|r| (r / a * a + (r % a + 1).min(a - 1)) as i64)
@@ -952,11 +963,17 @@ impl<B: ArborBackend> Chart<B> {
         };
         let i = token(t.start.clone());
         let j = token(t.end.clone().select(0, ints(next, [batch * a], &device)));
-        let same = word
+        let same = words
+            .word
             .clone()
             .select(0, i.clone())
-            .equal(word.select(0, j.clone()));
-        let whole = starts.select(0, i).mul(ends.select(0, j)).equal_elem(1);
+            .equal(words.word.clone().select(0, j.clone()));
+        let whole = words
+            .starts
+            .clone()
+            .select(0, i)
+            .mul(words.ends.clone().select(0, j))
+            .equal_elem(1);
         same.bool_or(whole).reshape([batch, a])
     }
 
