@@ -1,8 +1,8 @@
 //! R2D2's differentiable CKY chart with pruned tree induction (docs/models.md §4; Hu et al. 2021,
 //! eq. 1–5 and Algorithms 1–2), built on the device.
 //!
-//! Nothing in [`Chart::build`] reads a tensor back to the host (docs/r2d2.md, "The chart on the
-//! device"):
+//! In training, nothing in [`Chart::build`] reads a tensor back to the host (docs/r2d2.md, "The
+//! chart on the device"; evaluation reads the merge positions, see below):
 //!
 //! - The CKY rows up to `m + 1` tokens have a structure the host knows from the lengths alone;
 //!   their children are gathered with uploaded indices.
@@ -11,9 +11,11 @@
 //!   (`l ≤ m`): its vector `e`, `log p̃`, `log p`, and its splits (token positions and
 //!   un-noised `log p̃_ijk`). FIND (Algorithm 2) runs as tensor operations over that table, the
 //!   merge is one gather that drops the merged terminal's slot, and the missing top-row cells
-//!   are composed for *every* position they could take (`m + 1` per sentence; the ones that
-//!   fall outside the sentence are computed and discarded), so the shapes never depend on the
-//!   data.
+//!   are composed for *every* position they could take (`min(m + 1, a' − m)` per sentence for
+//!   `a'` terminals; the ones that fall outside the sentence are computed and discarded), so
+//!   the shapes never depend on the data. Evaluation reads the merge positions back (one small
+//!   read per step) and composes exactly the new cells, unless built with
+//!   [`Chart::build_without_reads`].
 //! - Every composed cell is also recorded (its span, splits, scores and choice, as tensors), and
 //!   the longest cell starting and ending at each position is kept on the device for the roots
 //!   and the LM contexts.
@@ -319,7 +321,9 @@ impl<B: Backend> WordFlags<B> {
 }
 
 impl<B: ArborBackend> Chart<B> {
-    /// Builds the charts of a batch of sentences, reading nothing back from the device.
+    /// Builds the charts of a batch of sentences. In training ([`Decisions::Sample`]) nothing
+    /// is read back from the device; evaluation reads each pruned step's merge positions (one
+    /// small read per step) to compose only the new cells.
     ///
     /// Training mode ([`Decisions::Sample`]) selects each cell's split with straight-through
     /// Gumbel-softmax over `log p̃_ijk` (eq. 2); evaluation ([`Decisions::Argmax`]) takes the
