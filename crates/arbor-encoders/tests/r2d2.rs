@@ -907,25 +907,22 @@ fn the_device_chart_matches_pruned_induction_written_on_the_host() {
                     tau: 1.0,
                 };
                 let words = words.then_some(word_of.as_slice());
-                let (exact, padded) = (
-                    Chart::build(
+                // `padded`: the way training builds, every candidate cell composed, no reads.
+                let [exact, padded] = [false, true].map(|padded| {
+                    let build = if padded {
+                        Chart::build_without_reads
+                    } else {
+                        Chart::build
+                    };
+                    build(
                         &f,
                         leaves.clone(),
                         &lengths,
                         words,
                         &config,
                         Decisions::Argmax,
-                    ),
-                    // The way training builds: every candidate cell composed, no reads.
-                    Chart::build_without_reads(
-                        &f,
-                        leaves.clone(),
-                        &lengths,
-                        words,
-                        &config,
-                        Decisions::Argmax,
-                    ),
-                );
+                    )
+                });
                 assert!(padded.stats.compositions >= exact.stats.compositions);
                 let mut contexts = Vec::new();
                 for (how, chart) in [("exact", exact), ("padded", padded)] {

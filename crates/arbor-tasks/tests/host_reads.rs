@@ -113,15 +113,29 @@ fn reads_per_step(kind: EncoderKind, steps: usize) -> Vec<u64> {
     (0..steps)
         .map(|s| {
             let idx: Vec<usize> = (s * BATCH..(s + 1) * BATCH).collect();
-            let counter = ReadCounter::start();
-            let out = task.step(&model, &idx, StepContext::seeded(s as u64));
-            let mut grads = GradientsParams::from_grads(out.loss.backward(), &model);
-            let norm = grad_norm_on_device::<Ad, _>(&model, &grads).expect("gradients");
-            clip_on_device::<Ad, _>(&model, &mut grads, norm, 1.0);
-            model = optim.step(1e-3, model.clone(), grads);
-            counter.reads()
+            let reads;
+            (model, reads) = counted_step(&task, model.clone(), &mut optim, &idx, s as u64);
+            reads
         })
         .collect()
+}
+
+/// One training step of `task` on the examples `idx` as the engine runs it (the task's step,
+/// backward, global-norm clipping, an Adam step): the model after it, and the reads it made.
+fn counted_step<T: Task<Ad>>(
+    task: &T,
+    model: T::Model,
+    optim: &mut impl Optimizer<T::Model, Ad>,
+    idx: &[usize],
+    seed: u64,
+) -> (T::Model, u64) {
+    let counter = ReadCounter::start();
+    let out = task.step(&model, idx, StepContext::seeded(seed));
+    let mut grads = GradientsParams::from_grads(out.loss.backward(), &model);
+    let norm = grad_norm_on_device::<Ad, _>(&model, &grads).expect("gradients");
+    clip_on_device::<Ad, _>(&model, &mut grads, norm, 1.0);
+    let model = optim.step(1e-3, model, grads);
+    (model, counter.reads())
 }
 
 #[test]
@@ -172,13 +186,9 @@ fn r2d2_pretraining_steps_read_nothing() {
     let mut optim = AdamConfig::new().init::<Ad, _>();
     for s in 0..3 {
         let idx: Vec<usize> = (s * 4..(s + 1) * 4).collect();
-        let counter = ReadCounter::start();
-        let out = task.step(&model, &idx, StepContext::seeded(s as u64));
-        let mut grads = GradientsParams::from_grads(out.loss.backward(), &model);
-        let norm = grad_norm_on_device::<Ad, _>(&model, &grads).expect("gradients");
-        clip_on_device::<Ad, _>(&model, &mut grads, norm, 1.0);
-        model = optim.step(1e-3, model.clone(), grads);
-        assert_eq!(counter.reads(), 0, "step {s}");
+        let reads;
+        (model, reads) = counted_step(&task, model, &mut optim, &idx, s as u64);
+        assert_eq!(reads, 0, "step {s}");
     }
 }
 

@@ -213,17 +213,21 @@ fn first_argmax<B: Backend, const D: usize>(x: Tensor<B, D>, dim: usize) -> Tens
         .clamp(0, n - 1)
 }
 
+/// Composed cells: `e_ij` (`[cells, D]`), `log p̃_ij` and `log p_ij` (`[cells]`), with their
+/// gradients.
+#[derive(Debug)]
+struct Cells<B: Backend> {
+    e: Tensor<B, 2>,
+    lpt: Tensor<B, 1>,
+    lp: Tensor<B, 1>,
+}
+
 /// One batch of cells composed in one call, as recorded for the host view and the LM.
 #[derive(Debug)]
 struct Block<B: Backend> {
     /// Row of its first cell in [`Chart::vectors`].
     first: usize,
-    /// `e_ij` of every cell: `[cells, D]`.
-    e: Tensor<B, 2>,
-    /// `log p̃_ij` (with its gradient): `[cells]`.
-    lpt: Tensor<B, 1>,
-    /// `log p_ij` (with its gradient): `[cells]`.
-    lp: Tensor<B, 1>,
+    cells: Cells<B>,
     /// `[cells, 5 + W]`: sentence, start, end, valid (0/1), index of the chosen split, split
     /// positions (−1 past the cell's splits).
     ints: Tensor<B, 2, Int>,
@@ -233,9 +237,7 @@ struct Block<B: Backend> {
 
 /// What eq. 2–5 give for `c` cells of `k` splits each.
 struct Chosen<B: Backend> {
-    e: Tensor<B, 2>,
-    lpt: Tensor<B, 1>,
-    lp: Tensor<B, 1>,
+    cells: Cells<B>,
     /// Un-noised `log p̃_ijk`, detached: `[c, k]`.
     scores: Tensor<B, 2>,
     /// Index of the split `α` picked: `[c]`.
@@ -465,7 +467,7 @@ impl<B: ArborBackend> Chart<B> {
     fn rows(&self) -> usize {
         self.blocks
             .last()
-            .map_or(self.leaves.dims()[0], |b| b.first + b.e.dims()[0])
+            .map_or(self.leaves.dims()[0], |b| b.first + b.cells.e.dims()[0])
     }
 
     /// Every vector row so far (`e`, `log p̃`) as two tensors.
@@ -474,8 +476,8 @@ impl<B: ArborBackend> Chart<B> {
         let mut e = vec![self.leaves.clone()];
         let mut lpt = vec![Tensor::zeros([self.leaves.dims()[0]], &device)];
         for b in &self.blocks {
-            e.push(b.e.clone());
-            lpt.push(b.lpt.clone());
+            e.push(b.cells.e.clone());
+            lpt.push(b.cells.lpt.clone());
         }
         (Tensor::cat(e, 0), Tensor::cat(lpt, 0))
     }
@@ -508,18 +510,9 @@ impl<B: ArborBackend> Chart<B> {
         }
         rows.extend(right);
         let (all_e, all_lpt) = self.all_rows();
-        let idx = index_tensor::<B>(&rows, &device);
-        let e = all_e.select(0, idx.clone());
-        let lpt = all_lpt.select(0, idx);
+        let children = index_tensor::<B>(&rows, &device);
         let n = c * l;
-        let out = choose(
-            compose,
-            [e.clone().narrow(0, 0, n), e.narrow(0, n, n)],
-            [lpt.clone().narrow(0, 0, n), lpt.narrow(0, n, n)],
-            [c, l],
-            config,
-            decisions,
-        );
+        let out = choose(compose, all_e, all_lpt, children, [c, l], config, decisions);
         let ints = Tensor::cat(
             vec![
                 ints::<B, 2>(meta, [c, 4], &device),
@@ -534,7 +527,7 @@ impl<B: ArborBackend> Chart<B> {
     /// Appends a composed block to the records.
     fn record(&mut self, out: Chosen<B>, ints: Tensor<B, 2, Int>, compositions: usize) {
         let [c, k] = out.scores.dims();
-        let device = out.e.device();
+        let device = out.cells.e.device();
         let mut floats = vec![out.lp_chosen.reshape([c, 1]), out.scores];
         if k < self.width {
             floats.push(Tensor::full([c, self.width - k], NEG, &device));
@@ -542,9 +535,7 @@ impl<B: ArborBackend> Chart<B> {
         let first = self.rows();
         self.blocks.push(Block {
             first,
-            e: out.e,
-            lpt: out.lpt,
-            lp: out.lp,
+            cells: out.cells,
             ints,
             floats: Tensor::cat(floats, 1),
         });
@@ -574,7 +565,12 @@ impl<B: ArborBackend> Chart<B> {
         let mut lp = vec![Tensor::zeros([self.leaves.dims()[0]], &device)];
         let mut scores = vec![Tensor::full([self.leaves.dims()[0], top], NEG, &device)];
         for b in &self.blocks {
-            lp.push(b.floats.clone().narrow(1, 0, 1).reshape([b.e.dims()[0]]));
+            lp.push(
+                b.floats
+                    .clone()
+                    .narrow(1, 0, 1)
+                    .reshape([b.cells.e.dims()[0]]),
+            );
             scores.push(b.floats.clone().narrow(1, 1, top));
         }
         let idx = index_tensor::<B>(&rows, &device);
@@ -818,14 +814,13 @@ impl<B: ArborBackend> Chart<B> {
             s3.clone().add(q3.clone()).add_scalar(1),
             q3.neg().add_scalar(m as i64 - 1),
         );
-        let idx = Tensor::cat(vec![left_idx, right_idx], 0);
-        let e = t.e.clone().select(0, idx.clone());
-        let lpt = t.lpt.clone().select(0, idx);
+        let children = Tensor::cat(vec![left_idx, right_idx], 0);
         let n = c * m;
         let out = choose(
             compose,
-            [e.clone().narrow(0, 0, n), e.narrow(0, n, n)],
-            [lpt.clone().narrow(0, 0, n), lpt.narrow(0, n, n)],
+            t.e.clone(),
+            t.lpt.clone(),
+            children,
             [c, m],
             config,
             decisions,
@@ -921,9 +916,12 @@ impl<B: ArborBackend> Chart<B> {
         let lpt_src = lpt_src.reshape([batch * a2 * l1]);
         let table = Table {
             width: a2,
-            e: Tensor::cat(vec![t.e, out.e.clone()], 0).select(0, src.clone()),
-            lpt: Tensor::cat(vec![t.lpt.clone(), t.lpt.detach(), out.lpt.clone()], 0)
-                .select(0, lpt_src),
+            e: Tensor::cat(vec![t.e, out.cells.e.clone()], 0).select(0, src.clone()),
+            lpt: Tensor::cat(
+                vec![t.lpt.clone(), t.lpt.detach(), out.cells.lpt.clone()],
+                0,
+            )
+            .select(0, lpt_src),
             lp: Tensor::cat(vec![t.lp, out.lp_chosen.clone()], 0).select(0, src.clone()),
             scores: Tensor::cat(vec![t.scores, out.scores.clone()], 0).select(0, src.clone()),
             splits: Tensor::cat(vec![t.splits, positions.clone()], 0).select(0, src),
@@ -1062,7 +1060,7 @@ impl<B: ArborBackend> Chart<B> {
     /// - output: `[rows, D]`
     pub fn vectors(&self) -> Tensor<B, 2> {
         let mut all = vec![self.leaves.clone()];
-        all.extend(self.blocks.iter().map(|b| b.e.clone()));
+        all.extend(self.blocks.iter().map(|b| b.cells.e.clone()));
         Tensor::cat(all, 0)
     }
 
@@ -1174,6 +1172,7 @@ impl<B: ArborBackend> Chart<B> {
         let device = self.leaves.device();
         Some(
             block
+                .cells
                 .lp
                 .clone()
                 .select(0, index_tensor::<B>(&[row - block.first], &device)),
@@ -1218,21 +1217,25 @@ fn longest<B: Backend>(
         .narrow(0, 0, n)
 }
 
-/// Composes `c` cells of `k` splits each (eq. 1–5): `e` holds the left and right children of
-/// every split, cell by cell, `lpt` their `log p̃`.
+/// Composes `c` cells of `k` splits each (eq. 1–5). `children` are rows of `e` and `lpt`: the
+/// left child of every split, cell by cell, then the right ones in the same order.
 ///
 /// # Shapes
-/// - `e`: two `[c·k, D]`; `lpt`: two `[c·k]`
+/// - `e`: `[rows, D]`; `lpt`: `[rows]`; `children`: `[2·c·k]`
 fn choose<B: ArborBackend, C: Compose<B>>(
     compose: &C,
-    e: [Tensor<B, 2>; 2],
-    lpt: [Tensor<B, 1>; 2],
+    e: Tensor<B, 2>,
+    lpt: Tensor<B, 1>,
+    children: Tensor<B, 1, Int>,
     [c, k]: [usize; 2],
     config: &ChartConfig,
     decisions: &mut Decisions<'_>,
 ) -> Chosen<B> {
-    let [left, right] = e;
-    let [lpt_left, lpt_right] = lpt;
+    let n = c * k;
+    let e = e.select(0, children.clone());
+    let lpt = lpt.select(0, children);
+    let (left, right) = (e.clone().narrow(0, 0, n), e.narrow(0, n, n));
+    let (lpt_left, lpt_right) = (lpt.clone().narrow(0, 0, n), lpt.narrow(0, n, n));
     let device = left.device();
     let d = left.dims()[1];
     let composed = compose.compose(left, right);
@@ -1247,9 +1250,11 @@ fn choose<B: ArborBackend, C: Compose<B>>(
     let log_p = composed.log_p.reshape([c, k]);
     if k == 1 {
         return Chosen {
-            e: composed.repr,
-            lpt: lpt_k.reshape([c]),
-            lp: log_p.clone().reshape([c]),
+            cells: Cells {
+                e: composed.repr,
+                lpt: lpt_k.reshape([c]),
+                lp: log_p.clone().reshape([c]),
+            },
             scores,
             chosen: Tensor::zeros([c], &device),
             lp_chosen: log_p.detach().reshape([c]),
@@ -1281,9 +1286,7 @@ fn choose<B: ArborBackend, C: Compose<B>>(
     let lp = log_p.mul(alpha.clone()).sum_dim(1).reshape([c]);
     let lpt = lpt_k.mul(alpha).sum_dim(1).reshape([c]);
     Chosen {
-        e,
-        lpt,
-        lp,
+        cells: Cells { e, lpt, lp },
         scores,
         chosen: sel.index,
         lp_chosen,
