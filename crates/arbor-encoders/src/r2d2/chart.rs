@@ -606,110 +606,9 @@ impl<B: ArborBackend> Chart<B> {
         let atoms: Vec<usize> = self.lengths.iter().map(|&n| n - step.min(n)).collect();
         let pending: Vec<usize> = (0..batch).filter(|&b| atoms[b] > m + 1).collect();
         let p = pending.len();
-        let is_pending = |b: usize| atoms[b] > m + 1;
-
-        // FIND 1: each cell's best split among the current terminal boundaries.
-        let mut boundary = Vec::with_capacity(batch * a * m);
-        for b in 0..batch {
-            for s in 0..a {
-                boundary.extend((0..m).map(|q| (b * a + (s + q).min(a - 1)) as i64));
-            }
-        }
-        let shape5 = [batch, a, l1, m, m];
-        let bpos = t
-            .end
-            .clone()
-            .select(0, ints(boundary, [batch * a * m], &device))
-            .reshape([batch, a, 1, m, 1])
-            .expand(shape5);
-        let split_pos = t
-            .splits
-            .clone()
-            .reshape([batch, a, l1, 1, m])
-            .expand(shape5);
-        let split_score = t
-            .scores
-            .clone()
-            .reshape([batch, a, l1, 1, m])
-            .expand(shape5);
-        let per_boundary = split_score
-            .mask_fill(split_pos.equal(bpos).bool_not(), NEG)
-            .max_dim(4)
-            .reshape([batch, a, l1, m]);
-        // Only boundaries q < l lie inside a cell of row l.
-        let outside: Vec<bool> = (0..l1).flat_map(|l| (0..m).map(move |q| q >= l)).collect();
-        let outside = bools::<B, 2>(outside, [l1, m], &device)
-            .reshape([1, 1, l1, m])
-            .expand([batch, a, l1, m]);
-        let best = first_argmax(per_boundary.mask_fill(outside, NEG), 3).reshape([batch, a, l1]);
-        // FIND 1: the bigrams the top-row cells' best trees use, walking down the rows.
-        let mut top_valid = vec![0i64; batch * a];
-        for &b in &pending {
-            for s in 0..atoms[b] - m {
-                top_valid[b * a + s] = 1;
-            }
-        }
-        let zeros = |cols: usize| Tensor::<B, 2, Int>::zeros([batch, cols], &device);
-        let mut reached: Vec<Tensor<B, 2, Int>> = (0..l1).map(|_| zeros(a)).collect();
-        reached[m] = ints(top_valid, [batch, a], &device);
-        for l in (2..=m).rev() {
-            let best_l = best.clone().narrow(2, l, 1).reshape([batch, a]);
-            for q in 0..l {
-                let hit = reached[l]
-                    .clone()
-                    .mul(best_l.clone().equal_elem(q as i64).int());
-                if q > 0 {
-                    reached[q] = reached[q].clone().max_pair(hit.clone());
-                }
-                let r = l - 1 - q;
-                if r > 0 {
-                    let shifted = Tensor::cat(vec![zeros(q + 1), hit.narrow(1, 0, a - q - 1)], 1);
-                    reached[r] = reached[r].clone().max_pair(shifted);
-                }
-            }
-        }
-        let used = reached.swap_remove(1);
-        // FIND 2: log p(bigram) + log(1 − p(left neighbour)) + log(1 − p(right neighbour)).
-        let prob =
-            t.lp.clone()
-                .reshape([batch, a, l1])
-                .narrow(2, 1, 1)
-                .reshape([batch, a])
-                .exp();
-        let own = prob.clone().clamp_min(SCORE_EPS).log();
-        let not = prob.neg().add_scalar(1.0).clamp_min(SCORE_EPS).log();
-        let zero_col = Tensor::<B, 2>::zeros([batch, 1], &device);
-        let left = Tensor::cat(vec![zero_col.clone(), not.clone().narrow(1, 0, a - 1)], 1);
-        let right = Tensor::cat(vec![not.narrow(1, 1, a - 1), zero_col], 1);
-        let (mut valid_u, mut has_right) = (vec![false; batch * a], vec![false; batch * a]);
-        for &b in &pending {
-            for u in 0..atoms[b] - 1 {
-                valid_u[b * a + u] = true;
-                has_right[b * a + u] = u + 2 < atoms[b];
-            }
-        }
-        let valid_u = bools::<B, 2>(valid_u, [batch, a], &device);
-        let right = right.mask_fill(
-            bools::<B, 2>(has_right, [batch, a], &device).bool_not(),
-            0.0,
-        );
-        let score = own.add(left).add(right);
-        // Candidates: used and whole-word bigrams, else whole-word ones, else any.
-        let tier = match &self.words {
-            Some(words) => {
-                let allowed = self.word_allowed(words, &t, a).int();
-                allowed.clone().add(allowed.mul(used))
-            }
-            None => used.add_scalar(1),
-        };
-        let tier = tier.mask_fill(valid_u.clone().bool_not(), -1);
-        let best_tier = tier.clone().max_dim(1).expand([batch, a]);
-        let candidate = tier.equal(best_tier).bool_and(valid_u);
-        let u = first_argmax(score.mask_fill(candidate.bool_not(), NEG), 1).reshape([batch]);
-        // Sentences that are done merge nowhere: `u` past every slot keeps their table as it is.
-        let done: Vec<bool> = (0..batch).map(|b| !is_pending(b)).collect();
-        let big = (a + m + 2) as i64;
-        let u = u.mask_fill(bools::<B, 1>(done, [batch], &device), big);
+        // FIND (Algorithm 2): the bigram each sentence merges, as the slot `u` of its left
+        // terminal.
+        let u = self.find(&t, &atoms, &pending);
 
         // Merge: the terminals after the step, and the merged span of each merging sentence.
         let pend_idx = index_tensor::<B>(&pending, &device);
@@ -942,6 +841,121 @@ impl<B: ArborBackend> Chart<B> {
         self.record(out, ints, n);
         self.stats.merges += p as u64;
         table
+    }
+
+    /// FIND (Algorithm 2) on the table, for every sentence: the slot `u` of the left terminal
+    /// of the bigram to merge; past every slot for sentences that are not in `pending` (their
+    /// table stays as it is).
+    ///
+    /// # Shapes
+    /// - output: `[batch]`
+    fn find(&self, t: &Table<B>, atoms: &[usize], pending: &[usize]) -> Tensor<B, 1, Int> {
+        let device = self.leaves.device();
+        let batch = self.lengths.len();
+        let (m, a) = (self.width, t.width);
+        let l1 = m + 1;
+        // FIND 1: each cell's best split among the current terminal boundaries.
+        let mut boundary = Vec::with_capacity(batch * a * m);
+        for b in 0..batch {
+            for s in 0..a {
+                boundary.extend((0..m).map(|q| (b * a + (s + q).min(a - 1)) as i64));
+            }
+        }
+        let shape5 = [batch, a, l1, m, m];
+        let bpos = t
+            .end
+            .clone()
+            .select(0, ints(boundary, [batch * a * m], &device))
+            .reshape([batch, a, 1, m, 1])
+            .expand(shape5);
+        let split_pos = t
+            .splits
+            .clone()
+            .reshape([batch, a, l1, 1, m])
+            .expand(shape5);
+        let split_score = t
+            .scores
+            .clone()
+            .reshape([batch, a, l1, 1, m])
+            .expand(shape5);
+        let per_boundary = split_score
+            .mask_fill(split_pos.equal(bpos).bool_not(), NEG)
+            .max_dim(4)
+            .reshape([batch, a, l1, m]);
+        // Only boundaries q < l lie inside a cell of row l.
+        let outside: Vec<bool> = (0..l1).flat_map(|l| (0..m).map(move |q| q >= l)).collect();
+        let outside = bools::<B, 2>(outside, [l1, m], &device)
+            .reshape([1, 1, l1, m])
+            .expand([batch, a, l1, m]);
+        let best = first_argmax(per_boundary.mask_fill(outside, NEG), 3).reshape([batch, a, l1]);
+        // FIND 1: the bigrams the top-row cells' best trees use, walking down the rows.
+        let mut top_valid = vec![0i64; batch * a];
+        for &b in pending {
+            for s in 0..atoms[b] - m {
+                top_valid[b * a + s] = 1;
+            }
+        }
+        let zeros = |cols: usize| Tensor::<B, 2, Int>::zeros([batch, cols], &device);
+        let mut reached: Vec<Tensor<B, 2, Int>> = (0..l1).map(|_| zeros(a)).collect();
+        reached[m] = ints(top_valid, [batch, a], &device);
+        for l in (2..=m).rev() {
+            let best_l = best.clone().narrow(2, l, 1).reshape([batch, a]);
+            for q in 0..l {
+                let hit = reached[l]
+                    .clone()
+                    .mul(best_l.clone().equal_elem(q as i64).int());
+                if q > 0 {
+                    reached[q] = reached[q].clone().max_pair(hit.clone());
+                }
+                let r = l - 1 - q;
+                if r > 0 {
+                    let shifted = Tensor::cat(vec![zeros(q + 1), hit.narrow(1, 0, a - q - 1)], 1);
+                    reached[r] = reached[r].clone().max_pair(shifted);
+                }
+            }
+        }
+        let used = reached.swap_remove(1);
+        // FIND 2: log p(bigram) + log(1 − p(left neighbour)) + log(1 − p(right neighbour)).
+        let prob =
+            t.lp.clone()
+                .reshape([batch, a, l1])
+                .narrow(2, 1, 1)
+                .reshape([batch, a])
+                .exp();
+        let own = prob.clone().clamp_min(SCORE_EPS).log();
+        let not = prob.neg().add_scalar(1.0).clamp_min(SCORE_EPS).log();
+        let zero_col = Tensor::<B, 2>::zeros([batch, 1], &device);
+        let left = Tensor::cat(vec![zero_col.clone(), not.clone().narrow(1, 0, a - 1)], 1);
+        let right = Tensor::cat(vec![not.narrow(1, 1, a - 1), zero_col], 1);
+        let (mut valid_u, mut has_right) = (vec![false; batch * a], vec![false; batch * a]);
+        for &b in pending {
+            for u in 0..atoms[b] - 1 {
+                valid_u[b * a + u] = true;
+                has_right[b * a + u] = u + 2 < atoms[b];
+            }
+        }
+        let valid_u = bools::<B, 2>(valid_u, [batch, a], &device);
+        let right = right.mask_fill(
+            bools::<B, 2>(has_right, [batch, a], &device).bool_not(),
+            0.0,
+        );
+        let score = own.add(left).add(right);
+        // Candidates: used and whole-word bigrams, else whole-word ones, else any.
+        let tier = match &self.words {
+            Some(words) => {
+                let allowed = self.word_allowed(words, t, a).int();
+                allowed.clone().add(allowed.mul(used))
+            }
+            None => used.add_scalar(1),
+        };
+        let tier = tier.mask_fill(valid_u.clone().bool_not(), -1);
+        let best_tier = tier.clone().max_dim(1).expand([batch, a]);
+        let candidate = tier.equal(best_tier).bool_and(valid_u);
+        let u = first_argmax(score.mask_fill(candidate.bool_not(), NEG), 1).reshape([batch]);
+        // Sentences that are done merge nowhere: `u` past every slot keeps their table as it is.
+        let done: Vec<bool> = atoms.iter().map(|&n| n <= m + 1).collect();
+        let big = (a + m + 2) as i64;
+        u.mask_fill(bools::<B, 1>(done, [batch], &device), big)
     }
 
     /// Whether merging each bigram `(u, u + 1)` of the table's terminals respects word
