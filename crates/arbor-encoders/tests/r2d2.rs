@@ -1012,3 +1012,53 @@ fn candidates_outside_the_sentence_get_no_gradient() {
     assert_close(&exact.0, &padded.0, 1e-5, "leaf gradients");
     assert_close(&exact.1, &padded.1, 1e-4, "weight gradients");
 }
+
+#[test]
+fn edge_shapes_build_and_backpropagate() {
+    // One-token sentences, padding far past the longest sentence, windows from 1 to wider than
+    // any sentence, pruned or not, training or evaluation: the chart builds, gives a context
+    // per token and a tree of the right size per sentence, and its gradients are finite.
+    let d = 8;
+    let f = CompositionConfig::new(d)
+        .with_n_heads(2)
+        .init::<Ad>(&dev::<Ad>());
+    let cases = [
+        (vec![1usize], 1usize),
+        (vec![1, 1, 1], 5),
+        (vec![2], 9),
+        (vec![3, 1, 2], 12),
+        (vec![7, 1, 2, 9], 20),
+        (vec![30], 30),
+    ];
+    for (lengths, time) in cases {
+        for window in [1usize, 2, 4, 40] {
+            for pruning in [true, false] {
+                for train in [false, true] {
+                    let what = format!("{lengths:?} time {time} m {window} {pruning} {train}");
+                    let leaves = common::padded_batch::<Ad>(&lengths, time, d, 1).require_grad();
+                    let config = ChartConfig {
+                        window,
+                        pruning,
+                        tau: 1.0,
+                    };
+                    let mut sampler = GumbelSampler::seeded(3);
+                    let decisions = match train {
+                        true => Decisions::Sample(&mut sampler),
+                        false => Decisions::Argmax,
+                    };
+                    let chart =
+                        Chart::build(&f, leaves.clone(), &lengths, None, &config, decisions);
+                    let edge = Tensor::<Ad, 2>::zeros([1, d], &dev::<Ad>());
+                    let (l, r) = chart.contexts(edge.clone(), edge);
+                    assert_eq!(l.dims()[0], lengths.iter().sum::<usize>(), "{what}");
+                    let g = chart.roots().sum().add(l.sum()).add(r.sum()).backward();
+                    let s: f32 = leaves.grad(&g).unwrap().abs().sum().into_scalar().elem();
+                    assert!(s.is_finite() && s > 0.0, "{what}: {s}");
+                    for (t, &n) in chart.trees().iter().zip(&lengths) {
+                        assert_eq!(t.num_leaves(), n, "{what}");
+                    }
+                }
+            }
+        }
+    }
+}
