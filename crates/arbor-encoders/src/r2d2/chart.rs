@@ -52,13 +52,14 @@ pub struct ChartConfig {
     pub tau: f64,
 }
 
-/// Counters of one chart construction: the work done, known without reading the device.
+/// Counters of one chart construction: the work done.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChartStats {
-    /// Number of `(left, right)` pairs composed (one per split of every computed cell). A
-    /// pruned step composes `m + 1` top-row cells per unfinished sentence, `m` splits each,
-    /// although between 1 and `m + 1` of them are new (the rest are discarded): the step's
-    /// shape may not depend on which pair FIND picks.
+    /// Number of `(left, right)` pairs composed (one per split of every computed cell). In
+    /// training a pruned step composes `min(m + 1, a' − m)` top-row cells per unfinished
+    /// sentence (`a'` terminals after the merge), `m` splits each, although between 1 and
+    /// that many are new (the rest are discarded): the step's shape may not depend on which
+    /// pair FIND picks. Evaluation composes only the new ones.
     pub compositions: u64,
     /// Number of calls to the composition function (batched steps).
     pub calls: u64,
