@@ -613,7 +613,7 @@ pub fn gate_activations<B: ArborBackend, const D: usize>(
 ) -> Tensor<B, D> {
     let w = gates.dims()[D - 1];
     assert!(
-        layout.blocks > 0 && w.is_multiple_of(layout.blocks) && !layout.activated,
+        layout.blocks > 0 && w % layout.blocks == 0 && !layout.activated,
         "gates of width {w} do not hold {} blocks of pre-activations",
         layout.blocks
     );
