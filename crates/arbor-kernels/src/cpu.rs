@@ -248,87 +248,6 @@ impl Scratch {
     }
 }
 
-/// `dst = σ(src)`, or a copy when the layout's gates are already activated.
-fn gate_sigmoid(dst: &mut [f32], src: &[f32], layout: &GateLayout) {
-    match layout.activated {
-        true => dst.copy_from_slice(src),
-        false => sigmoid(dst, src),
-    }
-}
-
-/// `dst = tanh(src)`, or a copy when already activated.
-fn gate_tanh(dst: &mut [f32], src: &[f32], layout: &GateLayout) {
-    match layout.activated {
-        true => dst.copy_from_slice(src),
-        false => tanh(dst, src),
-    }
-}
-
-/// `σ'` at `σ(x) = a`, or 1 for activated gates.
-fn d_sigmoid(a: f32, activated: bool) -> f32 {
-    if activated {
-        1.0
-    } else {
-        a * (1.0 - a)
-    }
-}
-
-/// `tanh'` at `tanh(x) = t`, or 1 for activated gates.
-fn d_tanh(t: f32, activated: bool) -> f32 {
-    if activated {
-        1.0
-    } else {
-        1.0 - t * t
-    }
-}
-
-/// `dst = tanh(src)` on block `candidate` of every `blocks·h`-wide row and `σ(src)` on the other
-/// blocks; `start` is the position of `src[0]` in the whole tensor (a chunk may begin inside a
-/// row).
-pub fn gate_activations(
-    dst: &mut [f32],
-    src: &[f32],
-    start: usize,
-    blocks: usize,
-    candidate: usize,
-    h: usize,
-) {
-    let mut at = 0;
-    while at < src.len() {
-        let pos = start + at;
-        let in_block = pos % h;
-        let len = (h - in_block).min(src.len() - at);
-        let (d, x) = (&mut dst[at..at + len], &src[at..at + len]);
-        if (pos / h) % blocks == candidate {
-            tanh(d, x);
-        } else {
-            sigmoid(d, x);
-        }
-        at += len;
-    }
-}
-
-/// The gradient of [`gate_activations`] from its output `y`: `g ⊙ (1 − y²)` on the candidate
-/// block, `g ⊙ y ⊙ (1 − y)` elsewhere.
-pub fn gate_activations_backward(
-    dst: &mut [f32],
-    y: &[f32],
-    g: &[f32],
-    start: usize,
-    blocks: usize,
-    candidate: usize,
-    h: usize,
-) {
-    for (i, ((d, &y), &g)) in dst.iter_mut().zip(y).zip(g).enumerate() {
-        let candidate_block = ((start + i) / h) % blocks == candidate;
-        *d = if candidate_block {
-            g * (1.0 - y * y)
-        } else {
-            g * y * (1.0 - y)
-        };
-    }
-}
-
 /// `out = σ(i) ⊙ tanh(g) + Σ_k σ(f_k) ⊙ c_k` over `rows` rows; `gates` is `[rows, blocks·h]`,
 /// each child and `out` `[rows, h]`.
 pub fn gated_cell(
@@ -343,13 +262,13 @@ pub fn gated_cell(
     for (r, o) in out.chunks_exact_mut(h).enumerate() {
         let g = &gates[r * w..(r + 1) * w];
         let blk = |b: usize| &g[b * h..(b + 1) * h];
-        gate_sigmoid(&mut s.a, blk(layout.input), layout);
-        gate_tanh(&mut s.b, blk(layout.candidate), layout);
+        sigmoid(&mut s.a, blk(layout.input));
+        tanh(&mut s.b, blk(layout.candidate));
         for j in 0..h {
             o[j] = s.a[j] * s.b[j];
         }
         for (child, &f) in children.iter().zip(&layout.forgets) {
-            gate_sigmoid(&mut s.f, blk(f), layout);
+            sigmoid(&mut s.f, blk(f));
             let c = &child[r * h..(r + 1) * h];
             for j in 0..h {
                 o[j] += s.f[j] * c[j];
@@ -376,19 +295,18 @@ pub fn gated_cell_backward(
         let g = &gates[r * w..(r + 1) * w];
         let blk = |b: usize| &g[b * h..(b + 1) * h];
         let dg = &mut d_gates[r * w..(r + 1) * w];
-        let act = layout.activated;
-        gate_sigmoid(&mut s.a, blk(layout.input), layout);
-        gate_tanh(&mut s.b, blk(layout.candidate), layout);
+        sigmoid(&mut s.a, blk(layout.input));
+        tanh(&mut s.b, blk(layout.candidate));
         {
             let di = &mut dg[layout.input * h..(layout.input + 1) * h];
             for j in 0..h {
-                di[j] = gc[j] * s.b[j] * d_sigmoid(s.a[j], act);
+                di[j] = gc[j] * s.b[j] * s.a[j] * (1.0 - s.a[j]);
             }
         }
         {
             let du = &mut dg[layout.candidate * h..(layout.candidate + 1) * h];
             for j in 0..h {
-                du[j] = gc[j] * s.a[j] * d_tanh(s.b[j], act);
+                du[j] = gc[j] * s.a[j] * (1.0 - s.b[j] * s.b[j]);
             }
         }
         for ((child, &f), dc) in children
@@ -396,12 +314,12 @@ pub fn gated_cell_backward(
             .zip(&layout.forgets)
             .zip(d_children.iter_mut())
         {
-            gate_sigmoid(&mut s.f, blk(f), layout);
+            sigmoid(&mut s.f, blk(f));
             let c = &child[r * h..(r + 1) * h];
             let dc = &mut dc[r * h..(r + 1) * h];
             let df = &mut dg[f * h..(f + 1) * h];
             for j in 0..h {
-                df[j] += gc[j] * c[j] * d_sigmoid(s.f[j], act);
+                df[j] += gc[j] * c[j] * s.f[j] * (1.0 - s.f[j]);
                 dc[j] = gc[j] * s.f[j];
             }
         }
@@ -414,7 +332,7 @@ pub fn gated_output(gates: &[f32], c: &[f32], layout: &GateLayout, h: usize, out
     let mut s = Scratch::new(h);
     for (r, o) in out.chunks_exact_mut(h).enumerate() {
         let g = &gates[r * w + layout.output * h..r * w + (layout.output + 1) * h];
-        gate_sigmoid(&mut s.a, g, layout);
+        sigmoid(&mut s.a, g);
         tanh(&mut s.b, &c[r * h..(r + 1) * h]);
         for j in 0..h {
             o[j] = s.a[j] * s.b[j];
@@ -437,12 +355,12 @@ pub fn gated_output_backward(
     d_gates.fill(0.0);
     for (r, gh) in grad.chunks_exact(h).enumerate() {
         let g = &gates[r * w + layout.output * h..r * w + (layout.output + 1) * h];
-        gate_sigmoid(&mut s.a, g, layout);
+        sigmoid(&mut s.a, g);
         tanh(&mut s.b, &c[r * h..(r + 1) * h]);
         let d_o = &mut d_gates[r * w + layout.output * h..r * w + (layout.output + 1) * h];
         let dc = &mut d_c[r * h..(r + 1) * h];
         for j in 0..h {
-            d_o[j] = gh[j] * s.b[j] * d_sigmoid(s.a[j], layout.activated);
+            d_o[j] = gh[j] * s.b[j] * s.a[j] * (1.0 - s.a[j]);
             dc[j] = gh[j] * s.a[j] * (1.0 - s.b[j] * s.b[j]);
         }
     }

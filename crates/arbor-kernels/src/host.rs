@@ -584,7 +584,6 @@ pub(crate) fn adjacent_pairs_backward<T: HostTensor>(grad: &T) -> Option<T> {
 pub(crate) fn activation<T: HostTensor>(x: &T, act: Activation) -> Option<T> {
     let xx = x.host()?;
     let shape = x.shape();
-    let h = gate_width(&shape, act);
     let mut out = vec![0f32; shape.num_elements()];
     par::rows(out.len(), 4, vec![(&mut out, 1)], &|r, o| {
         let src = par::at(&xx, &r, 1);
@@ -592,9 +591,6 @@ pub(crate) fn activation<T: HostTensor>(x: &T, act: Activation) -> Option<T> {
             Activation::Sigmoid => cpu::sigmoid(o[0], src),
             Activation::Tanh => cpu::tanh(o[0], src),
             Activation::Gelu => cpu::gelu(o[0], src),
-            Activation::Gates { blocks, candidate } => {
-                cpu::gate_activations(o[0], src, r.start, blocks, candidate, h)
-            }
         }
     });
     Some(T::from_f32(out, shape))
@@ -603,7 +599,6 @@ pub(crate) fn activation<T: HostTensor>(x: &T, act: Activation) -> Option<T> {
 pub(crate) fn activation_backward<T: HostTensor>(y: &T, grad: &T, act: Activation) -> Option<T> {
     let (yy, g) = (y.host()?, grad.host()?);
     let shape = y.shape();
-    let h = gate_width(&shape, act);
     let mut out = vec![0f32; shape.num_elements()];
     par::rows(out.len(), 2, vec![(&mut out, 1)], &|r, o| {
         let (y, g) = (par::at(&yy, &r, 1), par::at(&g, &r, 1));
@@ -620,22 +615,9 @@ pub(crate) fn activation_backward<T: HostTensor>(y: &T, grad: &T, act: Activatio
             }
             // `y` is the input here (Activation::backward_from_input).
             Activation::Gelu => cpu::gelu_backward(o[0], y, g),
-            Activation::Gates { blocks, candidate } => {
-                cpu::gate_activations_backward(o[0], y, g, r.start, blocks, candidate, h)
-            }
         }
     });
     Some(T::from_f32(out, shape))
-}
-
-/// The block width `H` of a gate tensor for [`Activation::Gates`] (1 for the others).
-fn gate_width(shape: &Shape, act: Activation) -> usize {
-    match act {
-        Activation::Gates { blocks, .. } => {
-            (shape.as_slice().last().copied().unwrap_or(1) / blocks.max(1)).max(1)
-        }
-        _ => 1,
-    }
 }
 
 fn dims3<T: TensorMetadata>(a: &T) -> (usize, usize, usize) {

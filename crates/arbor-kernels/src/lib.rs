@@ -78,14 +78,6 @@ pub enum Activation {
     Tanh,
     /// The exact GELU `x·Φ(x) = x·(1 + erf(x/√2))/2` (Hendrycks & Gimpel 2016), as Burn's `gelu`.
     Gelu,
-    /// A gate tensor's activations: `tanh` on block `candidate`, `σ` on every other block, the
-    /// last dimension being `blocks` blocks wide; see [`gate_activations`].
-    Gates {
-        /// Number of blocks in the last dimension.
-        blocks: usize,
-        /// The block squashed by `tanh`.
-        candidate: usize,
-    },
 }
 
 impl Activation {
@@ -109,10 +101,6 @@ pub struct GateLayout {
     pub output: usize,
     /// Block of each child's forget gate `f_k`, in the order the children are passed.
     pub forgets: Vec<usize>,
-    /// Whether the gate tensor holds activated gates (`σ(i)`, `σ(f_k)`, `σ(o)`, `tanh(g)`, as
-    /// [`gate_activations`] gives them) rather than pre-activations. The gated ops then use
-    /// them as they are, and their gradients are with respect to the activated gates.
-    pub activated: bool,
 }
 
 impl GateLayout {
@@ -124,7 +112,6 @@ impl GateLayout {
             candidate: 2,
             output: 3,
             forgets: vec![1],
-            activated: false,
         }
     }
 
@@ -136,23 +123,6 @@ impl GateLayout {
             candidate: 4,
             output: 3,
             forgets: vec![1, 2],
-            activated: false,
-        }
-    }
-
-    /// The same layout for gates already activated by [`gate_activations`].
-    pub fn activated(&self) -> Self {
-        GateLayout {
-            activated: true,
-            ..self.clone()
-        }
-    }
-
-    /// The activation [`gate_activations`] applies for this layout.
-    pub fn activation(&self) -> Activation {
-        Activation::Gates {
-            blocks: self.blocks,
-            candidate: self.candidate,
         }
     }
 
@@ -598,26 +568,6 @@ pub fn tanh<B: ArborBackend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
 /// - `x`, output: any shape
 pub fn gelu<B: ArborBackend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     activate(x, Activation::Gelu)
-}
-
-/// The gates of `layout` activated once: `tanh` on the candidate block, `σ` on every other
-/// block; one op (and one autodiff node, which keeps its output for the backward pass). Pass
-/// the result to [`gated_cell`] and [`gated_output`] with [`GateLayout::activated`], so that
-/// neither recomputes an activation in its backward pass.
-///
-/// # Shapes
-/// - `gates`: `[..., blocks·H]`; output: the same
-pub fn gate_activations<B: ArborBackend, const D: usize>(
-    gates: Tensor<B, D>,
-    layout: &GateLayout,
-) -> Tensor<B, D> {
-    let w = gates.dims()[D - 1];
-    assert!(
-        layout.blocks > 0 && w % layout.blocks == 0 && !layout.activated,
-        "gates of width {w} do not hold {} blocks of pre-activations",
-        layout.blocks
-    );
-    activate(gates, layout.activation())
 }
 
 fn activate<B: ArborBackend, const D: usize>(x: Tensor<B, D>, act: Activation) -> Tensor<B, D> {

@@ -33,55 +33,6 @@ fn block<B: Backend>(gates: &Tensor<B, 2>, b: usize, h: usize) -> Tensor<B, 2> {
     gates.clone().narrow(1, b * h, h)
 }
 
-/// True on the columns of block `candidate` of a `[rows, blocks·H]` tensor, broadcast to it.
-fn candidate_columns<B: Backend>(
-    x: &Tensor<B, 2>,
-    blocks: usize,
-    candidate: usize,
-) -> Tensor<B, 2, Bool> {
-    let [n, w] = x.dims();
-    let h = w / blocks.max(1);
-    let column = Tensor::<B, 1, Int>::arange(0..w as i64, &x.device());
-    column
-        .clone()
-        .greater_equal_elem((candidate * h) as i64)
-        .bool_and(column.lower_elem(((candidate + 1) * h) as i64))
-        .reshape([1, w])
-        .expand([n, w])
-}
-
-/// `σ` of a gate block, or the block itself when the layout's gates are already activated.
-fn act_sigmoid<B: Backend>(x: Tensor<B, 2>, layout: &GateLayout) -> Tensor<B, 2> {
-    match layout.activated {
-        true => x,
-        false => sigmoid(x),
-    }
-}
-
-/// `tanh` of the candidate block, or the block itself when already activated.
-fn act_tanh<B: Backend>(x: Tensor<B, 2>, layout: &GateLayout) -> Tensor<B, 2> {
-    match layout.activated {
-        true => x,
-        false => tanh(x),
-    }
-}
-
-/// The derivative of `σ` at `σ(x) = a` (`a(1 − a)`), or 1 for activated gates.
-fn d_sigmoid<B: Backend>(a: Tensor<B, 2>, layout: &GateLayout) -> Tensor<B, 2> {
-    match layout.activated {
-        true => a.ones_like(),
-        false => a.clone().mul(a.neg().add_scalar(1.0)),
-    }
-}
-
-/// The derivative of `tanh` at `tanh(x) = t` (`1 − t²`), or 1 for activated gates.
-fn d_tanh<B: Backend>(t: Tensor<B, 2>, layout: &GateLayout) -> Tensor<B, 2> {
-    match layout.activated {
-        true => t.ones_like(),
-        false => t.clone().mul(t).neg().add_scalar(1.0),
-    }
-}
-
 /// `c = σ(i) ⊙ tanh(g) + Σ_k σ(f_k) ⊙ c_k` in plain ops.
 pub fn gated_cell<B: Backend>(
     gates: FloatTensor<B>,
@@ -91,10 +42,10 @@ pub fn gated_cell<B: Backend>(
     let gates = rows::<B>(gates);
     let h = gates.dims()[1] / layout.blocks;
     let shape = children[0].shape();
-    let mut c = act_sigmoid(block(&gates, layout.input, h), layout)
-        .mul(act_tanh(block(&gates, layout.candidate, h), layout));
+    let mut c =
+        sigmoid(block(&gates, layout.input, h)).mul(tanh(block(&gates, layout.candidate, h)));
     for (child, &f) in children.into_iter().zip(&layout.forgets) {
-        c = c.add(act_sigmoid(block(&gates, f, h), layout).mul(rows::<B>(child)));
+        c = c.add(sigmoid(block(&gates, f, h)).mul(rows::<B>(child)));
     }
     unrows(c, shape)
 }
@@ -135,22 +86,25 @@ pub fn gated_cell_backward<B: Backend>(
     let grad = rows::<B>(grad);
     let [n, w] = gates.dims();
     let h = w / layout.blocks;
-    let si = act_sigmoid(block(&gates, layout.input, h), layout);
-    let tg = act_tanh(block(&gates, layout.candidate, h), layout);
-    // dσ(x)/dx = σ(1 − σ); dtanh(x)/dx = 1 − tanh² (1 for activated gates).
+    let si = sigmoid(block(&gates, layout.input, h));
+    let tg = tanh(block(&gates, layout.candidate, h));
+    // dσ(x)/dx = σ(1 − σ); dtanh(x)/dx = 1 − tanh².
     let d_i = grad
         .clone()
         .mul(tg.clone())
-        .mul(d_sigmoid(si.clone(), layout));
-    let d_g = grad.clone().mul(si).mul(d_tanh(tg, layout));
+        .mul(si.clone().mul(si.clone().neg().add_scalar(1.0)));
+    let d_g = grad
+        .clone()
+        .mul(si)
+        .mul(tg.clone().mul(tg).neg().add_scalar(1.0));
     let mut parts = vec![(layout.input, d_i), (layout.candidate, d_g)];
     let mut d_children = Vec::with_capacity(children.len());
     for (child, &f) in children.into_iter().zip(&layout.forgets) {
-        let sf = act_sigmoid(block(&gates, f, h), layout);
+        let sf = sigmoid(block(&gates, f, h));
         let d_f = grad
             .clone()
             .mul(rows::<B>(child))
-            .mul(d_sigmoid(sf.clone(), layout));
+            .mul(sf.clone().mul(sf.clone().neg().add_scalar(1.0)));
         parts.push((f, d_f));
         d_children.push(unrows(grad.clone().mul(sf), child_shape.clone()));
     }
@@ -167,7 +121,7 @@ pub fn gated_output<B: Backend>(
     let shape = c.shape();
     let gates = rows::<B>(gates);
     let h = gates.dims()[1] / layout.blocks;
-    let out = act_sigmoid(block(&gates, layout.output, h), layout).mul(tanh(rows::<B>(c)));
+    let out = sigmoid(block(&gates, layout.output, h)).mul(tanh(rows::<B>(c)));
     unrows(out, shape)
 }
 
@@ -184,12 +138,12 @@ pub fn gated_output_backward<B: Backend>(
     let grad = rows::<B>(grad);
     let [n, w] = gates.dims();
     let h = w / layout.blocks;
-    let so = act_sigmoid(block(&gates, layout.output, h), layout);
+    let so = sigmoid(block(&gates, layout.output, h));
     let tc = tanh(rows::<B>(c));
     let d_o = grad
         .clone()
         .mul(tc.clone())
-        .mul(d_sigmoid(so.clone(), layout));
+        .mul(so.clone().mul(so.clone().neg().add_scalar(1.0)));
     let d_c = grad.mul(so).mul(tc.clone().mul(tc).neg().add_scalar(1.0));
     let d_gates = assemble(vec![(layout.output, d_o)], n, h, layout.blocks, &gates);
     (unrows(d_gates, gate_shape), unrows(d_c, c_shape))
@@ -490,10 +444,6 @@ pub fn activation<B: Backend>(x: FloatTensor<B>, act: Activation) -> FloatTensor
         Activation::Sigmoid => sigmoid(x),
         Activation::Tanh => tanh(x),
         Activation::Gelu => gelu(x),
-        Activation::Gates { blocks, candidate } => {
-            let mask = candidate_columns(&x, blocks, candidate);
-            sigmoid(x.clone()).mask_where(mask, tanh(x))
-        }
     };
     unrows::<B>(y, shape)
 }
@@ -510,13 +460,6 @@ pub fn activation_backward<B: Backend>(
     let slope = match act {
         Activation::Sigmoid => y.clone().mul(y.neg().add_scalar(1.0)),
         Activation::Tanh => y.clone().mul(y).neg().add_scalar(1.0),
-        Activation::Gates { blocks, candidate } => {
-            let mask = candidate_columns(&y, blocks, candidate);
-            let d_tanh = y.clone().mul(y.clone()).neg().add_scalar(1.0);
-            y.clone()
-                .mul(y.neg().add_scalar(1.0))
-                .mask_where(mask, d_tanh)
-        }
         Activation::Gelu => {
             let x = y;
             let cdf = x

@@ -145,12 +145,8 @@ fn layouts() -> Vec<GateLayout> {
         candidate: 0,
         output: 2,
         forgets: vec![1, 3, 4],
-        activated: false,
     };
-    let plain = [GateLayout::lstm(), GateLayout::binary_tree_lstm(), three];
-    // Each layout also with gates that are already activated (the products alone).
-    let activated: Vec<GateLayout> = plain.iter().map(GateLayout::activated).collect();
-    plain.into_iter().chain(activated).collect()
+    vec![GateLayout::lstm(), GateLayout::binary_tree_lstm(), three]
 }
 
 fn forward_matches<B: ArborBackend>() {
@@ -204,9 +200,7 @@ fn grads<B: AutodiffBackend + ArborBackend>(
     n: usize,
     h: usize,
 ) -> (Vec<f64>, Vec<f64>) {
-    // Activated gates live in (−1, 1); pre-activations reach the tails of σ and tanh.
-    let scale = if layout.activated { 0.9 } else { 4.0 };
-    let (gates, base) = inputs::<B>(layout, b, n, h, scale);
+    let (gates, base) = inputs::<B>(layout, b, n, h, 4.0);
     let (gates, base) = (gates.require_grad(), base.require_grad());
     let kids = children(layout, &base);
     let (hh, cc) = if fused {
@@ -255,8 +249,7 @@ fn finite_differences_f64() {
     for layout in layouts() {
         let (b, n, h) = (1, 2, 3);
         let (_, fd_gates, fd_base) = {
-            let scale = if layout.activated { 0.9 } else { 4.0 };
-            let (gates, base) = inputs::<Inner>(&layout, b, n, h, scale);
+            let (gates, base) = inputs::<Inner>(&layout, b, n, h, 4.0);
             let wh = tensor::<Inner, 3>([b, n, h], 1.0, 7);
             let wc = tensor::<Inner, 3>([b, n, h], 1.0, 8);
             let f = |gates: Tensor<Inner, 3>, base: Tensor<Inner, 3>| -> f64 {
@@ -897,101 +890,4 @@ fn select_rows_matches_select_in_values_and_gradients() {
 fn select_rows_refuses_an_out_of_range_row() {
     let t = Tensor::<Flex, 2>::zeros([7, 2], &Default::default());
     let _ = arbor_kernels::select_rows(t, &[0, 7]);
-}
-
-/// `h`, `c` and every input's gradient, through the gates activated once by
-/// [`arbor_kernels::gate_activations`] and the gated ops of the activated layout (`fused`), or
-/// through the plain layout's gated ops; strided gates (a column window of wider rows) large
-/// enough to be split across threads.
-fn activated_once<B: AutodiffBackend + ArborBackend>(fused: bool, tree: bool) -> [Vec<f64>; 5] {
-    let layout = if tree {
-        GateLayout::binary_tree_lstm()
-    } else {
-        GateLayout::lstm()
-    };
-    let (b, n, h) = (7, 40, 37);
-    let w = layout.blocks * h;
-    let gates = tensor::<B, 3>([b, n, w + 3], 6.0, 61)
-        .narrow(2, 2, w)
-        .require_grad();
-    let base = tensor::<B, 3>([b, n + 1, h], 1.5, 62).require_grad();
-    let kids = children(&layout, &base);
-    let (hh, c) = if fused {
-        let a = arbor_kernels::gate_activations(gates.clone(), &layout);
-        fused_both(a, kids, &layout.activated())
-    } else {
-        fused_both(gates.clone(), kids, &layout)
-    };
-    let wh = tensor::<B, 3>([b, n, h], 1.0, 63);
-    let wc = tensor::<B, 3>([b, n, h], 1.0, 64);
-    let g = hh.clone().mul(wh).add(c.clone().mul(wc)).sum().backward();
-    [
-        to_vec(hh),
-        to_vec(c),
-        to_vec(gates.grad(&g).unwrap()),
-        to_vec(base.grad(&g).unwrap()),
-        to_vec(gate_activations_reference::<B>(tree)),
-    ]
-}
-
-/// The reference (plain-op) activation of the same kind of gates, for the fused kernel's
-/// forward values.
-fn gate_activations_reference<B: AutodiffBackend + ArborBackend>(tree: bool) -> Tensor<B, 3> {
-    let layout = if tree {
-        GateLayout::binary_tree_lstm()
-    } else {
-        GateLayout::lstm()
-    };
-    let x = tensor::<B, 3>([5, 9, layout.blocks * 13], 7.0, 65);
-    Tensor::from_primitive(TensorPrimitive::Float(reference::activation::<B>(
-        x.into_primitive().tensor(),
-        layout.activation(),
-    )))
-}
-
-#[test]
-fn gates_activated_once_give_the_gated_ops_values_and_gradients() {
-    for tree in [false, true] {
-        assert_fused_agrees!(
-            activated_once(tree),
-            ["h", "c", "d gates", "d children"],
-            2e-5,
-            format!("tree {tree}")
-        );
-    }
-    // The fused activation kernel against the plain-op one (σ and tanh by block).
-    for tree in [false, true] {
-        let layout = if tree {
-            GateLayout::binary_tree_lstm()
-        } else {
-            GateLayout::lstm()
-        };
-        let x = tensor::<Flex, 3>([5, 9, layout.blocks * 13], 7.0, 65);
-        let fused = to_vec(arbor_kernels::gate_activations(x, &layout));
-        let want = to_vec(gate_activations_reference::<Autodiff<Flex>>(tree));
-        assert_close(&fused, &want, 1e-6, "gate activations");
-    }
-}
-
-#[test]
-fn gate_activations_finite_differences_f64() {
-    type Ad64 = Autodiff<NdArray<f64>>;
-    let layout = GateLayout::binary_tree_lstm();
-    let x = tensor::<NdArray<f64>, 2>([3, layout.blocks * 4], 3.0, 66);
-    let w = tensor::<NdArray<f64>, 2>([3, layout.blocks * 4], 1.0, 67);
-    let xa = Tensor::<Ad64, 2>::from_inner(x.clone()).require_grad();
-    let g = arbor_kernels::gate_activations(xa.clone(), &layout)
-        .mul(Tensor::from_inner(w.clone()))
-        .sum()
-        .backward();
-    let ad = to_vec(xa.grad(&g).unwrap());
-    // Burn computes σ and tanh of f64 tensors in f32: a step of 1e-2 keeps both the rounding
-    // noise and the truncation error near 1e-5 (as `finite_differences_f64`).
-    let fd = central_differences(&[x], 1e-2, |[x]| {
-        arbor_kernels::gate_activations(x, &layout)
-            .mul(w.clone())
-            .sum()
-            .into_scalar()
-    });
-    assert_close(&ad, &fd[0], 2e-4, "gate activations vs finite differences");
 }
