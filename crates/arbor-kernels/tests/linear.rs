@@ -23,6 +23,47 @@ fn close(a: Vec<f64>, b: Vec<f64>, tol: f64, what: &str) {
     }
 }
 
+/// `ours` equals `burns` in value, and, under a loss weighting every output differently, in
+/// the gradient of every named leaf (present, of the leaf's size) and of the bias.
+fn same_as_burn<B: AutodiffBackend>(
+    ours: Tensor<B, 2>,
+    burns: Tensor<B, 2>,
+    leaves: &[(&Tensor<B, 2>, &str)],
+    bias: Option<&Tensor<B, 1>>,
+    tol: f64,
+    what: &str,
+) {
+    close(
+        values(ours.clone()),
+        values(burns.clone()),
+        tol,
+        &format!("{what}: y"),
+    );
+    let g = Tensor::<B, 2>::random(ours.dims(), Distribution::Default, &ours.device());
+    let (ga, gb) = (
+        ours.mul(g.clone()).sum().backward(),
+        burns.mul(g).sum().backward(),
+    );
+    let grad = |t: &Tensor<B, 2>, gr: &B::Gradients| t.grad(gr).map(values).unwrap_or_default();
+    for (t, name) in leaves {
+        let (a, e) = (grad(t, &ga), grad(t, &gb));
+        assert_eq!(
+            a.len(),
+            t.shape().num_elements(),
+            "{what}: {name} is missing"
+        );
+        close(a, e, tol, &format!("{what}: {name}"));
+    }
+    if let Some(b) = bias {
+        close(
+            values(b.grad(&ga).unwrap()),
+            values(b.grad(&gb).unwrap()),
+            tol,
+            &format!("{what}: db"),
+        );
+    }
+}
+
 fn matches_burn<B: AutodiffBackend + ArborBackend>(tol: f64) {
     let device = Default::default();
     let r = |shape: [usize; 2]| Tensor::<B, 2>::random(shape, Distribution::Default, &device);
@@ -53,36 +94,14 @@ fn matches_burn<B: AutodiffBackend + ArborBackend>(tol: f64) {
             let ours = linear(x.clone(), w(), b.clone());
             let burns = burn::tensor::module::linear(x.clone(), w(), b.clone());
             assert_eq!(ours.dims(), [m, n], "{what}");
-            close(
-                values(ours.clone()),
-                values(burns.clone()),
+            same_as_burn(
+                ours,
+                burns,
+                &[(&x, "dx"), (&wide, "dw")],
+                b.as_ref(),
                 tol,
-                &format!("{what}: y"),
+                &what,
             );
-            // A loss weighting every output differently.
-            let g = r([m, n]);
-            let (ga, gb) = (
-                ours.mul(g.clone()).sum().backward(),
-                burns.mul(g).sum().backward(),
-            );
-            let grad = |t: &Tensor<B, 2>, gr: &B::Gradients| {
-                values(t.grad(gr).unwrap_or_else(|| panic!("{what}: no gradient")))
-            };
-            close(grad(&x, &ga), grad(&x, &gb), tol, &format!("{what}: dx"));
-            close(
-                grad(&wide, &ga),
-                grad(&wide, &gb),
-                tol,
-                &format!("{what}: dw"),
-            );
-            if let Some(b) = &b {
-                close(
-                    values(b.grad(&ga).unwrap()),
-                    values(b.grad(&gb).unwrap()),
-                    tol,
-                    &format!("{what}: db"),
-                );
-            }
         }
     }
 }
@@ -172,36 +191,8 @@ fn pair_matches_burn<B: AutodiffBackend + ArborBackend>(tol: f64, empty: bool) {
             };
             let burns = burn::tensor::module::linear(x.clone(), window(&wide_w), b.clone()).add(hu);
             assert_eq!(ours.dims(), [m, n], "{what}");
-            close(
-                values(ours.clone()),
-                values(burns.clone()),
-                tol,
-                &format!("{what}: y"),
-            );
-            let g = r([m, n]);
-            let (ga, gb) = (
-                ours.mul(g.clone()).sum().backward(),
-                burns.mul(g).sum().backward(),
-            );
-            let grad =
-                |t: &Tensor<B, 2>, gr: &B::Gradients| t.grad(gr).map(values).unwrap_or_default();
-            for (t, name) in [(&x, "dx"), (&h, "dh"), (&wide_w, "dw"), (&wide_u, "du")] {
-                let (a, e) = (grad(t, &ga), grad(t, &gb));
-                assert_eq!(
-                    a.len(),
-                    t.shape().num_elements(),
-                    "{what}: {name} is missing"
-                );
-                close(a, e, tol, &format!("{what}: {name}"));
-            }
-            if let Some(b) = &b {
-                close(
-                    values(b.grad(&ga).unwrap()),
-                    values(b.grad(&gb).unwrap()),
-                    tol,
-                    &format!("{what}: db"),
-                );
-            }
+            let leaves = [(&x, "dx"), (&h, "dh"), (&wide_w, "dw"), (&wide_u, "du")];
+            same_as_burn(ours, burns, &leaves, b.as_ref(), tol, &what);
         }
     }
 }
