@@ -165,8 +165,11 @@ pub(super) fn index_tensor<B: ArborBackend>(
     rows: &[usize],
     device: &B::Device,
 ) -> Tensor<B, 1, Int> {
-    let v: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
-    Tensor::from_data(TensorData::new(v, [rows.len()]), device)
+    ints(
+        rows.iter().map(|&r| r as i64).collect(),
+        [rows.len()],
+        device,
+    )
 }
 
 /// An integer tensor from host values.
@@ -697,16 +700,8 @@ impl<B: ArborBackend> Chart<B> {
         let base_c = base_p.clone().select(0, of_cell.clone());
         let b3 = base_c.clone().reshape([c, 1]).expand(shape3);
         let old_slot = |s: Tensor<B, 2, Int>, l: Tensor<B, 2, Int>| {
-            let contains = s
-                .clone()
-                .lower_equal(u3.clone())
-                .bool_and(u3.clone().lower_equal(s.clone().add(l.clone())));
-            let old_s = s.clone().add(s.greater(u3.clone()).int());
-            b3.clone()
-                .add(old_s)
-                .mul_scalar(l1 as i64)
-                .add(l)
-                .add(contains.int())
+            slot_before_merge(b3.clone(), s, l, u3.clone(), l1)
+                .0
                 .reshape([c * m])
         };
         let left_idx = old_slot(s3.clone(), q3.clone());
@@ -774,17 +769,7 @@ impl<B: ArborBackend> Chart<B> {
         let l3 = iota::<B, 3>(shape3, 2, &device);
         let b3 = iota::<B, 3>(shape3, 0, &device).mul_scalar(a as i64);
         let u3 = u.reshape([batch, 1, 1]).expand(shape3);
-        let contains = s3
-            .clone()
-            .lower_equal(u3.clone())
-            .bool_and(u3.clone().lower_equal(s3.clone().add(l3.clone())));
-        let after = s3.clone().greater(u3.clone()).int();
-        let old = b3
-            .add(s3.clone())
-            .add(after)
-            .mul_scalar(l1 as i64)
-            .add(l3.clone())
-            .add(contains.clone().int());
+        let (old, contains) = slot_before_merge(b3, s3.clone(), l3.clone(), u3.clone(), l1);
         let slots = (batch * a * l1) as i64;
         // Sentence b's cell for slot s is its (s − max(0, u − m))-th; slots past the sentence
         // hold anything, but in range.
@@ -1206,6 +1191,32 @@ impl<B: ArborBackend> Chart<B> {
     pub fn has_cell(&self, b: usize, span: (usize, usize)) -> bool {
         span.0 == span.1 || self.host()[b].cells.contains_key(&span)
     }
+}
+
+/// Where slot `(b, s, l)` of the table after the merge of terminals `u` and `u + 1` was in the
+/// table before it, as a row `(b·A + s_old)·(m + 1) + l_old` of the old table (`base` = `b·A`,
+/// `l1` = `m + 1`): the old row `l + 1` at `s` when its terminals hold the merged one
+/// (`s ≤ u ≤ s + l`; returned too, as `contains`; row `m + 1` is then a new cell, which the
+/// caller places), the old slot `s + 1` after it, the same slot before it.
+fn slot_before_merge<B: Backend, const D: usize>(
+    base: Tensor<B, D, Int>,
+    s: Tensor<B, D, Int>,
+    l: Tensor<B, D, Int>,
+    u: Tensor<B, D, Int>,
+    l1: usize,
+) -> (Tensor<B, D, Int>, Tensor<B, D, Bool>) {
+    let contains = s
+        .clone()
+        .lower_equal(u.clone())
+        .bool_and(u.clone().lower_equal(s.clone().add(l.clone())));
+    let after = s.clone().greater(u).int();
+    let row = base
+        .add(s)
+        .add(after)
+        .mul_scalar(l1 as i64)
+        .add(l)
+        .add(contains.clone().int());
+    (row, contains)
 }
 
 /// Replaces `rows[at]` by `new` (for `at` inside `rows`; `at == rows.len()` is a spare slot).
