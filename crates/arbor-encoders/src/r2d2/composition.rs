@@ -183,6 +183,16 @@ impl<B: ArborBackend> Composition<B> {
         }
     }
 
+    /// What the layers need for sequences with roles `role_ids` whose first `tasks` positions
+    /// are task tokens: every layer's role terms ([`RoleTransformerLayer::role_terms`]) and the
+    /// attention mask.
+    fn pattern(&self, role_ids: &[usize], tasks: usize) -> Pattern<B> {
+        Pattern {
+            roles: self.role_terms(role_ids),
+            bias: mask_bias::<B>(role_ids.len(), tasks, &self.roles.device()),
+        }
+    }
+
     /// The role terms of every layer for positions with roles `role_ids`
     /// ([`RoleTransformerLayer::role_terms`]).
     fn role_terms(&self, role_ids: &[usize]) -> Vec<Tensor<B, 2>> {
@@ -202,22 +212,19 @@ impl<B: ArborBackend> Composition<B> {
             .collect()
     }
 
-    /// Runs the layers over `x` with each layer's role terms; the first `tasks` positions are
-    /// task tokens.
-    fn encode(&self, x: Tensor<B, 3>, role_terms: &[Tensor<B, 2>], tasks: usize) -> Tensor<B, 3> {
-        let l = x.dims()[1];
-        let bias = mask_bias::<B>(l, tasks, &x.device());
+    /// Runs the layers over `x` with the role terms and mask of `pattern`.
+    fn encode(&self, x: Tensor<B, 3>, pattern: &Pattern<B>) -> Tensor<B, 3> {
         self.layers
             .iter()
-            .zip(role_terms)
+            .zip(&pattern.roles)
             .fold(x, |x, (layer, roles)| {
-                layer.forward_with_role_terms(x, roles.clone(), bias.clone())
+                layer.forward_with_role_terms(x, roles.clone(), pattern.bias.clone())
             })
     }
 
     /// Everything of this composition that depends on its parameters alone, computed once:
     /// the task tokens (`tokens`, `[3, D]`, or its own) and, at their first use, every layer's
-    /// role terms for composing and for the LM's `[MASK]` context. A chart composes with it at
+    /// role terms (with the attention mask) for composing and for the LM's `[MASK]` context. A chart composes with it at
     /// every step, so these tensors join the autodiff graph once per pass instead of once per
     /// step (see [`RoleTransformerLayer::role_terms`]).
     fn prepare(&self, tokens: Option<Tensor<B, 2>>) -> Prepared<B> {
@@ -226,8 +233,8 @@ impl<B: ArborBackend> Composition<B> {
         let token = |i: usize| tokens.clone().narrow(0, i, 1).reshape([1, 1, d]);
         Prepared {
             tokens: [token(0), token(1), token(2)],
-            compose_roles: OnceCell::new(),
-            mask_roles: OnceCell::new(),
+            compose_pattern: OnceCell::new(),
+            mask_pattern: OnceCell::new(),
         }
     }
 
@@ -282,10 +289,10 @@ impl<B: ArborBackend> Composition<B> {
             ],
             1,
         );
-        let roles = prepared
-            .mask_roles
-            .get_or_init(|| self.role_terms(&[0, 1, 2]));
-        let o = self.encode(x, roles, 1);
+        let pattern = prepared
+            .mask_pattern
+            .get_or_init(|| self.pattern(&[0, 1, 2], 1));
+        let o = self.encode(x, pattern);
         layer_norm_noaffine(o.narrow(1, 0, 1).reshape([n, d]))
     }
 }
@@ -295,10 +302,18 @@ impl<B: ArborBackend> Composition<B> {
 struct Prepared<B: Backend> {
     /// `[CLS]`, `[SUM]`, `[MASK]`, each `[1, 1, D]`.
     tokens: [Tensor<B, 3>; 3],
-    /// Every layer's role terms for `[CLS, SUM, left, right]`, once first needed.
-    compose_roles: OnceCell<Vec<Tensor<B, 2>>>,
-    /// Every layer's role terms for `[MASK, left, right]`, once first needed.
-    mask_roles: OnceCell<Vec<Tensor<B, 2>>>,
+    /// Every layer's role terms and the mask for `[CLS, SUM, left, right]`, once first needed.
+    compose_pattern: OnceCell<Pattern<B>>,
+    /// The same for `[MASK, left, right]`.
+    mask_pattern: OnceCell<Pattern<B>>,
+}
+
+/// Every layer's role terms and the attention mask for one sequence pattern
+/// ([`Composition::pattern`]).
+#[derive(Debug, Clone)]
+struct Pattern<B: Backend> {
+    roles: Vec<Tensor<B, 2>>,
+    bias: Tensor<B, 2>,
 }
 
 /// A [`Composition`] with its task tokens (its own, or from elsewhere) and role terms computed
@@ -352,10 +367,10 @@ impl<B: ArborBackend> Composition<B> {
             ],
             1,
         );
-        let roles = prepared
-            .compose_roles
-            .get_or_init(|| self.role_terms(&[0, 0, 1, 2]));
-        let o = self.encode(x, roles, 2);
+        let pattern = prepared
+            .compose_pattern
+            .get_or_init(|| self.pattern(&[0, 0, 1, 2], 2));
+        let o = self.encode(x, pattern);
         let pick = |i: usize| o.clone().narrow(1, i, 1).reshape([n, d]);
         let (o_cls, o_sum, o_left, o_right) = (pick(0), pick(1), pick(2), pick(3));
         // One fused `linear` each (a `Linear::forward` reshapes its bias: one more graph to
