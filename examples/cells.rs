@@ -23,8 +23,9 @@ use clap::Parser;
 /// Run the recurrent cells on a device and compare with the CPU.
 #[derive(Parser, Debug)]
 struct Args {
-    /// Backend and device: flex, ndarray, cuda, cuda:N.
-    #[arg(long, default_value = "flex")]
+    /// Backend and device: auto (the first CUDA GPU when built with `cuda` and one answers, else
+    /// the default CPU backend), flex, ndarray, cuda, cuda:N.
+    #[arg(long, default_value = arbor::device::DEFAULT_DEVICE)]
     device: String,
     /// Cells to run (default: all).
     #[arg(long, value_delimiter = ',')]

@@ -18,6 +18,9 @@
 //!   `record.json` and `record.md` comparing the mean over seeds with the paper. `--list`,
 //!   `--seeds N`, `--budget-minutes M`, `--test FILE`, `--device D`, `--out DIR`,
 //!   `--program PATH`, `--dry-run`; see `docs/repro.md`.
+//! - `cargo xtask gpu-pack`: builds the GPU check (`arbor-gpu-check`), `arbor-bench` and the
+//!   `snli` and `logic` examples with `--features cuda`, stripped, into `gpu-pack/` with the
+//!   PyTorch twins, the logic data and a manifest, for a GPU machine without Rust (docs/gpu.md).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -25,6 +28,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
+mod gpu_pack;
 mod graph;
 mod repro;
 
@@ -54,10 +58,25 @@ enum Cmd {
     /// Reproduce papers' numbers: run recipes from `repro/` and record arbor's result beside
     /// the paper's (see docs/repro.md).
     Repro(repro::ReproArgs),
+    /// Build the GPU check's pack (release, `--features cuda`, stripped, under 48 MiB) for a
+    /// GPU machine without Rust: `gpu-pack/bin/arbor-gpu-check REPORT_DIR` there.
+    GpuPack(gpu_pack::GpuPackArgs),
 }
 
-/// The cargo feature the `--device` among `args` needs (`flex` when none is given).
-fn backend_feature(args: &[String]) -> Result<&'static str> {
+/// Whether this machine has an NVIDIA GPU and driver (`/dev/nvidiactl`, or `nvidia-smi -L`
+/// listing a GPU): what `--device auto` builds the `cuda` feature for.
+fn gpu_present() -> bool {
+    std::path::Path::new("/dev/nvidiactl").exists()
+        || Command::new("nvidia-smi")
+            .arg("-L")
+            .output()
+            .is_ok_and(|o| o.status.success() && !o.stdout.is_empty())
+}
+
+/// The cargo features the `--device` among `args` needs. No `--device`, or `auto`, builds the
+/// default CPU backend and, on a machine with an NVIDIA GPU, the `cuda` backend too; the program
+/// then picks at run time (`auto`: the GPU when it answers).
+fn backend_feature(args: &[String]) -> Result<String> {
     let mut device = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -67,13 +86,22 @@ fn backend_feature(args: &[String]) -> Result<&'static str> {
             device = Some(d);
         }
     }
-    let device = device.unwrap_or("flex").to_ascii_lowercase();
+    features_for(device.unwrap_or("auto"), gpu_present())
+}
+
+/// [`backend_feature`] for a device name, knowing whether the machine has a GPU.
+fn features_for(device: &str, gpu: bool) -> Result<String> {
+    let device = device.to_ascii_lowercase();
     Ok(match device.as_str() {
-        "flex" | "cpu" => "flex",
+        "auto" if gpu => "flex,cuda",
+        "auto" | "flex" | "cpu" => "flex",
         "ndarray" => "ndarray",
         d if d == "cuda" || d == "gpu" || d.starts_with("cuda:") => "cuda",
-        other => bail!("unknown --device `{other}`: expected flex, ndarray, cuda or cuda:N"),
-    })
+        other => {
+            bail!("unknown --device `{other}`: expected auto, flex, ndarray, cuda or cuda:N")
+        }
+    }
+    .to_string())
 }
 
 fn bench(args: &[String]) -> Result<()> {
@@ -85,7 +113,7 @@ fn bench(args: &[String]) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let status = Command::new(cargo)
         .args(["run", "--release", "--quiet", "--package", "arbor-bench"])
-        .args(["--no-default-features", "--features", feature, "--"])
+        .args(["--no-default-features", "--features", &feature, "--"])
         .args(&forwarded)
         .current_dir(root())
         .status()
@@ -127,6 +155,7 @@ fn main() -> Result<()> {
         Cmd::Bench { args } => bench(&args),
         Cmd::Graph { check } => graph::run(&root(), check),
         Cmd::Repro(args) => repro::run(&root(), &args).map(drop),
+        Cmd::GpuPack(args) => gpu_pack::run(&root(), &args).map(drop),
     }
 }
 
@@ -140,7 +169,11 @@ mod tests {
 
     #[test]
     fn the_device_picks_the_backend_feature() {
-        assert_eq!(backend_feature(&strings(&["--quick"])).unwrap(), "flex");
+        // No --device is auto: the CPU, plus CUDA on a machine with a GPU.
+        let auto = if gpu_present() { "flex,cuda" } else { "flex" };
+        assert_eq!(backend_feature(&strings(&["--quick"])).unwrap(), auto);
+        assert_eq!(features_for("auto", true).unwrap(), "flex,cuda");
+        assert_eq!(features_for("AUTO", false).unwrap(), "flex");
         assert_eq!(
             backend_feature(&strings(&["--device", "cuda"])).unwrap(),
             "cuda"

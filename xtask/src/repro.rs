@@ -48,8 +48,9 @@ pub struct ReproArgs {
     /// Extra test file for the program (repeatable), passed on as `--test FILE`.
     #[arg(long, value_name = "FILE")]
     pub test: Vec<PathBuf>,
-    /// Backend and device for the program: flex, ndarray, cuda, cuda:N.
-    #[arg(long, value_name = "D", default_value = "flex")]
+    /// Backend and device for the program: auto (the GPU when the machine has one and it
+    /// answers, else the CPU), flex, ndarray, cuda, cuda:N.
+    #[arg(long, value_name = "D", default_value = "auto")]
     pub device: String,
     /// Where the runs go: `DIR/RECIPE[-budgetMm]/seedK/` (default: runs/repro in the workspace).
     #[arg(long, value_name = "DIR")]
@@ -498,6 +499,9 @@ pub struct ResultTable {
 pub struct RunResult {
     /// The encoder that was trained.
     pub encoder: Option<String>,
+    /// The device it ran on (`auto` resolved: `cuda:0`, `flex`).
+    #[serde(default)]
+    pub device: Option<String>,
     /// Scores per split.
     pub splits: BTreeMap<String, SplitResult>,
     /// Breakdowns.
@@ -745,7 +749,7 @@ pub struct Record {
     pub machine: Machine,
     /// The cargo backend feature (`flex`, `ndarray`, `cuda`).
     pub backend: String,
-    /// The `--device` given to the program.
+    /// The device the program ran on (its `result.json`; `--device` when it wrote none).
     pub device: String,
     /// `--budget-minutes`, for a shortened run.
     pub budget_minutes: Option<f64>,
@@ -1178,7 +1182,10 @@ fn run_recipe(
         commit: commit.to_string(),
         machine: Machine::collect(),
         backend: backend.to_string(),
-        device: opts.device.clone(),
+        device: results
+            .first()
+            .and_then(|r| r.device.clone())
+            .unwrap_or_else(|| opts.device.clone()),
         budget_minutes: opts.budget_minutes,
         date: now_utc(),
         seeds: seed_records,
@@ -1255,7 +1262,7 @@ pub fn run(root: &Path, args: &ReproArgs) -> Result<Vec<Record>> {
     } else {
         for r in &recipes {
             if !binaries.contains_key(&r.program) {
-                let bin = build(root, &r.program, feature, args.dry_run)?;
+                let bin = build(root, &r.program, &feature, args.dry_run)?;
                 binaries.insert(r.program.clone(), bin);
             }
         }
@@ -1279,7 +1286,7 @@ pub fn run(root: &Path, args: &ReproArgs) -> Result<Vec<Record>> {
             &seeds,
             &out_root,
             &opts,
-            feature,
+            &feature,
             &commit,
             args.dry_run,
         ) {

@@ -139,8 +139,9 @@ impl EngineArgs {
 /// Flags every classification program shares.
 #[derive(Debug, Clone, Args)]
 pub struct TrainArgs {
-    /// Backend and device: flex, ndarray, cuda, cuda:N.
-    #[arg(long, default_value = "flex")]
+    /// Backend and device: auto (the first CUDA GPU when built with `cuda` and one answers, else
+    /// the default CPU backend), flex, ndarray, cuda, cuda:N.
+    #[arg(long, default_value = arbor_train::device::DEFAULT_DEVICE)]
     pub device: String,
     /// Sentence encoder.
     #[arg(long, default_value = "gumbel", value_parser = parse_encoder)]

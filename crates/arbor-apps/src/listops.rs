@@ -28,7 +28,7 @@ use crate::common::{
 };
 use crate::result::{RunResult, ScoreTable};
 use arbor_tasks::{evaluate, per_group, ClassifyData, ClassifyTask};
-use arbor_train::device::{run_on, BackendJob};
+use arbor_train::device::{resolve, run_on, BackendJob};
 
 /// Default `--embed-init-std` of this program: as for the logic data: a small vocabulary of symbols.
 pub const EMBED_INIT_STD: f64 = 1.0;
@@ -114,8 +114,9 @@ pub struct EvalArgs {
     /// Files to score (repeatable).
     #[arg(long, required = true)]
     pub test: Vec<PathBuf>,
-    /// Backend and device: flex, ndarray, cuda, cuda:N.
-    #[arg(long, default_value = "flex")]
+    /// Backend and device: auto (the first CUDA GPU when built with `cuda` and one answers, else
+    /// the default CPU backend), flex, ndarray, cuda, cuda:N.
+    #[arg(long, default_value = arbor_train::device::DEFAULT_DEVICE)]
     pub device: String,
 }
 
@@ -458,8 +459,9 @@ pub fn run(args: ListOpsArgs) -> Result<()> {
             Ok(())
         }
         Command::Train(t) => {
-            let t = *t;
+            let mut t = *t;
             t.common.check()?;
+            t.common.device = resolve(&t.common.device)?.to_string();
             let train = read_file(&t.train)?;
             let valid = read_file(&t.valid)?;
             let tests = t
@@ -478,7 +480,8 @@ pub fn run(args: ListOpsArgs) -> Result<()> {
                 },
             )?
         }
-        Command::Eval(e) => {
+        Command::Eval(mut e) => {
+            e.device = resolve(&e.device)?.to_string();
             let tests = e
                 .test
                 .iter()

@@ -22,7 +22,7 @@ use crate::cli::TrainArgs;
 use crate::common::{best_or_last, classification_task, print_tree, scored_checkpoint, Labels};
 use crate::result::{RunResult, ScoreTable};
 use arbor_tasks::{evaluate, NliData, NliTask};
-use arbor_train::device::{run_on, BackendJob};
+use arbor_train::device::{resolve, run_on, BackendJob};
 
 /// Default `--embed-init-std` of this program: SPINN's `nn.Embedding` default; measured in docs/results.md.
 pub const EMBED_INIT_STD: f64 = 1.0;
@@ -358,8 +358,9 @@ impl BackendJob for Job {
 }
 
 /// Runs the program.
-pub fn run(args: LogicArgs) -> Result<()> {
+pub fn run(mut args: LogicArgs) -> Result<()> {
     args.common.check()?;
+    args.common.device = resolve(&args.common.device)?.to_string();
     let splits = load_splits(&args)?;
     let device = args.common.device.clone();
     run_on(&device, Job { args, splits })?

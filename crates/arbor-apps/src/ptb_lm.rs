@@ -22,7 +22,7 @@ use clap::Parser;
 
 use crate::cli::EngineArgs;
 use crate::common::checkpoint_in;
-use arbor_train::device::{run_on, BackendJob};
+use arbor_train::device::{resolve, run_on, BackendJob};
 
 /// Train (or evaluate, or parse with) a recurrent language model on PTB.
 #[derive(Debug, Clone, Parser)]
@@ -104,8 +104,9 @@ pub struct PtbLmArgs {
     /// Evaluate on at most this many validation tokens during training (default: all).
     #[arg(long)]
     pub valid_tokens: Option<usize>,
-    /// Backend and device: flex, ndarray, cuda, cuda:N.
-    #[arg(long, default_value = "flex")]
+    /// Backend and device: auto (the first CUDA GPU when built with `cuda` and one answers, else
+    /// the default CPU backend), flex, ndarray, cuda, cuda:N.
+    #[arg(long, default_value = arbor_train::device::DEFAULT_DEVICE)]
     pub device: String,
     /// The engine's flags (streams, epochs, learning rate, checkpoints…).
     #[command(flatten)]
@@ -414,8 +415,9 @@ impl BackendJob for Job {
 }
 
 /// Runs the program.
-pub fn run(args: PtbLmArgs) -> Result<()> {
+pub fn run(mut args: PtbLmArgs) -> Result<()> {
     args.check()?;
+    args.device = resolve(&args.device)?.to_string();
     let device = args.device.clone();
     run_on(&device, Job { args })?
 }

@@ -23,7 +23,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::cli::EngineArgs;
 use arbor_tasks::{R2d2LmTask, R2d2Meta};
-use arbor_train::device::{run_on, BackendJob};
+use arbor_train::device::{resolve, run_on, BackendJob};
 
 /// R2D2: pretraining, pseudo-perplexity, parsing.
 #[derive(Debug, Clone, Parser)]
@@ -96,8 +96,9 @@ pub struct PretrainArgs {
     /// Cap on padded tokens per batch (length-bucketed batches).
     #[arg(long, default_value_t = 1024)]
     pub max_tokens: usize,
-    /// Backend and device: flex, ndarray, cuda, cuda:N.
-    #[arg(long, default_value = "flex")]
+    /// Backend and device: auto (the first CUDA GPU when built with `cuda` and one answers, else
+    /// the default CPU backend), flex, ndarray, cuda, cuda:N.
+    #[arg(long, default_value = arbor_train::device::DEFAULT_DEVICE)]
     pub device: String,
     /// The engine's flags (batch, epochs, learning rate, checkpoints…).
     #[command(flatten)]
@@ -163,8 +164,9 @@ pub struct EvalArgs {
     /// Sentences whose contexts are encoded together.
     #[arg(long, default_value_t = 4)]
     pub batch_size: usize,
-    /// Backend and device.
-    #[arg(long, default_value = "flex")]
+    /// Backend and device: auto (the first CUDA GPU when built with `cuda` and one answers, else
+    /// the default CPU backend), flex, ndarray, cuda, cuda:N.
+    #[arg(long, default_value = arbor_train::device::DEFAULT_DEVICE)]
     pub device: String,
 }
 
@@ -191,8 +193,9 @@ pub struct ParseArgs {
     /// Sentences per batch.
     #[arg(long, default_value_t = 16)]
     pub batch_size: usize,
-    /// Backend and device.
-    #[arg(long, default_value = "flex")]
+    /// Backend and device: auto (the first CUDA GPU when built with `cuda` and one answers, else
+    /// the default CPU backend), flex, ndarray, cuda, cuda:N.
+    #[arg(long, default_value = arbor_train::device::DEFAULT_DEVICE)]
     pub device: String,
 }
 
@@ -434,7 +437,8 @@ impl BackendJob for EvalJob {
 ///
 /// # Errors
 /// An unreadable checkpoint or text, an unknown device.
-pub fn evaluate(args: EvalArgs) -> Result<PseudoPerplexity> {
+pub fn evaluate(mut args: EvalArgs) -> Result<PseudoPerplexity> {
+    args.device = resolve(&args.device)?.to_string();
     let device = args.device.clone();
     run_on(&device, EvalJob { args })?
 }
@@ -534,13 +538,15 @@ impl BackendJob for ParseJob {
 /// Runs the program.
 pub fn run(args: R2d2Args) -> Result<()> {
     match args.command {
-        Command::Pretrain(a) => {
+        Command::Pretrain(mut a) => {
             a.check()?;
+            a.device = resolve(&a.device)?.to_string();
             let device = a.device.clone();
             run_on(&device, PretrainJob { args: *a })?
         }
         Command::Eval(a) => evaluate(a).map(|_| ()),
-        Command::Parse(a) => {
+        Command::Parse(mut a) => {
+            a.device = resolve(&a.device)?.to_string();
             let device = a.device.clone();
             run_on(&device, ParseJob { args: a })?
         }

@@ -20,7 +20,7 @@ use crate::common::{
 };
 use crate::result::RunResult;
 use arbor_tasks::{evaluate, ModelConfig, ModelMeta, NliData, NliTask};
-use arbor_train::device::{run_on, BackendJob};
+use arbor_train::device::{resolve, run_on, BackendJob};
 
 /// Default `--embed-init-std` of this program: the Gumbel Tree-LSTM reference's `normal_(0, 0.01)`.
 pub const EMBED_INIT_STD: f64 = 0.01;
@@ -386,8 +386,9 @@ pub fn keep_parsed(splits: &mut SnliSplits, kind: arbor_encoders::EncoderKind) -
 }
 
 /// Runs the program.
-pub fn run(args: SnliArgs) -> Result<()> {
+pub fn run(mut args: SnliArgs) -> Result<()> {
     args.common.check()?;
+    args.common.device = resolve(&args.common.device)?.to_string();
     let device = args.common.device.clone();
     if args.parse.is_some() {
         return run_on(&device, EvalJob { args, splits: None })?;

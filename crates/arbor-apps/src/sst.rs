@@ -20,7 +20,7 @@ use crate::common::{
 };
 use crate::result::RunResult;
 use arbor_tasks::{ClassifyData, ClassifyTask};
-use arbor_train::device::{run_on, BackendJob};
+use arbor_train::device::{resolve, run_on, BackendJob};
 
 /// Default `--embed-init-std` of this program: the Gumbel Tree-LSTM reference's `normal_(0, 0.01)`; on SST-2 a small start also learns faster than N(0, 1), docs/results.md.
 pub const EMBED_INIT_STD: f64 = 0.01;
@@ -239,8 +239,9 @@ impl BackendJob for EvalJob {
 }
 
 /// Runs the program.
-pub fn run(args: SstArgs) -> Result<()> {
+pub fn run(mut args: SstArgs) -> Result<()> {
     args.common.check()?;
+    args.common.device = resolve(&args.common.device)?.to_string();
     let device = args.common.device.clone();
     if args.parse.is_some() {
         return run_on(

@@ -17,7 +17,9 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
+pub mod gpu_check;
 pub mod harness;
+pub mod parity;
 pub mod report;
 pub mod system;
 pub mod versus;

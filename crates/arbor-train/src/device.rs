@@ -6,6 +6,13 @@
 //! device. Backends are cargo features of `arbor-train` (forwarded by `arbor` and `arbor-apps`); asking for one that was not compiled in is a
 //! clear error naming the feature to enable.
 //!
+//! `auto` (every program's default) picks the first CUDA GPU when the binary has the `cuda`
+//! feature and the driver answers with at least one device, and otherwise the default CPU
+//! backend (`flex`, or `ndarray` when only that one is compiled in), as candle's and tch-rs's
+//! "best device" helpers do. [`resolve`] turns any `--device` string into the concrete name to
+//! print and record. An explicit `cuda`/`cuda:N` on a machine without that GPU is a one-line
+//! [`DeviceError::Unavailable`], checked before Burn's CUDA runtime starts (it panics instead).
+//!
 //! ```
 //! use burn::prelude::*;
 //! use arbor_train::device::{run_on, BackendJob};
@@ -41,8 +48,16 @@ pub enum DeviceSpec {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DeviceError {
     /// The string names no known backend.
-    #[error("unknown device `{0}`: expected one of flex, ndarray, cuda, cuda:N")]
+    #[error("unknown device `{0}`: expected one of auto, flex, ndarray, cuda, cuda:N")]
     Unknown(String),
+    /// The backend is compiled in but the device does not answer (no driver, no such GPU).
+    #[error("--device {device}: {reason}")]
+    Unavailable {
+        /// The device asked for (`cuda:1`).
+        device: String,
+        /// What the driver said.
+        reason: String,
+    },
     /// The backend exists but this binary was built without its cargo feature.
     #[error(
         "the `{backend}` backend is not compiled into this binary; rebuild with \
@@ -89,9 +104,11 @@ impl fmt::Display for DeviceSpec {
 impl FromStr for DeviceSpec {
     type Err = DeviceError;
 
+    /// Parses a device name; `auto` is resolved here ([`DeviceSpec::auto`]).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let key = s.trim().to_ascii_lowercase();
         match key.as_str() {
+            "auto" => DeviceSpec::auto(),
             "flex" | "cpu" => Ok(DeviceSpec::Flex),
             "ndarray" => Ok(DeviceSpec::NdArray),
             "cuda" | "gpu" => Ok(DeviceSpec::Cuda(0)),
@@ -102,6 +119,95 @@ impl FromStr for DeviceSpec {
                 .ok_or_else(|| DeviceError::Unknown(s.to_string())),
         }
     }
+}
+
+/// The `--device` value every program uses when none is given.
+pub const DEFAULT_DEVICE: &str = "auto";
+
+impl DeviceSpec {
+    /// The CPU backend `auto` falls back to: `flex` when compiled in, else `ndarray`.
+    pub fn default_cpu() -> Result<Self, DeviceError> {
+        [DeviceSpec::Flex, DeviceSpec::NdArray]
+            .into_iter()
+            .find(|d| d.is_compiled())
+            .ok_or(DeviceError::NotCompiled {
+                backend: "flex",
+                feature: "flex",
+            })
+    }
+
+    /// What `--device auto` means on this machine: `cuda:0` when this binary has the `cuda`
+    /// feature and the driver reports at least one GPU, otherwise [`DeviceSpec::default_cpu`].
+    pub fn auto() -> Result<Self, DeviceError> {
+        match cuda_device_count() {
+            Ok(n) if n > 0 => Ok(DeviceSpec::Cuda(0)),
+            _ => DeviceSpec::default_cpu(),
+        }
+    }
+
+    /// Checks that the device answers: always for the CPU backends; for `cuda:N`, that the
+    /// driver loads and has a GPU number `N`. Fails with a one-line error otherwise.
+    pub fn check_available(self) -> Result<(), DeviceError> {
+        if !self.is_compiled() {
+            return Err(DeviceError::NotCompiled {
+                backend: self.backend_name(),
+                feature: self.backend_name(),
+            });
+        }
+        let DeviceSpec::Cuda(index) = self else {
+            return Ok(());
+        };
+        let unavailable = |reason: String| DeviceError::Unavailable {
+            device: self.to_string(),
+            reason,
+        };
+        match cuda_device_count() {
+            Err(reason) => Err(unavailable(reason)),
+            Ok(0) => Err(unavailable("the CUDA driver reports no GPU".into())),
+            Ok(n) if index >= n => Err(unavailable(format!(
+                "this machine has {n} CUDA GPU{} (cuda:0{})",
+                if n == 1 { "" } else { "s" },
+                if n == 1 {
+                    String::new()
+                } else {
+                    format!("..cuda:{}", n - 1)
+                }
+            ))),
+            Ok(_) => Ok(()),
+        }
+    }
+}
+
+/// How many CUDA GPUs the driver reports, or why it could not be asked (no driver library,
+/// `cuInit` failed, or this binary has no `cuda` feature).
+pub fn cuda_device_count() -> Result<usize, String> {
+    #[cfg(feature = "cuda")]
+    {
+        use cudarc::driver::{result, sys};
+        // SAFETY: only tries to open the driver library by its usual names.
+        if !unsafe { sys::is_culib_present() } {
+            return Err("no NVIDIA driver: libcuda.so could not be loaded".into());
+        }
+        result::init().map_err(|e| format!("the CUDA driver did not start (cuInit: {e:?})"))?;
+        let n = result::device::get_count()
+            .map_err(|e| format!("the CUDA driver could not count GPUs ({e:?})"))?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Err("this binary was built without the `cuda` feature".into())
+    }
+}
+
+/// Resolves a `--device` string (including `auto`) to the concrete device it names, checking
+/// that it is compiled in and answers. Programs call this first and print and record the result.
+///
+/// # Errors
+/// [`DeviceError::Unknown`], [`DeviceError::NotCompiled`] or [`DeviceError::Unavailable`].
+pub fn resolve(device: &str) -> Result<DeviceSpec, DeviceError> {
+    let spec: DeviceSpec = device.parse()?;
+    spec.check_available()?;
+    Ok(spec)
 }
 
 /// The backends compiled into this binary, as `--device` names.
@@ -127,9 +233,9 @@ pub trait BackendJob {
 ///
 /// # Errors
 /// [`DeviceError::Unknown`] for an unknown name, [`DeviceError::NotCompiled`] when the backend's
-/// cargo feature is off.
+/// cargo feature is off, [`DeviceError::Unavailable`] when the GPU does not answer.
 pub fn run_on<J: BackendJob>(device: &str, job: J) -> Result<J::Output, DeviceError> {
-    run_on_spec(device.parse()?, job)
+    run_on_spec(resolve(device)?, job)
 }
 
 /// Runs `job` on an already parsed [`DeviceSpec`].
@@ -138,7 +244,8 @@ pub fn run_on<J: BackendJob>(device: &str, job: J) -> Result<J::Output, DeviceEr
 /// freed blocks instead of unmapping them; `ARBOR_MALLOC=system` opts out).
 ///
 /// # Errors
-/// [`DeviceError::NotCompiled`] when the backend's cargo feature is off.
+/// [`DeviceError::NotCompiled`] when the backend's cargo feature is off,
+/// [`DeviceError::Unavailable`] when the GPU does not answer.
 pub fn run_on_spec<J: BackendJob>(spec: DeviceSpec, job: J) -> Result<J::Output, DeviceError> {
     let missing = |spec: DeviceSpec| DeviceError::NotCompiled {
         backend: spec.backend_name(),
@@ -157,6 +264,7 @@ pub fn run_on_spec<J: BackendJob>(spec: DeviceSpec, job: J) -> Result<J::Output,
         }
         #[cfg(feature = "cuda")]
         DeviceSpec::Cuda(index) => {
+            spec.check_available()?;
             Ok(job.run::<burn::backend::Cuda<f32>>(burn::backend::cuda::CudaDevice { index }))
         }
         #[allow(unreachable_patterns)]
@@ -186,6 +294,39 @@ mod tests {
             "cuda:x".parse::<DeviceSpec>(),
             Err(DeviceError::Unknown(_))
         ));
+    }
+
+    #[test]
+    fn auto_is_a_compiled_device_that_answers() {
+        let spec: DeviceSpec = "auto".parse().unwrap();
+        assert!(spec.is_compiled(), "{spec}");
+        assert_eq!(resolve("AUTO"), Ok(spec));
+        assert_eq!(resolve(DEFAULT_DEVICE), Ok(spec));
+        // On a machine without a GPU (or without the feature), auto is the default CPU backend.
+        if cuda_device_count().map_or(true, |n| n == 0) {
+            assert_eq!(spec, DeviceSpec::default_cpu().unwrap());
+        } else {
+            assert_eq!(spec, DeviceSpec::Cuda(0));
+        }
+    }
+
+    #[test]
+    fn a_missing_gpu_is_one_clear_line() {
+        // cuda:99 exists nowhere: either not compiled in, or the driver has fewer GPUs.
+        let err = resolve("cuda:99").unwrap_err();
+        let line = err.to_string();
+        assert!(!line.contains('\n'), "{line}");
+        if DeviceSpec::Cuda(0).is_compiled() {
+            assert!(matches!(err, DeviceError::Unavailable { .. }), "{err:?}");
+            assert!(line.starts_with("--device cuda:99: "), "{line}");
+            // run_on refuses it the same way, without starting Burn's runtime (which panics).
+            assert!(matches!(
+                run_on("cuda:99", Name),
+                Err(DeviceError::Unavailable { .. })
+            ));
+        } else {
+            assert!(matches!(err, DeviceError::NotCompiled { .. }), "{err:?}");
+        }
     }
 
     struct Name;
