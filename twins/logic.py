@@ -52,6 +52,11 @@ def parse(s):
     return tree, words
 
 
+def bracket_tokens(s):
+    """The tokens of a formula as written, brackets split off (arbor-data `bracket_tokens`)."""
+    return re.findall(r"\(|\)|[^()\s]+", s)
+
+
 def load(data_dir, max_ops):
     """train0, train1, … (consecutive from 0) of `data_dir`; pairs with ≤ max_ops operators."""
     pairs = []
@@ -66,7 +71,9 @@ def load(data_dir, max_ops):
             rt, rw = parse(right)
             ops = max(sum(w in OPERATORS for w in lw), sum(w in OPERATORS for w in rw))
             if ops <= max_ops:
-                pairs.append((REL.index(rel.strip()), lt, lw, rt, rw))
+                # The formula as written, brackets included (the reference's `p1.split()`).
+                lb, rb = bracket_tokens(left), bracket_tokens(right)
+                pairs.append((REL.index(rel.strip()), lt, lw, rt, rw, lb, rb))
         k += 1
     return pairs
 
@@ -77,6 +84,9 @@ def main():
     ap.add_argument("--data-dir", default="../shared/data/propositional_logic")
     ap.add_argument("--max-train-operators", type=int, default=6)
     ap.add_argument("--valid-fraction", type=float, default=0.1)
+    ap.add_argument("--no-brackets", action="store_true",
+                    help="feed the leaves only to encoders that do not follow gold trees "
+                         "(arbor's `logic --no-brackets`); by default they read the brackets")
     args = ap.parse_args()
     common.setup(args)
 
@@ -87,12 +97,17 @@ def main():
     train, valid = pool[:len(pool) - n_valid], pool[len(pool) - n_valid:]
     if args.valid_limit:
         valid = valid[:args.valid_limit]
-    vocab = common.build_vocab(w for p in train for w in (p[2], p[4]))
-    common.log(f"logic: {len(train)} training pairs, {len(valid)} validation; vocabulary {len(vocab)}; "
+    # Leaves for the gold-tree encoder (its trees shift one leaf at a time) and with
+    # --no-brackets; the formulas as written otherwise (arbor-apps logic.rs `LogicInput`).
+    brackets = args.encoder != "spinn-pi-nt" and not args.no_brackets
+    left_i, right_i = (5, 6) if brackets else (2, 4)
+    vocab = common.build_vocab(w for p in train for w in (p[left_i], p[right_i]))
+    common.log(f"logic: {len(train)} training pairs, {len(valid)} validation; "
+               f"input {'bracketed' if brackets else 'leaves'}; vocabulary {len(vocab)}; "
                f"encoder {args.encoder} (dim {args.dim}, chunk size {args.chunk_size}, leaf {args.leaf})")
 
     def prepare(pairs):
-        ids = [(common.encode(vocab, p[2]), common.encode(vocab, p[4])) for p in pairs]
+        ids = [(common.encode(vocab, p[left_i]), common.encode(vocab, p[right_i])) for p in pairs]
         trees = None
         if args.encoder == "spinn-pi-nt":
             trees = [(common.tree_nodes(p[1]), common.tree_nodes(p[3])) for p in pairs]

@@ -9,10 +9,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 use arbor_data::readers::logic::{
-    read_logic, read_logic_dir, train_valid_split, LogicPair, Relation,
+    read_logic, read_logic_dir, train_valid_split, Formula, LogicPair, Relation,
 };
 use arbor_data::vocab::Vocab;
 use arbor_data::ReadOptions;
+use arbor_encoders::EncoderKind;
 use arbor_train::{train, EvalReport};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
@@ -50,6 +51,13 @@ pub struct LogicArgs {
     /// --data-dir.
     #[arg(long)]
     pub test: Vec<PathBuf>,
+    /// Feed only the formulas' leaves (`not e or not c`) to encoders that do not follow gold
+    /// trees, instead of the formulas as written with their brackets (the default, as the
+    /// ON-LSTM/FastTrees reference does). Without brackets most formulas are ambiguous: a
+    /// harder variant, reported separately (docs/results.md). Gold-tree encoders (the SPINN
+    /// kinds) always read the leaves beside their transitions.
+    #[arg(long)]
+    pub no_brackets: bool,
     /// How many test pairs to draw trees for after training (encoders that build trees).
     #[arg(long, default_value_t = 2)]
     pub show_trees: usize,
@@ -137,13 +145,55 @@ pub fn load_splits(args: &LogicArgs) -> Result<LogicSplits> {
     })
 }
 
-/// Token ids, relation ids, gold transitions and operator counts (the groups).
-pub fn to_data(pairs: &[LogicPair], vocab: &Vocab) -> NliData {
+/// Which tokens of a formula an encoder reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogicInput {
+    /// The formula as written, brackets included ([`Formula::bracketed`]).
+    Bracketed,
+    /// The leaves only ([`Formula::tokens`]): what gold-tree encoders read beside their
+    /// transitions, and the bracket-free variant (`--no-brackets`).
+    Leaves,
+}
+
+impl LogicInput {
+    /// The input for `encoder`: leaves for the encoders that follow gold transitions (their
+    /// transitions shift one leaf at a time) or when `no_brackets`, else the bracketed formula.
+    pub fn choose(encoder: EncoderKind, no_brackets: bool) -> Self {
+        if encoder.needs_transitions() || no_brackets {
+            LogicInput::Leaves
+        } else {
+            LogicInput::Bracketed
+        }
+    }
+
+    /// The tokens of `f` this input reads.
+    pub fn tokens(self, f: &Formula) -> &[String] {
+        match self {
+            LogicInput::Bracketed => &f.bracketed,
+            LogicInput::Leaves => &f.tokens,
+        }
+    }
+
+    /// `bracketed` or `leaves` (result.json's `input`).
+    pub fn name(self) -> &'static str {
+        match self {
+            LogicInput::Bracketed => "bracketed",
+            LogicInput::Leaves => "leaves",
+        }
+    }
+}
+
+/// Token ids, relation ids, gold transitions and operator counts (the groups); the token ids
+/// are of `input`'s tokens.
+pub fn to_data(pairs: &[LogicPair], vocab: &Vocab, input: LogicInput) -> NliData {
     NliData {
-        premises: pairs.iter().map(|p| vocab.encode(&p.left.tokens)).collect(),
+        premises: pairs
+            .iter()
+            .map(|p| vocab.encode(input.tokens(&p.left)))
+            .collect(),
         hypotheses: pairs
             .iter()
-            .map(|p| vocab.encode(&p.right.tokens))
+            .map(|p| vocab.encode(input.tokens(&p.right)))
             .collect(),
         labels: pairs.iter().map(|p| p.relation.id()).collect(),
         transitions: Some((
@@ -155,6 +205,16 @@ pub fn to_data(pairs: &[LogicPair], vocab: &Vocab) -> NliData {
         )),
         groups: Some(pairs.iter().map(|p| p.operators).collect()),
     }
+}
+
+/// The vocabulary of `input`'s tokens over `pairs`.
+pub fn logic_vocab(pairs: &[LogicPair], input: LogicInput) -> Vocab {
+    arbor_data::vocab::word_vocab(
+        pairs
+            .iter()
+            .flat_map(|p| [input.tokens(&p.left), input.tokens(&p.right)]),
+        false,
+    )
 }
 
 /// Per-operator-count accuracy from a report of [`evaluate`] over grouped data:
@@ -242,13 +302,8 @@ impl BackendJob for Job {
         type Ad<B> = Autodiff<B>;
         let Job { args, splits } = self;
         let a = &args.common;
-        let vocab = arbor_data::vocab::word_vocab(
-            splits
-                .train
-                .iter()
-                .flat_map(|p| [&p.left.tokens[..], &p.right.tokens[..]]),
-            false,
-        );
+        let input = LogicInput::choose(a.encoder, args.no_brackets);
+        let vocab = logic_vocab(&splits.train, input);
         let labels = Labels {
             names: Relation::ALL
                 .iter()
@@ -258,10 +313,10 @@ impl BackendJob for Job {
             default_embed_std: EMBED_INIT_STD,
         };
         let eval = vec![
-            ("valid".into(), to_data(&splits.valid, &vocab)),
-            ("test".into(), to_data(&splits.test, &vocab)),
+            ("valid".into(), to_data(&splits.valid, &vocab, input)),
+            ("test".into(), to_data(&splits.test, &vocab, input)),
         ];
-        let train_data = to_data(&splits.train, &vocab);
+        let train_data = to_data(&splits.train, &vocab, input);
         let (model, task): (_, NliTask<Ad<B>>) =
             classification_task(a, &vocab, &labels, train_data, eval, &device)?;
         let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
@@ -270,7 +325,7 @@ impl BackendJob for Job {
         }
         eprintln!(
             "logic: {} training pairs (≤ {} operators), {} validation, {} test (operators: {}); \
-             vocabulary {}; encoder {} (dim {}), device {}",
+             input {}; vocabulary {}; encoder {} (dim {}), device {}",
             splits.train.len(),
             args.max_train_operators,
             splits.valid.len(),
@@ -280,6 +335,7 @@ impl BackendJob for Job {
                 .map(|(k, n)| format!("{k}: {n}"))
                 .collect::<Vec<_>>()
                 .join(", "),
+            input.name(),
             vocab.len(),
             a.encoder,
             a.dim,
@@ -323,6 +379,7 @@ impl BackendJob for Job {
             println!("  {f:<8}  {n:>5}  {:.4}", *c as f64 / (*n).max(1) as f64);
         }
         let mut result = RunResult::new("logic", a, &outcome);
+        result.input = Some(input.name().into());
         result
             .split("valid", &valid_report)
             .split("test", &report)
@@ -347,8 +404,12 @@ impl BackendJob for Job {
             if let Some((left, right)) = out.trees {
                 for (k, &i) in shown.iter().enumerate() {
                     let p = &splits.test[i];
-                    print_tree(&format!("test {i} left"), &left[k], &p.left.tokens);
-                    print_tree(&format!("test {i} right"), &right[k], &p.right.tokens);
+                    print_tree(&format!("test {i} left"), &left[k], input.tokens(&p.left));
+                    print_tree(
+                        &format!("test {i} right"),
+                        &right[k],
+                        input.tokens(&p.right),
+                    );
                 }
             }
         }
@@ -369,4 +430,38 @@ pub fn run(mut args: LogicArgs) -> Result<()> {
 /// Whether `path` looks like a logic data directory (has `train0`).
 pub fn has_logic_data(path: &Path) -> bool {
     path.join("train0").is_file()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arbor_data::readers::logic::parse_logic_line;
+
+    #[test]
+    fn brackets_reach_every_encoder_that_does_not_follow_gold_trees() {
+        use clap::ValueEnum;
+        for &kind in EncoderKind::value_variants() {
+            let input = LogicInput::choose(kind, false);
+            assert_eq!(
+                input == LogicInput::Leaves,
+                kind.needs_transitions(),
+                "{kind}"
+            );
+            assert_eq!(LogicInput::choose(kind, true), LogicInput::Leaves, "{kind}");
+        }
+        let pairs = vec![parse_logic_line("^\t( not ( a ( or b ) ) )\ta").unwrap()];
+        let bracketed = logic_vocab(&pairs, LogicInput::Bracketed);
+        let data = to_data(&pairs, &bracketed, LogicInput::Bracketed);
+        let words: Vec<&str> = data.premises[0]
+            .iter()
+            .map(|&id| bracketed.tokens()[id as usize].as_str())
+            .collect();
+        assert_eq!(words.join(" "), "( not ( a ( or b ) ) )");
+        let leaves = logic_vocab(&pairs, LogicInput::Leaves);
+        assert!(leaves.get("(").is_none() && bracketed.get("(").is_some());
+        let data = to_data(&pairs, &leaves, LogicInput::Leaves);
+        assert_eq!(data.premises[0].len(), 4);
+        // Transitions are the gold tree's either way (used only by the SPINN kinds).
+        assert_eq!(data.transitions.unwrap().0[0].len(), 7);
+    }
 }

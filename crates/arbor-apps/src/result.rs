@@ -123,6 +123,10 @@ pub struct RunResult {
     pub splits: BTreeMap<String, Score>,
     /// Breakdowns of splits.
     pub tables: Vec<ScoreTable>,
+    /// How the program fed its data, where it has a choice (logic: `bracketed`, the formulas
+    /// as written, or `leaves`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
 }
 
 impl RunResult {
@@ -145,6 +149,7 @@ impl RunResult {
             train_seconds: outcome.state.elapsed_sec,
             splits: BTreeMap::new(),
             tables: Vec::new(),
+            input: None,
         }
     }
 
@@ -227,6 +232,7 @@ mod tests {
             train_seconds: 1.5,
             splits: BTreeMap::new(),
             tables: Vec::new(),
+            input: Some("bracketed".into()),
         };
         r.split(
             "test",

@@ -9,7 +9,7 @@
 //! operators `not`, `and`, `or`, in the bracketed binary form of Bowman et al.'s data, with
 //! labels computed from truth tables.
 
-use arbor_apps::logic::to_data;
+use arbor_apps::logic::{to_data, LogicInput};
 use arbor_cells::CellKind;
 use arbor_data::readers::logic::{parse_logic_line, LogicPair, Relation};
 use arbor_data::vocab::{Vocab, VocabConfig};
@@ -162,10 +162,10 @@ fn pair_classifier_learns_logic_relations() {
         embedding.init::<Ad>(&device),
         &device,
     );
-    let valid = to_data(&valid_pairs, &vocab);
+    let valid = to_data(&valid_pairs, &vocab, LogicInput::Leaves);
     let base = majority(&valid.labels);
     let task = NliTask::<Ad> {
-        train: to_data(&train_pairs, &vocab),
+        train: to_data(&train_pairs, &vocab, LogicInput::Leaves),
         splits: vec![("valid".into(), valid)],
         eval_batch_size: 300,
         meta: ModelMeta {

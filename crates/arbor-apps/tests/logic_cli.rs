@@ -136,6 +136,13 @@ fn trains_and_reports_accuracy_per_operator_count() {
                 .unwrap();
         assert_eq!(r["program"], "logic");
         assert_eq!(r["encoder"], encoder);
+        // Gold-tree encoders read the leaves; the others the formulas with their brackets.
+        let input = if encoder == "lstm" {
+            "bracketed"
+        } else {
+            "leaves"
+        };
+        assert_eq!(r["input"], input, "{encoder}");
         let test_total = r["splits"]["test"]["total"].as_u64().unwrap();
         assert_eq!(test_total, 9, "{encoder}: test0 (8 pairs) and long (1)");
         let table = |key: &str| {
@@ -180,4 +187,32 @@ fn per_operator_count_reads_the_group_keys() {
     assert_eq!(t.len(), 2);
     assert_eq!(t[&3], (0.5, 4));
     assert_eq!(t[&12], (1.0, 2));
+}
+
+#[test]
+fn no_brackets_feeds_the_leaves_to_a_sequence_model() {
+    let _guard = TRAINING.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    write_fixture(dir.path());
+    let out = dir.path().join("run");
+    let a = args(
+        dir.path(),
+        &[
+            "--encoder",
+            "lstm",
+            "--no-brackets",
+            "--dim",
+            "8",
+            "--max-steps",
+            "2",
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert!(a.no_brackets);
+    run(a).unwrap();
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    assert_eq!(r["input"], "leaves");
 }

@@ -5,6 +5,14 @@
 //! operators `not`, `and`, `or` (which are leaves of the tree too: `( not c )`,
 //! `( d ( and e ) )`). The operator count of a pair is the larger of the two formulas' counts,
 //! which is the number in the data file names (`train3` holds pairs with 3 operators).
+//!
+//! A formula has two token sequences. [`Formula::tokens`] are the leaves (what an encoder that
+//! follows the gold tree reads, beside its transitions); [`Formula::bracketed`] is the formula
+//! as written, brackets included, which is what the ON-LSTM/FastTrees reference feeds every
+//! sequence model (`proplog.py` in yikangshen/Ordered-Neurons' `propositional_logic` branch and
+//! billptw/FastTrees: `p1.split()`, with `(` and `)` in its vocabulary). Without the brackets
+//! most formulas are ambiguous: `not e or not c` is both `( not ( e ( or ( not c ) ) ) )` and
+//! `( ( not e ) ( or ( not c ) ) )`, whose relations to a third formula differ.
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -66,11 +74,15 @@ impl Relation {
 /// The operator words.
 pub const OPERATORS: [&str; 3] = ["not", "and", "or"];
 
-/// One formula: its tokens (variables and operators) and its binary tree.
+/// One formula: its tokens (variables and operators), as written with its brackets, and its
+/// binary tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Formula {
     /// Leaves, left to right.
     pub tokens: Vec<String>,
+    /// The formula as written: every bracket and leaf, left to right (`( not c )` is
+    /// `["(", "not", "c", ")"]`).
+    pub bracketed: Vec<String>,
     /// The bracketing.
     pub tree: BinaryTree,
 }
@@ -103,7 +115,31 @@ fn formula(s: &str) -> Result<Formula, RecordError> {
         return Err(RecordError::EmptySentence);
     }
     let (tree, tokens) = BinaryTree::parse(s)?;
-    Ok(Formula { tokens, tree })
+    Ok(Formula {
+        tokens,
+        bracketed: bracket_tokens(s),
+        tree,
+    })
+}
+
+/// The tokens of a formula as written: brackets split off their neighbours (`(not` is `(`,
+/// `not`), every other run of non-space characters one token.
+pub fn bracket_tokens(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for word in s.split_whitespace() {
+        let mut rest = word;
+        while !rest.is_empty() {
+            let cut = rest.find(['(', ')']).unwrap_or(rest.len());
+            if cut == 0 {
+                out.push(rest[..1].to_string());
+                rest = &rest[1..];
+            } else {
+                out.push(rest[..cut].to_string());
+                rest = &rest[cut..];
+            }
+        }
+    }
+    out
 }
 
 /// Parses one `relation<TAB>left<TAB>right` line.
@@ -231,7 +267,27 @@ mod tests {
         );
         let q = parse_logic_line("#\td\t( not ( ( f ( or e ) ) ( and c ) ) )").unwrap();
         assert_eq!(q.left.tokens, ["d"]);
+        assert_eq!(q.left.bracketed, ["d"]);
         assert_eq!(q.operators, 3);
+        assert_eq!(
+            q.right.bracketed.join(" "),
+            "( not ( ( f ( or e ) ) ( and c ) ) )"
+        );
+        assert_eq!(p.left.bracketed.len(), 13);
+    }
+
+    #[test]
+    fn brackets_are_tokens_even_without_spaces() {
+        assert_eq!(
+            bracket_tokens("(not (c))"),
+            ["(", "not", "(", "c", ")", ")"]
+        );
+        assert_eq!(bracket_tokens("  a  "), ["a"]);
+        // The two readings of `not e or not c` differ only in their brackets.
+        let a = parse_logic_line("=\t( not ( e ( or ( not c ) ) ) )\ta").unwrap();
+        let b = parse_logic_line("=\t( ( not e ) ( or ( not c ) ) )\ta").unwrap();
+        assert_eq!(a.left.tokens, b.left.tokens);
+        assert_ne!(a.left.bracketed, b.left.bracketed);
     }
 
     #[test]
