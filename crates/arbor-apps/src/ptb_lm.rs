@@ -352,7 +352,7 @@ impl Job {
             F1Convention::Sentence,
             F1Convention::Corpus,
             F1Convention::Evalb,
-            F1Convention::SentenceWithRoot,
+            F1Convention::PhraseGrammar,
         ];
         println!(
             "| trees | {} |",

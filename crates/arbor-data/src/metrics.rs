@@ -17,10 +17,13 @@
 //!   the corpus, then `F1 = 2PR/(P+R)`.
 //! * [`F1Convention::Evalb`]: like `Corpus` but the whole-sentence span is kept, as EVALB does
 //!   (unlabelled) and as the ON-LSTM / FastTrees papers report.
-//! * [`F1Convention::SentenceWithRoot`]: sentence-level mean with the whole-sentence span kept:
-//!   what ON-LSTM's `test_phrase_grammar.py` prints as its sentence-level F1.
+//! * [`F1Convention::PhraseGrammar`]: exactly what ON-LSTM's `test_phrase_grammar.py`
+//!   (yikangshen/Ordered-Neurons) prints as "Mean F1": its `get_brackets` adds a span for each
+//!   child of a node, never the root's, so the whole-sentence span is excluded; per-sentence F1
+//!   with the same empty-set rules as `Sentence`; the mean is over **every** sentence, so one
+//!   that has no span at all (fewer than 2 words) scores 1 and counts.
 //!
-//! Sentences with fewer than 2 words carry no span and are skipped (counted in
+//! The other conventions skip sentences with fewer than 2 words (counted in
 //! [`ParsingF1::skipped`]), as compound-PCFG's evaluation skips length-1 sentences.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -245,8 +248,9 @@ pub enum F1Convention {
     Corpus,
     /// Corpus-level, whole-sentence span included (EVALB-style; ON-LSTM / FastTrees papers).
     Evalb,
-    /// Sentence-level mean, whole-sentence span included (ON-LSTM script's sentence F1).
-    SentenceWithRoot,
+    /// ON-LSTM's `test_phrase_grammar.py`: sentence-level mean, whole-sentence span excluded,
+    /// every sentence counted (one without spans scores 1).
+    PhraseGrammar,
 }
 
 impl F1Convention {
@@ -255,7 +259,7 @@ impl F1Convention {
         F1Convention::Sentence,
         F1Convention::Corpus,
         F1Convention::Evalb,
-        F1Convention::SentenceWithRoot,
+        F1Convention::PhraseGrammar,
     ];
 
     /// Short name used on the command line.
@@ -264,13 +268,16 @@ impl F1Convention {
             F1Convention::Sentence => "sentence",
             F1Convention::Corpus => "corpus",
             F1Convention::Evalb => "evalb",
-            F1Convention::SentenceWithRoot => "sentence-with-root",
+            F1Convention::PhraseGrammar => "phrase-grammar",
         }
     }
 
     /// Whether the whole-sentence span is counted.
     pub fn includes_root(self) -> bool {
-        matches!(self, F1Convention::Evalb | F1Convention::SentenceWithRoot)
+        match self {
+            F1Convention::Evalb => true,
+            F1Convention::Sentence | F1Convention::Corpus | F1Convention::PhraseGrammar => false,
+        }
     }
 }
 
@@ -356,8 +363,6 @@ pub struct ParsingF1 {
     pub skipped: u64,
     /// Σ sentence F1, whole-sentence span excluded.
     pub sentence_sum: f64,
-    /// Σ sentence F1, whole-sentence span included.
-    pub sentence_root_sum: f64,
     /// Summed counts, whole-sentence span excluded.
     pub counts: SpanCounts,
     /// Summed counts, whole-sentence span included.
@@ -374,7 +379,6 @@ impl ParsingF1 {
         }
         self.sentences += 1;
         self.sentence_sum += sentence_f1(pred, gold, n, false);
-        self.sentence_root_sum += sentence_f1(pred, gold, n, true);
         for (root, c) in [(false, &mut self.counts), (true, &mut self.counts_root)] {
             let s = SpanCounts::of(&span_set(pred, n, root), &span_set(gold, n, root));
             c.tp += s.tp;
@@ -385,12 +389,16 @@ impl ParsingF1 {
 
     /// F1 in [0, 1] under `conv` (0 when no sentence was added).
     pub fn f1(&self, conv: F1Convention) -> f64 {
-        if self.sentences == 0 {
-            return 0.0;
-        }
+        let mean = |sum: f64, count: u64| if count == 0 { 0.0 } else { sum / count as f64 };
         match conv {
-            F1Convention::Sentence => self.sentence_sum / self.sentences as f64,
-            F1Convention::SentenceWithRoot => self.sentence_root_sum / self.sentences as f64,
+            F1Convention::Sentence => mean(self.sentence_sum, self.sentences),
+            // A sentence without spans has empty gold and predicted sets: F1 1 in the script.
+            F1Convention::PhraseGrammar => mean(
+                self.sentence_sum + self.skipped as f64,
+                self.sentences + self.skipped,
+            ),
+            F1Convention::Corpus if self.sentences == 0 => 0.0,
+            F1Convention::Evalb if self.sentences == 0 => 0.0,
             F1Convention::Corpus => self.counts.f1(),
             F1Convention::Evalb => self.counts_root.f1(),
         }
@@ -518,9 +526,12 @@ mod tests {
             acc.f1(F1Convention::Sentence),
             (2.0 / 3.0 + 0.0) / 2.0
         ));
+        // test_phrase_grammar.py: the same per-sentence F1 as `Sentence` (its get_brackets
+        // never adds the root's span), averaged over all three sentences, the one-word sentence
+        // scoring 1 (both span sets empty).
         assert!(close(
-            acc.f1(F1Convention::SentenceWithRoot),
-            (0.75 + 2.0 / 3.0) / 2.0
+            acc.f1(F1Convention::PhraseGrammar),
+            (2.0 / 3.0 + 0.0 + 1.0) / 3.0
         ));
         // Corpus without root: tp 2, fp 1 + 1, fn 1 → P 2/4, R 2/3 → F1 = 4/7.
         assert_eq!(

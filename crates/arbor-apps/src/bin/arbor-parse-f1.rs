@@ -17,8 +17,9 @@ enum Convention {
     Corpus,
     /// Corpus-level, whole-sentence span included (EVALB-style; ON-LSTM/FastTrees papers).
     Evalb,
-    /// Sentence-level mean with the whole-sentence span (ON-LSTM script's sentence F1).
-    SentenceWithRoot,
+    /// ON-LSTM's `test_phrase_grammar.py`: sentence-level mean, whole-sentence span excluded,
+    /// every sentence counted (one without spans scores 1).
+    PhraseGrammar,
     /// All of the above.
     All,
 }
@@ -90,7 +91,7 @@ fn main() -> Result<()> {
         Convention::Sentence => vec![F1Convention::Sentence],
         Convention::Corpus => vec![F1Convention::Corpus],
         Convention::Evalb => vec![F1Convention::Evalb],
-        Convention::SentenceWithRoot => vec![F1Convention::SentenceWithRoot],
+        Convention::PhraseGrammar => vec![F1Convention::PhraseGrammar],
         Convention::All => F1Convention::ALL.to_vec(),
     };
     let scored = match (&args.pred, args.baselines_only) {
@@ -117,7 +118,8 @@ fn main() -> Result<()> {
     let single = gold.sentences.iter().filter(|s| s.words.len() < 2).count();
     if single > 0 {
         println!(
-            "note: {single} one-word sentences carry no span and are skipped by every convention"
+            "note: {single} one-word sentences carry no span: skipped by every convention except \
+             phrase-grammar, which scores each 1 (as test_phrase_grammar.py does)"
         );
     }
     let mut header = format!("{:<28}", "F1 (%)");
