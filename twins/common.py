@@ -272,6 +272,42 @@ class OnLstmEncoder(nn.Module):
         return h
 
 
+class FastTreesEncoder(nn.Module):
+    """cells/fast_trees.rs: ON-LSTM whose master gates read x_t only. Input projection
+    [forget-master (C); input-master (C); i; f; u; o (H each)] = Linear(d_in, 4H+2C)(x); the
+    hidden projection Linear(H, 4H, no bias)(h) adds to the gates only; the update is
+    OnLstmEncoder's. Padding steps keep the state."""
+
+    def __init__(self, d_in, d, chunk_size):
+        super().__init__()
+        assert d % chunk_size == 0, "--dim must be a multiple of the chunk size"
+        self.d, self.nc = d, d // chunk_size
+        self.inp = linear(d_in, 4 * d + 2 * self.nc)
+        self.hid = linear(d, 4 * d, bias=False)
+
+    def forward(self, x, lengths):
+        B, T, _ = x.shape
+        d, C = self.d, self.nc
+        S = d // C
+        xp = self.inp(x)
+        mf_all = torch.cumsum(torch.softmax(xp[:, :, :C], -1), -1)
+        mi_all = 1.0 - torch.cumsum(torch.softmax(xp[:, :, C:2 * C], -1), -1)
+        h = x.new_zeros(B, d)
+        c = x.new_zeros(B, d)
+        for t in range(T):
+            a = xp[:, t, 2 * C:] + self.hid(h)
+            mf, mi = mf_all[:, t].unsqueeze(2), mi_all[:, t].unsqueeze(2)
+            i, f, u, o = a.chunk(4, 1)
+            w = mf * mi
+            fh = (torch.sigmoid(f).view(B, C, S) * w + (mf - w)).view(B, d)
+            ih = (torch.sigmoid(i).view(B, C, S) * w + (mi - w)).view(B, d)
+            c2 = fh * c + ih * torch.tanh(u)
+            h2 = torch.sigmoid(o) * torch.tanh(c2)
+            m = (lengths > t).unsqueeze(1)
+            h, c = torch.where(m, h2, h), torch.where(m, c2, c)
+        return h
+
+
 NEG_BIG = -1e30
 
 
@@ -449,6 +485,8 @@ def make_encoder(args, d_in):
         return LstmEncoder(d_in, args.dim)
     if args.encoder == "on-lstm":
         return OnLstmEncoder(d_in, args.dim, args.chunk_size)
+    if args.encoder == "fasttrees":
+        return FastTreesEncoder(d_in, args.dim, args.chunk_size)
     if args.encoder == "gumbel":
         fb = None if args.leaf_forget_bias == "random" else float(args.leaf_forget_bias)
         return GumbelTreeLstm(d_in, args.dim, args.leaf, args.tau, leaf_forget_bias=fb)
