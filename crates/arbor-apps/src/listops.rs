@@ -15,6 +15,7 @@ use arbor_data::readers::listops::{
 };
 use arbor_data::vocab::Vocab;
 use arbor_data::ReadOptions;
+use arbor_encoders::EncoderKind;
 use arbor_heads::SentenceClassifier;
 use arbor_train::{train, EvalReport};
 use burn::backend::Autodiff;
@@ -212,6 +213,25 @@ pub fn read_file(path: &Path) -> Result<Vec<ListOpsExample>> {
         bail!("{}: no examples", path.display());
     }
     Ok(loaded.records)
+}
+
+/// Refuses a file some of whose lines have no gold tree (flat lines of more than one token)
+/// when `encoder` follows gold trees: it would otherwise be scored without them.
+///
+/// # Errors
+/// Naming the file, the first such line and the encoder.
+pub fn require_trees(path: &Path, encoder: EncoderKind, examples: &[ListOpsExample]) -> Result<()> {
+    if !encoder.needs_transitions() {
+        return Ok(());
+    }
+    if let Some(i) = examples.iter().position(|e| e.tree.is_none()) {
+        bail!(
+            "{}: the {encoder} encoder follows gold trees, and this file has flat lines              (the first is record {}); give the bracketed form",
+            path.display(),
+            i + 1
+        );
+    }
+    Ok(())
 }
 
 /// Token ids, labels, gold transitions (when every line is bracketed) and depth groups.
@@ -429,14 +449,8 @@ impl BackendJob for EvalJob {
         let (model, meta, vocab) = load_sentence_classifier::<B>(&path, &device)?;
         let encoder = meta.model.encoder();
         for (test, examples) in &self.tests {
+            require_trees(test, encoder.kind(), examples)?;
             let data = to_data(examples, &vocab);
-            if encoder.kind().needs_transitions() && data.transitions.is_none() {
-                bail!(
-                    "{}: the {} encoder follows gold trees, and this file has flat lines",
-                    test.display(),
-                    encoder.kind()
-                );
-            }
             report(
                 &test.display().to_string(),
                 &model,
@@ -469,6 +483,11 @@ pub fn run(args: ListOpsArgs) -> Result<()> {
                 .iter()
                 .map(|p| Ok((p.clone(), read_file(p)?)))
                 .collect::<Result<Vec<_>>>()?;
+            // Before any training: a test file the encoder cannot read is refused, never
+            // scored without its trees.
+            for (path, examples) in &tests {
+                require_trees(path, t.common.encoder, examples)?;
+            }
             let device = t.common.device.clone();
             run_on(
                 &device,

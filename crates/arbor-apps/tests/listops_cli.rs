@@ -114,6 +114,40 @@ fn generate_train_and_eval() {
     .unwrap_err()
     .to_string();
     assert!(err.contains("flat lines"), "{err}");
+    // A bare digit is a one-token expression with its (one-leaf) gold tree: a file of bracketed
+    // lines and such a line, as the released test file has, is scored by eval...
+    let mixed = dir.path().join("mixed.tsv");
+    std::fs::write(&mixed, "9\t( ( ( [MAX 2 ) 9 ) ] )\n9\t9\n").unwrap();
+    run(parse(&[
+        "eval",
+        "--checkpoint",
+        o,
+        "--test",
+        mixed.to_str().unwrap(),
+    ]))
+    .unwrap();
+    // ...while train --test refuses a flat file before training, as eval does.
+    let err = run(parse(&[
+        "train",
+        "--train",
+        train_path.to_str().unwrap(),
+        "--valid",
+        valid_path.to_str().unwrap(),
+        "--test",
+        flat.to_str().unwrap(),
+        "--encoder",
+        "spinn-pi-nt",
+        "--out",
+        dir.path().join("run2").to_str().unwrap(),
+        "--quiet",
+    ]))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("flat.tsv") && err.contains("flat lines"),
+        "{err}"
+    );
+    assert!(!dir.path().join("run2").join("last.ckpt").exists());
 }
 
 #[test]

@@ -227,7 +227,11 @@ pub fn parse_listops_expression(
         let (tree, tokens) = BinaryTree::parse(text)?;
         (tokens, Some(tree))
     } else {
-        (crate::io::tokens(text), None)
+        let tokens = crate::io::tokens(text);
+        // A one-token expression (a bare digit, as the released test file has) is its own
+        // bracketed form: its gold tree is the single leaf.
+        let tree = (tokens.len() == 1).then_some(BinaryTree::Leaf(0));
+        (tokens, tree)
     };
     let expr = ListOpsExpr::parse_tokens(&tokens).map_err(RecordError::Other)?;
     Ok((tokens, tree, expr))
@@ -473,6 +477,18 @@ mod tests {
         assert_eq!(ex.depth, 2);
         let tree = ex.tree.unwrap();
         assert_eq!(tree.to_bracketed(&ex.tokens), nested.to_bracketed());
+    }
+
+    #[test]
+    fn a_bare_digit_is_an_expression_with_a_one_leaf_tree() {
+        let (tokens, tree, expr) = parse_listops_expression("9").unwrap();
+        assert_eq!(tokens, ["9"]);
+        assert_eq!(expr.value(), 9);
+        let tree = tree.expect("a one-token expression has its gold tree");
+        assert_eq!(tree.num_leaves(), 1);
+        assert_eq!(tree.to_transitions().len(), 1);
+        // A longer flat line still has none.
+        assert!(parse_listops_expression("[MAX 2 9 ]").unwrap().1.is_none());
     }
 
     #[test]
