@@ -236,6 +236,22 @@ class LstmEncoder(nn.Module):
         return h[-1]
 
 
+def ordered_update(mf, mi, gates, c):
+    """master.rs `ordered_update`: master gates mf, mi [B, C] (activated), gate pre-activations
+    [i; f; u; o] [B, 4H], cell c [B, H] → (h, c). ω = f~·i~, f^ = σ(f)·ω + (f~ − ω),
+    i^ = σ(i)·ω + (i~ − ω) chunk-wise, c = f^·c + i^·tanh(u), h = σ(o)·tanh(c)."""
+    B, C = mf.shape
+    d = c.shape[1]
+    S = d // C
+    mf, mi = mf.unsqueeze(2), mi.unsqueeze(2)
+    i, f, u, o = gates.chunk(4, 1)
+    w = mf * mi
+    fh = (torch.sigmoid(f).view(B, C, S) * w + (mf - w)).view(B, d)
+    ih = (torch.sigmoid(i).view(B, C, S) * w + (mi - w)).view(B, d)
+    c2 = fh * c + ih * torch.tanh(u)
+    return torch.sigmoid(o) * torch.tanh(c2), c2
+
+
 class OnLstmEncoder(nn.Module):
     """cells/on_lstm.rs + master.rs + runner.rs: one ON-LSTM layer, pooling `last`.
     Pre-activations [forget-master (C); input-master (C); i; f; u; o (H each)] =
@@ -253,20 +269,14 @@ class OnLstmEncoder(nn.Module):
     def forward(self, x, lengths):
         B, T, _ = x.shape
         d, C = self.d, self.nc
-        S = d // C
         xp = self.inp(x)
         h = x.new_zeros(B, d)
         c = x.new_zeros(B, d)
         for t in range(T):
             a = xp[:, t] + self.hid(h)
-            mf = torch.cumsum(torch.softmax(a[:, :C], -1), -1).unsqueeze(2)
-            mi = 1.0 - torch.cumsum(torch.softmax(a[:, C:2 * C], -1), -1).unsqueeze(2)
-            i, f, u, o = a[:, 2 * C:].chunk(4, 1)
-            w = mf * mi
-            fh = (torch.sigmoid(f).view(B, C, S) * w + (mf - w)).view(B, d)
-            ih = (torch.sigmoid(i).view(B, C, S) * w + (mi - w)).view(B, d)
-            c2 = fh * c + ih * torch.tanh(u)
-            h2 = torch.sigmoid(o) * torch.tanh(c2)
+            mf = torch.cumsum(torch.softmax(a[:, :C], -1), -1)
+            mi = 1.0 - torch.cumsum(torch.softmax(a[:, C:2 * C], -1), -1)
+            h2, c2 = ordered_update(mf, mi, a[:, 2 * C:], c)
             m = (lengths > t).unsqueeze(1)
             h, c = torch.where(m, h2, h), torch.where(m, c2, c)
         return h
@@ -288,7 +298,6 @@ class FastTreesEncoder(nn.Module):
     def forward(self, x, lengths):
         B, T, _ = x.shape
         d, C = self.d, self.nc
-        S = d // C
         xp = self.inp(x)
         mf_all = torch.cumsum(torch.softmax(xp[:, :, :C], -1), -1)
         mi_all = 1.0 - torch.cumsum(torch.softmax(xp[:, :, C:2 * C], -1), -1)
@@ -296,13 +305,7 @@ class FastTreesEncoder(nn.Module):
         c = x.new_zeros(B, d)
         for t in range(T):
             a = xp[:, t, 2 * C:] + self.hid(h)
-            mf, mi = mf_all[:, t].unsqueeze(2), mi_all[:, t].unsqueeze(2)
-            i, f, u, o = a.chunk(4, 1)
-            w = mf * mi
-            fh = (torch.sigmoid(f).view(B, C, S) * w + (mf - w)).view(B, d)
-            ih = (torch.sigmoid(i).view(B, C, S) * w + (mi - w)).view(B, d)
-            c2 = fh * c + ih * torch.tanh(u)
-            h2 = torch.sigmoid(o) * torch.tanh(c2)
+            h2, c2 = ordered_update(mf_all[:, t], mi_all[:, t], a, c)
             m = (lengths > t).unsqueeze(1)
             h, c = torch.where(m, h2, h), torch.where(m, c2, c)
         return h

@@ -19,8 +19,9 @@
 //!   `--seeds N`, `--budget-minutes M`, `--test FILE`, `--device D`, `--out DIR`,
 //!   `--program PATH`, `--dry-run`; see `docs/repro.md`.
 //! - `cargo xtask gpu-pack`: builds the GPU check (`arbor-gpu-check`), `arbor-bench` and the
-//!   `snli` and `logic` examples with `--features cuda`, stripped, into `gpu-pack/` with the
-//!   PyTorch twins, the logic data and a manifest, for a GPU machine without Rust (docs/gpu.md).
+//!   `snli` and `logic` examples with `--features cuda`, stripped and xz-compressed, into
+//!   `gpu-pack/` with the PyTorch twins, the logic data, the `gpu-check` launcher and a manifest,
+//!   for a GPU machine without Rust (docs/gpu.md).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -58,8 +59,8 @@ enum Cmd {
     /// Reproduce papers' numbers: run recipes from `repro/` and record arbor's result beside
     /// the paper's (see docs/repro.md).
     Repro(repro::ReproArgs),
-    /// Build the GPU check's pack (release, `--features cuda`, stripped, under 48 MiB) for a
-    /// GPU machine without Rust: `gpu-pack/bin/arbor-gpu-check REPORT_DIR` there.
+    /// Build the GPU check's pack (release, `--features cuda`, stripped and xz-compressed, under
+    /// 48 MiB) for a GPU machine without Rust: `gpu-pack/gpu-check REPORT_DIR` there.
     GpuPack(gpu_pack::GpuPackArgs),
 }
 

@@ -226,7 +226,8 @@ pub fn require_trees(path: &Path, encoder: EncoderKind, examples: &[ListOpsExamp
     }
     if let Some(i) = examples.iter().position(|e| e.tree.is_none()) {
         bail!(
-            "{}: the {encoder} encoder follows gold trees, and this file has flat lines              (the first is record {}); give the bracketed form",
+            "{}: the {encoder} encoder follows gold trees, and this file has flat lines \
+             (the first is record {}); give the bracketed form",
             path.display(),
             i + 1
         );

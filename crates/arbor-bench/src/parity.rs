@@ -330,9 +330,7 @@ fn op_case<B: ArborAutodiffBackend, const D: usize, const O: usize>(
     let grads = weighted_sum(out.clone(), 99).backward();
     let mut named = vec![("output".to_string(), read(out)?)];
     for (i, x) in inputs.iter().enumerate() {
-        if let Some(g) = x.grad(&grads) {
-            named.push((format!("grad input {i}"), read(g)?));
-        }
+        push_grad(&mut named, &grads, &format!("input {i}"), x)?;
     }
     Ok(named)
 }
@@ -401,14 +399,9 @@ fn run_op<B: ArborAutodiffBackend>(
             let out = k::linear_scan(a.clone(), u.clone(), c0.clone());
             let grads = weighted_sum(out.clone(), 99).backward();
             let mut named = vec![("output".to_string(), read(out)?)];
-            for (name, g) in [("a", a.grad(&grads)), ("u", u.grad(&grads))] {
-                if let Some(g) = g {
-                    named.push((format!("grad {name}"), read(g)?));
-                }
-            }
-            if let Some(g) = c0.grad(&grads) {
-                named.push(("grad c0".into(), read(g)?));
-            }
+            push_grad(&mut named, &grads, "a", &a)?;
+            push_grad(&mut named, &grads, "u", &u)?;
+            push_grad(&mut named, &grads, "c0", &c0)?;
             return Ok((named, seq_shape));
         }
         Op::SelectMix => {
@@ -422,13 +415,9 @@ fn run_op<B: ArborAutodiffBackend>(
             let out = k::select_mix(s.clone(), p.clone(), l.clone(), r.clone());
             let grads = weighted_sum(out.clone(), 99).backward();
             let mut named = vec![("output".to_string(), read(out)?)];
-            if let Some(g) = s.grad(&grads) {
-                named.push(("grad s".into(), read(g)?));
-            }
-            for (name, x) in [("parent", p), ("left", l), ("right", r)] {
-                if let Some(g) = x.grad(&grads) {
-                    named.push((format!("grad {name}"), read(g)?));
-                }
+            push_grad(&mut named, &grads, "s", &s)?;
+            for (name, x) in [("parent", &p), ("left", &l), ("right", &r)] {
+                push_grad(&mut named, &grads, name, x)?;
             }
             return Ok((named, format!("batch {b}, K {t}, D {h}")));
         }
@@ -460,10 +449,9 @@ fn run_op<B: ArborAutodiffBackend>(
             let out = k::linear(x.clone(), w.clone(), Some(bias.clone()));
             let grads = weighted_sum(out.clone(), 99).backward();
             let mut named = vec![("output".to_string(), read(out)?)];
-            named.extend(grads_of(&grads, &[("x", &x), ("weight", &w)])?);
-            if let Some(g) = bias.grad(&grads) {
-                named.push(("grad bias".into(), read(g)?));
-            }
+            push_grad(&mut named, &grads, "x", &x)?;
+            push_grad(&mut named, &grads, "weight", &w)?;
+            push_grad(&mut named, &grads, "bias", &bias)?;
             named
         }
         Op::LinearPair => {
@@ -481,13 +469,10 @@ fn run_op<B: ArborAutodiffBackend>(
             );
             let grads = weighted_sum(out.clone(), 99).backward();
             let mut named = vec![("output".to_string(), read(out)?)];
-            named.extend(grads_of(
-                &grads,
-                &[("x", &x), ("weight", &w), ("h", &hh), ("weight_h", &u)],
-            )?);
-            if let Some(g) = bias.grad(&grads) {
-                named.push(("grad bias".into(), read(g)?));
+            for (name, t) in [("x", &x), ("weight", &w), ("h", &hh), ("weight_h", &u)] {
+                push_grad(&mut named, &grads, name, t)?;
             }
+            push_grad(&mut named, &grads, "bias", &bias)?;
             named
         }
         Op::LayerNorm | Op::LayerNormPlain => {
@@ -500,12 +485,9 @@ fn run_op<B: ArborAutodiffBackend>(
             let out = k::layer_norm(x.clone(), affine, 1e-5);
             let grads = weighted_sum(out.clone(), 99).backward();
             let mut named = vec![("output".to_string(), read(out)?)];
-            named.extend(grads_of(&grads, &[("x", &x)])?);
-            for (name, p) in [("gamma", gamma), ("beta", beta)] {
-                if let Some(g) = p.grad(&grads) {
-                    named.push((format!("grad {name}"), read(g)?));
-                }
-            }
+            push_grad(&mut named, &grads, "x", &x)?;
+            push_grad(&mut named, &grads, "gamma", &gamma)?;
+            push_grad(&mut named, &grads, "beta", &beta)?;
             named
         }
         Op::Contiguous => {
@@ -522,17 +504,17 @@ fn run_op<B: ArborAutodiffBackend>(
     Ok((named, rows_shape))
 }
 
-fn grads_of<B: AutodiffBackend>(
+/// Appends `t`'s gradient as `grad {name}`, when it has one.
+fn push_grad<B: AutodiffBackend, const D: usize>(
+    named: &mut Named,
     grads: &B::Gradients,
-    tensors: &[(&str, &Tensor<B, 2>)],
-) -> Result<Named> {
-    let mut named = Vec::new();
-    for (name, t) in tensors {
-        if let Some(g) = t.grad(grads) {
-            named.push((format!("grad {name}"), read(g)?));
-        }
+    name: &str,
+    t: &Tensor<B, D>,
+) -> Result<()> {
+    if let Some(g) = t.grad(grads) {
+        named.push((format!("grad {name}"), read(g)?));
     }
-    Ok(named)
+    Ok(())
 }
 
 /// Collects every float parameter's gradient, by its position in the module.
@@ -621,9 +603,7 @@ fn run_encoder<B: ArborAutodiffBackend>(
     }
     let grads = loss.backward();
     let mut named = vec![("sentence".to_string(), read(out.sentence)?)];
-    if let Some(g) = x.grad(&grads) {
-        named.push(("grad embeddings".into(), read(g)?));
-    }
+    push_grad(&mut named, &grads, "embeddings", &x)?;
     let mut visitor = ParamGrads::<B> {
         grads: &grads,
         path: Vec::new(),

@@ -397,8 +397,7 @@ impl ParsingF1 {
                 self.sentence_sum + self.skipped as f64,
                 self.sentences + self.skipped,
             ),
-            F1Convention::Corpus if self.sentences == 0 => 0.0,
-            F1Convention::Evalb if self.sentences == 0 => 0.0,
+            F1Convention::Corpus | F1Convention::Evalb if self.sentences == 0 => 0.0,
             F1Convention::Corpus => self.counts.f1(),
             F1Convention::Evalb => self.counts_root.f1(),
         }

@@ -180,7 +180,15 @@ impl DeviceSpec {
 
 /// How many CUDA GPUs the driver reports, or why it could not be asked (no driver library,
 /// `cuInit` failed, or this binary has no `cuda` feature).
+///
+/// The driver is asked once per process: `auto`, [`resolve`] and [`run_on_spec`] all check,
+/// and the answer does not change while the process runs.
 pub fn cuda_device_count() -> Result<usize, String> {
+    static COUNT: std::sync::OnceLock<Result<usize, String>> = std::sync::OnceLock::new();
+    COUNT.get_or_init(ask_cuda_driver).clone()
+}
+
+fn ask_cuda_driver() -> Result<usize, String> {
     #[cfg(feature = "cuda")]
     {
         use cudarc::driver::{result, sys};

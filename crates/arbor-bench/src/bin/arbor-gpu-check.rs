@@ -90,12 +90,11 @@ fn main() {
 }
 
 fn check_device(device: &str) -> Result<DeviceSpec> {
-    let spec: DeviceSpec = device.parse()?;
+    let spec = arbor_train::device::resolve(device)?;
     anyhow::ensure!(
         matches!(spec, DeviceSpec::Cuda(_)),
         "--device {device}: the GPU check runs on a CUDA device (cuda or cuda:N)"
     );
-    spec.check_available()?;
     Ok(spec)
 }
 
@@ -223,12 +222,12 @@ fn parity(args: &Args, spec: DeviceSpec, report: &mut GpuReport) -> Result<()> {
         &Default::default(),
         |r| {
             eprintln!(
-                "  {:<8} {:<26} {:<6} max |Δ| {:.2e}  rel {:.2e}  {}",
+                "  {:<8} {:<26} {:<6} ‖Δ‖/‖cpu‖ {:.2e}  max |Δ| {:.2e}  {}",
                 r.group,
                 r.name,
                 r.size,
+                r.rel_l2,
                 r.max_abs,
-                r.max_rel,
                 match (&r.error, r.passed) {
                     (Some(e), _) => format!("ERROR {e}"),
                     (None, true) => "ok".into(),
