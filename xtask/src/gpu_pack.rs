@@ -37,6 +37,11 @@ pub const BINARIES: [(&str, &str); 4] = [
 /// The features the pack is built with.
 pub const FEATURES: &str = "arbor/cuda,arbor-bench/cuda";
 
+/// The second bench binary, `bin/arbor-bench-fusion`: `arbor-bench` with Burn's kernel fusion
+/// and autotuning on CUDA, so one GPU session can time both builds side by side (docs/gpu.md).
+/// Built into its own target folder (`target/gpu-fusion`), as its features differ.
+pub const FUSION_FEATURES: &str = "arbor-bench/cuda-fusion";
+
 /// `cargo xtask gpu-pack` flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct GpuPackArgs {
@@ -50,9 +55,12 @@ pub struct GpuPackArgs {
     /// the GPU machine's driver must support it.
     #[arg(long, default_value = "13000")]
     pub cuda_version: String,
-    /// Do not build; pack the binaries already in target/release.
+    /// Do not build; pack the binaries already in target/release (and target/gpu-fusion).
     #[arg(long)]
     pub no_build: bool,
+    /// Leave out `bin/arbor-bench-fusion` (saves a second build of about 10 minutes cold).
+    #[arg(long)]
+    pub no_fusion: bool,
 }
 
 /// Builds and writes the pack; returns its manifest.
@@ -62,13 +70,14 @@ pub fn run(root: &Path, args: &GpuPackArgs) -> Result<serde_json::Value> {
     } else {
         root.join(&args.out)
     };
-    let target = std::env::var_os("CARGO_TARGET_DIR")
+    let target_root = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"))
-        .join("release");
+        .unwrap_or_else(|| root.join("target"));
+    let target = target_root.join("release");
+    let fusion_target = target_root.join("gpu-fusion");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     if !args.no_build {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-        let mut cmd = Command::new(cargo);
+        let mut cmd = Command::new(&cargo);
         cmd.args(["build", "--release", "-p", "arbor", "-p", "arbor-bench"])
             .args(["--features", FEATURES])
             .env("CUDARC_CUDA_VERSION", &args.cuda_version)
@@ -79,6 +88,26 @@ pub fn run(root: &Path, args: &GpuPackArgs) -> Result<serde_json::Value> {
         let status = cmd.status().context("could not start cargo")?;
         if !status.success() {
             bail!("building the pack failed ({status})");
+        }
+        if !args.no_fusion {
+            let status = Command::new(&cargo)
+                .args([
+                    "build",
+                    "--release",
+                    "-p",
+                    "arbor-bench",
+                    "--bin",
+                    "arbor-bench",
+                ])
+                .args(["--features", FUSION_FEATURES, "--target-dir"])
+                .arg(&fusion_target)
+                .env("CUDARC_CUDA_VERSION", &args.cuda_version)
+                .current_dir(root)
+                .status()
+                .context("could not start cargo")?;
+            if !status.success() {
+                bail!("building arbor-bench with {FUSION_FEATURES} failed ({status})");
+            }
         }
     }
     if out.exists() {
@@ -92,6 +121,15 @@ pub fn run(root: &Path, args: &GpuPackArgs) -> Result<serde_json::Value> {
             _ => target.join(name),
         };
         let dest = out.join("bin").join(name);
+        std::fs::copy(&built, &dest)
+            .with_context(|| format!("copying {} (build it first)", built.display()))?;
+        strip(&dest);
+        unpacked += std::fs::metadata(&dest)?.len();
+        xz(&dest)?;
+    }
+    if !args.no_fusion {
+        let built = fusion_target.join("release").join("arbor-bench");
+        let dest = out.join("bin").join("arbor-bench-fusion");
         std::fs::copy(&built, &dest)
             .with_context(|| format!("copying {} (build it first)", built.display()))?;
         strip(&dest);

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use arbor_data::readers::listops::{
-    parse_listops, read_listops, to_listops_line, ListOpsExample, ListOpsGenerator,
+    parse_listops, read_listops, to_listops_line, LengthStats, ListOpsExample, ListOpsGenerator,
 };
 use arbor_data::vocab::Vocab;
 use arbor_data::ReadOptions;
@@ -69,16 +69,18 @@ pub struct GenerateArgs {
     /// Validation examples.
     #[arg(long, default_value_t = 1_000)]
     pub valid_size: usize,
-    /// Test examples (0: no test file).
-    #[arg(long, default_value_t = 1_000)]
+    /// Test examples (0: no test file); 10,000 like the released `test_d20s.tsv`.
+    #[arg(long, default_value_t = 10_000)]
     pub test_size: usize,
-    /// Longest expression, in tokens.
-    #[arg(long, default_value_t = 100)]
-    pub max_length: usize,
-    /// Shortest expression, in tokens.
-    #[arg(long, default_value_t = 2)]
+    /// Longest expression, in flat tokens (default: no limit, as the reference's `make_data.py`).
+    #[arg(long)]
+    pub max_length: Option<usize>,
+    /// Shortest expression, in flat tokens (1: a bare digit is an expression, as in the
+    /// reference).
+    #[arg(long, default_value_t = 1)]
     pub min_length: usize,
-    /// Depth cap.
+    /// Depth cap, the root at depth 1 (the reference's `MAX_DEPTH`): at most `max_depth − 1`
+    /// nested operators.
     #[arg(long, default_value_t = 20)]
     pub max_depth: usize,
     /// Seed.
@@ -101,6 +103,12 @@ pub struct TrainListOpsArgs {
     /// How many validation expressions to draw trees for after training.
     #[arg(long, default_value_t = 2)]
     pub show_trees: usize,
+    /// Drop training expressions longer than this many flat tokens, as the reference's SPINN
+    /// code does with its `--seq_length 100` (it compares 2n − 1 transitions with it, so it
+    /// trains on expressions of at most 50 tokens, and scores every test expression). The
+    /// validation and test files are always read whole.
+    #[arg(long)]
+    pub max_train_length: Option<usize>,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub common: TrainArgs,
@@ -142,7 +150,7 @@ pub fn generate(args: &GenerateArgs) -> Result<Vec<String>> {
     };
     generator
         .check()
-        .map_err(|e| anyhow::anyhow!("--min-length/--max-length: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("--min-length/--max-length/--max-depth: {e}"))?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let mut seen = HashSet::new();
@@ -178,16 +186,22 @@ pub fn generate(args: &GenerateArgs) -> Result<Vec<String>> {
             );
         }
         write_atomically(&path, &text)?;
-        let mean_len =
-            check.records.iter().map(|r| r.tokens.len()).sum::<usize>() as f64 / n as f64;
-        let max_depth = check.records.iter().map(|r| r.depth).max().unwrap_or(0);
-        summary.push(format!(
-            "{}: {n} expressions, mean length {mean_len:.1} tokens, max depth {max_depth}",
-            path.display()
-        ));
+        summary.push(format!("{}: {}", path.display(), describe(&check.records)));
         seen.extend(exprs);
     }
     Ok(summary)
+}
+
+/// One line on a ListOps file's size, lengths and depth, to compare generated data with a released
+/// file (the released `test_d20s.tsv`: "10000 expressions, length mean 42.8, median 16, 90th
+/// percentile 106, max 939 tokens; 10.7% over 100; depth up to 19").
+pub fn describe(examples: &[ListOpsExample]) -> String {
+    let lengths: Vec<usize> = examples.iter().map(|e| e.tokens.len()).collect();
+    let max_depth = examples.iter().map(|e| e.depth).max().unwrap_or(0);
+    match LengthStats::of(&lengths) {
+        Some(s) => format!("{} expressions, {s}; depth up to {max_depth}", s.n),
+        None => "no expressions".to_string(),
+    }
 }
 
 fn write_atomically(path: &Path, text: &str) -> Result<()> {
@@ -477,13 +491,32 @@ pub fn run(args: ListOpsArgs) -> Result<()> {
             let mut t = *t;
             t.common.check()?;
             t.common.device = resolve(&t.common.device)?.to_string();
-            let train = read_file(&t.train)?;
+            let mut train = read_file(&t.train)?;
             let valid = read_file(&t.valid)?;
             let tests = t
                 .test
                 .iter()
                 .map(|p| Ok((p.clone(), read_file(p)?)))
                 .collect::<Result<Vec<_>>>()?;
+            eprintln!("{}: {}", t.train.display(), describe(&train));
+            if let Some(max) = t.max_train_length {
+                let before = train.len();
+                train.retain(|e| e.tokens.len() <= max);
+                eprintln!(
+                    "--max-train-length {max}: training on {} of {before} expressions",
+                    train.len()
+                );
+                if train.is_empty() {
+                    bail!(
+                        "--max-train-length {max}: no training expression of {} is that short",
+                        t.train.display()
+                    );
+                }
+            }
+            eprintln!("{}: {}", t.valid.display(), describe(&valid));
+            for (path, examples) in &tests {
+                eprintln!("{}: {}", path.display(), describe(examples));
+            }
             // Before any training: a test file the encoder cannot read is refused, never
             // scored without its trees.
             for (path, examples) in &tests {
@@ -507,6 +540,9 @@ pub fn run(args: ListOpsArgs) -> Result<()> {
                 .iter()
                 .map(|p| Ok((p.clone(), read_file(p)?)))
                 .collect::<Result<Vec<_>>>()?;
+            for (path, examples) in &tests {
+                eprintln!("{}: {}", path.display(), describe(examples));
+            }
             let device = e.device.clone();
             run_on(&device, EvalJob { args: e, tests })?
         }

@@ -69,6 +69,9 @@ pub struct PretrainArgs {
     /// Size of the trained vocabulary.
     #[arg(long, default_value_t = 8000)]
     pub vocab_size: usize,
+    /// How the texts become sentences: arbor's, or the R2D2 reference's (with `--vocab`).
+    #[arg(long, value_enum, default_value_t = Prep::Arbor)]
+    pub prep: Prep,
     /// Model width.
     #[arg(long, default_value_t = 128)]
     pub dim: usize,
@@ -124,6 +127,12 @@ impl PretrainArgs {
         if self.vocab.is_none() && self.vocab_size == 0 {
             bail!("--vocab-size must be at least 1");
         }
+        if self.prep == Prep::Reference && self.vocab.is_none() {
+            bail!(
+                "--prep reference needs --vocab: the reference's sentence splitting counts word \
+                 pieces of its BERT-uncased vocab.txt (e.g. ../shared/data/wordpiece/vocab.txt)"
+            );
+        }
         if self.max_len < 2 || self.max_tokens == 0 {
             bail!("--max-len must be at least 2 and --max-tokens at least 1");
         }
@@ -146,6 +155,36 @@ impl PretrainArgs {
     }
 }
 
+/// How WikiText becomes sentences (docs/results.md, "R2D2").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Prep {
+    /// arbor's: headings and empty lines dropped, paragraphs split after `.`, `?` and `!`,
+    /// `@-@` written `-` ([`arbor_data::readers::wikitext_sentences`]).
+    Arbor,
+    /// The R2D2 reference's: every non-blank line, headings included, split after ` . ` only
+    /// when it has 128 or more word pieces, `@-@` kept
+    /// ([`arbor_data::readers::wikitext_sentences_reference`]); training keeps sentences of
+    /// more than 2 pieces (its `--min_len 2`). Needs `--vocab` (the reference uses BERT-uncased's
+    /// `vocab.txt`, e.g. `../shared/data/wordpiece/vocab.txt`).
+    Reference,
+}
+
+/// Pieces at which the reference splits a line into sentences.
+pub const REFERENCE_SPLIT_AT: usize = 128;
+
+/// Sentences of a WikiText text under `prep`, pieces counted with `tok`.
+fn sentences(prep: Prep, text: &str, tok: &WordPieceTokenizer) -> Vec<String> {
+    match prep {
+        Prep::Arbor => arbor_data::readers::wikitext_sentences(text),
+        Prep::Reference => arbor_data::readers::wikitext_sentences_reference(
+            text,
+            // An encoding error is reported when the sentence is encoded; here it splits.
+            |l| tok.encode(l).map_or(usize::MAX, |e| e.ids.len()),
+            REFERENCE_SPLIT_AT,
+        ),
+    }
+}
+
 /// Flags of `eval`.
 #[derive(Debug, Clone, Args)]
 pub struct EvalArgs {
@@ -158,6 +197,10 @@ pub struct EvalArgs {
     /// Skip sentences longer than this many word pieces (0: none).
     #[arg(long, default_value_t = 0)]
     pub max_len: usize,
+    /// How the text becomes sentences: arbor's, or the R2D2 reference's (every non-blank line,
+    /// headings included, as its `lm_eval_buckets.py` scores them).
+    #[arg(long, value_enum, default_value_t = Prep::Arbor)]
+    pub prep: Prep,
     /// Evaluate at most this many sentences (0: all), taken in file order.
     #[arg(long, default_value_t = 0)]
     pub max_sentences: usize,
@@ -203,16 +246,17 @@ fn read_text(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
 
-/// Piece ids of `sentences`, keeping those of `2..=max_len` pieces (`max_len` 0: no cap).
+/// Piece ids of `sentences`, keeping those of `min_len..=max_len` pieces (`max_len` 0: no cap).
 fn encode_all(
     tok: &WordPieceTokenizer,
     sentences: &[String],
+    min_len: usize,
     max_len: usize,
 ) -> Result<Vec<Vec<u32>>> {
     let mut out = Vec::new();
     for s in sentences {
         let ids = tok.encode(s)?.ids;
-        if ids.len() >= 2 && (max_len == 0 || ids.len() <= max_len) {
+        if ids.len() >= min_len && (max_len == 0 || ids.len() <= max_len) {
             out.push(ids);
         }
     }
@@ -233,8 +277,8 @@ impl BackendJob for PretrainJob {
             .with_context(|| format!("creating {}", a.engine.out.display()))?;
         let train_text = read_text(&a.train)?;
         let valid_text = read_text(&a.valid)?;
+        // arbor's sentences train the vocabulary; the reference's need the given one first.
         let mut train_sents = arbor_data::readers::wikitext_sentences(&train_text);
-        let valid_sents = arbor_data::readers::wikitext_sentences(&valid_text);
         let vocab_path = a.engine.out.join("vocab.txt");
         let (tok, vocab) = match &a.vocab {
             Some(p) => {
@@ -268,17 +312,26 @@ impl BackendJob for PretrainJob {
                 (WordPieceTokenizer::from_pieces(&pieces, true)?, pieces)
             }
         };
+        if a.prep == Prep::Reference {
+            train_sents = sentences(a.prep, &train_text, &tok);
+        }
+        let valid_sents = sentences(a.prep, &valid_text, &tok);
         if a.max_sentences > 0 {
             train_sents.truncate(a.max_sentences);
         }
-        let train_ids = encode_all(&tok, &train_sents, a.max_len)?;
-        let mut valid_ids = encode_all(&tok, &valid_sents, a.max_len)?;
+        // The reference keeps training lines of more than `--min_len 2` pieces.
+        let min_len = match a.prep {
+            Prep::Arbor => 2,
+            Prep::Reference => 3,
+        };
+        let train_ids = encode_all(&tok, &train_sents, min_len, a.max_len)?;
+        let mut valid_ids = encode_all(&tok, &valid_sents, min_len, a.max_len)?;
         if a.valid_sentences > 0 {
             valid_ids.truncate(a.valid_sentences);
         }
         if train_ids.is_empty() || valid_ids.is_empty() {
             bail!(
-                "no training or validation sentence of 2..={} pieces",
+                "no training or validation sentence of {min_len}..={} pieces",
                 a.max_len
             );
         }
@@ -381,7 +434,7 @@ impl BackendJob for EvalJob {
     fn run<B: ArborBackend>(self, device: B::Device) -> Result<PseudoPerplexity> {
         let a = &self.args;
         let (model, tok) = load::<B>(&a.checkpoint, &device)?;
-        let sents = arbor_data::readers::wikitext_sentences(&read_text(&a.text)?);
+        let sents = sentences(a.prep, &read_text(&a.text)?, &tok);
         let mut ids: Vec<Vec<u32>> = Vec::new();
         let mut skipped = 0;
         for s in &sents {
@@ -426,8 +479,10 @@ impl BackendJob for EvalJob {
             pppl.corpus_pppl()
         );
         println!(
-            "mean over sentences of the per-sentence mean NLL (released script): {:.4}",
-            pppl.mean_sentence_nll()
+            "mean over sentences of the per-sentence mean NLL (what the reference's \
+             lm_eval_buckets.py prints): {:.4}, exp: {:.3}",
+            pppl.mean_sentence_nll(),
+            pppl.mean_sentence_nll().exp()
         );
         Ok(pppl)
     }

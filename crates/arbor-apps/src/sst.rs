@@ -50,6 +50,11 @@ pub struct SstArgs {
     /// Print the tree a trained model builds for this sentence, and exit.
     #[arg(long)]
     pub parse: Option<String>,
+    /// Train on every labelled phrase of the training trees (each constituent down to the single
+    /// words, neutral ones dropped), as Tai et al. (2015) and the Gumbel Tree-LSTM reference do;
+    /// validation and test stay whole sentences. Needs a tree file for --train.
+    #[arg(long)]
+    pub phrases: bool,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub common: TrainArgs,
@@ -63,8 +68,9 @@ pub struct SstSplit {
     pub transitions: Option<Vec<Vec<Transition>>>,
 }
 
-/// Reads an SST-2 file of either format.
-pub fn read_split(path: &Path) -> Result<SstSplit> {
+/// Reads an SST-2 file of either format: its sentences, or with `phrases` (tree files only) every
+/// labelled phrase of every tree ([`arbor_data::readers::sst::SstTree::phrases`]).
+pub fn read_split(path: &Path, phrases: bool) -> Result<SstSplit> {
     if !path.exists() {
         bail!(
             "{} not found. Get SST-2 with `cargo run -p arbor-apps --bin arbor-download -- sst2` \
@@ -72,13 +78,24 @@ pub fn read_split(path: &Path) -> Result<SstSplit> {
             path.display()
         );
     }
-    let split = if path.extension().is_some_and(|e| e == "tsv") {
+    let tsv = path.extension().is_some_and(|e| e == "tsv");
+    if phrases && tsv {
+        bail!(
+            "{}: --phrases needs the PTB-style tree file (`(3 (2 It) ...)`), whose nodes carry the \
+             phrase labels; a tsv has sentences only",
+            path.display()
+        );
+    }
+    let split = if tsv {
         SstSplit {
             examples: read_sst2_tsv(path, ReadOptions::strict())?.records,
             transitions: None,
         }
     } else {
-        let trees = read_sst_trees(path, ReadOptions::strict())?.records;
+        let mut trees = read_sst_trees(path, ReadOptions::strict())?.records;
+        if phrases {
+            trees = trees.iter().flat_map(|t| t.phrases()).collect();
+        }
         let kept: Vec<_> = trees
             .iter()
             .filter(|t| sst2_label(t.label).is_some())
@@ -252,14 +269,21 @@ pub fn run(mut args: SstArgs) -> Result<()> {
             },
         )?;
     }
-    let mut eval = vec![("valid".to_string(), read_split(&args.valid)?)];
+    let mut eval = vec![("valid".to_string(), read_split(&args.valid, false)?)];
     if let Some(t) = &args.test {
-        eval.push(("test".into(), read_split(t)?));
+        eval.push(("test".into(), read_split(t, false)?));
     }
     if args.eval_only {
         return run_on(&device, EvalJob { args, eval })?;
     }
-    let train = read_split(&args.train)?;
+    let train = read_split(&args.train, args.phrases)?;
+    if args.phrases {
+        eprintln!(
+            "--phrases: {} labelled non-neutral phrases from {}",
+            train.examples.len(),
+            args.train.display()
+        );
+    }
     if args.common.encoder.needs_transitions() {
         for (name, split) in
             std::iter::once(("train", &train)).chain(eval.iter().map(|(n, s)| (n.as_str(), s)))
@@ -274,4 +298,39 @@ pub fn run(mut args: SstArgs) -> Result<()> {
         }
     }
     run_on(&device, Job { args, train, eval })?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phrases_multiply_the_training_examples_and_need_trees() {
+        let dir = tempfile::tempdir().unwrap();
+        let trees = dir.path().join("train.txt");
+        std::fs::write(
+            &trees,
+            "(3 (2 It) (4 (4 (2 's) (4 good)) (2 .)))\n(1 (1 bad) (2 film))\n(2 (2 so) (2 so))\n",
+        )
+        .unwrap();
+        // Sentences: the neutral third one is dropped.
+        let s = read_split(&trees, false).unwrap();
+        assert_eq!(s.examples.len(), 2);
+        // Phrases: 4 non-neutral of the first tree's 7, 2 of the second's 3, none of the third's.
+        let p = read_split(&trees, true).unwrap();
+        assert_eq!(p.examples.len(), 6);
+        let labels: Vec<u8> = p.examples.iter().map(|e| e.label).collect();
+        assert_eq!(labels, vec![1, 1, 1, 1, 0, 0]);
+        assert_eq!(p.transitions.as_ref().unwrap().len(), 6);
+        let tsv = dir.path().join("train.tsv");
+        std::fs::write(&tsv, "sentence\tlabel\ngood fun\t1\n").unwrap();
+        let err = match read_split(&tsv, true) {
+            Ok(_) => panic!("--phrases read a tsv"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            err.contains("train.tsv") && err.contains("--phrases"),
+            "{err}"
+        );
+    }
 }

@@ -44,6 +44,12 @@ fn generate_train_and_eval() {
     };
     let summary = generate(&g).unwrap();
     assert_eq!(summary.len(), 3, "{summary:?}");
+    // Each file's line gives its length statistics, to compare with a released file.
+    assert!(
+        summary[0].contains("300 expressions, length mean")
+            && summary[0].contains("% over 100; depth up to"),
+        "{summary:?}"
+    );
     let train = read_file(&data.join("train.tsv")).unwrap();
     let test = read_file(&data.join("test.tsv")).unwrap();
     assert_eq!((train.len(), test.len()), (300, 60));
@@ -177,4 +183,31 @@ fn bad_files_name_the_file_and_line() {
     };
     let msg = generate(&g).unwrap_err().to_string();
     assert!(msg.contains("--max-length"), "{msg}");
+}
+
+#[test]
+fn max_train_length_keeps_only_short_training_expressions() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = dir.path().join("train.tsv");
+    let valid = dir.path().join("valid.tsv");
+    std::fs::write(&train, "9\t( ( ( [MAX 2 ) 9 ) ] )\n").unwrap();
+    std::fs::write(&valid, "9\t( ( ( [MAX 2 ) 9 ) ] )\n").unwrap();
+    let err = run(parse(&[
+        "train",
+        "--train",
+        train.to_str().unwrap(),
+        "--valid",
+        valid.to_str().unwrap(),
+        "--max-train-length",
+        "3",
+        "--out",
+        dir.path().join("run").to_str().unwrap(),
+        "--quiet",
+    ]))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("--max-train-length 3") && err.contains("train.tsv"),
+        "{err}"
+    );
 }

@@ -154,6 +154,24 @@ fn pretrain_resume_eval_and_parse() {
     let pppl = evaluate(eval_args).unwrap();
     assert_eq!(pppl.sentences, 2);
     assert!(pppl.tokens >= 9, "{pppl:?}");
+    // The reference's preparation scores every non-blank line, the heading too, and keeps the
+    // short paragraph whole: two "sentences" again, with the heading's pieces on top.
+    let Command::Eval(ref_args) = args(&[
+        "eval",
+        "--checkpoint",
+        ckpt.to_str().unwrap(),
+        "--text",
+        valid.to_str().unwrap(),
+        "--prep",
+        "reference",
+    ])
+    .command
+    else {
+        unreachable!()
+    };
+    let reference = evaluate(ref_args).unwrap();
+    assert_eq!(reference.sentences, 2);
+    assert!(reference.tokens > pppl.tokens, "{reference:?} vs {pppl:?}");
     assert!(pppl.corpus_pppl().is_finite() && pppl.corpus_pppl() > 1.0);
     assert!(pppl.mean_sentence_nll().is_finite() && pppl.mean_sentence_nll() > 0.0);
 
@@ -232,4 +250,10 @@ fn bad_input_is_a_clear_error() {
     ]))
     .unwrap_err();
     assert!(format!("{err:#}").contains("junk.ckpt"), "{err:#}");
+    // The reference's preparation counts pieces of a given vocabulary.
+    let err = pretrain(dir.path(), &out, &["--prep", "reference"]).unwrap_err();
+    assert!(
+        format!("{err:#}").contains("--prep reference needs --vocab"),
+        "{err:#}"
+    );
 }

@@ -128,7 +128,9 @@ pub struct GpuReport {
     pub parity: Vec<ParityRecord>,
     /// The training runs.
     pub training: Vec<TrainComparison>,
-    /// `bench/bench.json` of the CUDA bench run, when it ran.
+    /// The CUDA bench: the records of every workload family that finished (each family is one
+    /// `arbor-bench` run, `bench/FAMILY/bench.json`), merged by [`merge_bench`], with the
+    /// families that did not finish under `"unfinished"`.
     pub bench: Option<serde_json::Value>,
     /// Total seconds.
     pub seconds: f64,
@@ -174,6 +176,55 @@ pub fn run_limited(mut cmd: Command, limit: Duration) -> Result<(bool, String, f
         }
     };
     Ok((ok, tail, seconds))
+}
+
+/// The bench's workloads grouped by family (the name before the first `/`: `cells`, `gumbel`,
+/// ...), families in their first-listed order. The check runs one `arbor-bench` per family, so a
+/// time limit that stops the bench keeps every family that finished, with its PyTorch ratios
+/// (`arbor-bench` times the twins after all of its own workloads).
+pub fn bench_families(names: &[String]) -> Vec<(String, Vec<String>)> {
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    for name in names {
+        let family = name.split('/').next().unwrap_or(name).to_string();
+        match out.iter_mut().find(|(f, _)| *f == family) {
+            Some((_, members)) => members.push(name.clone()),
+            None => out.push((family, vec![name.clone()])),
+        }
+    }
+    out
+}
+
+/// One `bench.json` for the report from the per-family ones: their records and PyTorch notes
+/// concatenated in order, the first skip reason, and `unfinished`: one line per family that did
+/// not finish (its error, or that the time limit was spent before it started).
+pub fn merge_bench(parts: &[serde_json::Value], unfinished: &[String]) -> serde_json::Value {
+    let mut records = Vec::new();
+    let mut notes = Vec::new();
+    let mut skipped = None;
+    let mut commands = Vec::new();
+    for p in parts {
+        records.extend(p["records"].as_array().cloned().unwrap_or_default());
+        notes.extend(p["versus"]["notes"].as_array().cloned().unwrap_or_default());
+        if skipped.is_none() {
+            skipped = p["versus"]["skipped"].as_str().map(str::to_string);
+        }
+        if let Some(c) = p["command"].as_str() {
+            commands.push(serde_json::Value::from(c));
+        }
+    }
+    // The same note (e.g. that `--quick` timings are indicative) comes from every family.
+    let mut seen = std::collections::HashSet::new();
+    notes.retain(|n| seen.insert(n.to_string()));
+    let mut versus = serde_json::json!({ "notes": notes });
+    if let Some(s) = skipped {
+        versus["skipped"] = s.into();
+    }
+    serde_json::json!({
+        "records": records,
+        "versus": versus,
+        "commands": commands,
+        "unfinished": unfinished,
+    })
 }
 
 /// The last `n` lines of `s`.
@@ -430,6 +481,9 @@ pub fn markdown(report: &GpuReport) -> String {
         if let Some(s) = bench["versus"]["skipped"].as_str() {
             let _ = writeln!(md, "\n- PyTorch comparison skipped: {s}");
         }
+        for u in bench["unfinished"].as_array().into_iter().flatten() {
+            let _ = writeln!(md, "\n- not finished: {}", u.as_str().unwrap_or(""));
+        }
     }
     md
 }
@@ -513,6 +567,49 @@ mod tests {
             md.contains("| cells/lstm | forward | 3200 | 2000 | 1000 | 2.00× | 10 |"),
             "{md}"
         );
+    }
+
+    #[test]
+    fn the_bench_runs_family_by_family_in_listed_order() {
+        let names: Vec<String> = [
+            "cells/a/lstm",
+            "gumbel/d100",
+            "cells/b/lstm",
+            "gumbel/length/n8",
+            "r2d2",
+        ]
+        .map(String::from)
+        .to_vec();
+        let fams = bench_families(&names);
+        let got: Vec<(&str, usize)> = fams.iter().map(|(f, m)| (f.as_str(), m.len())).collect();
+        assert_eq!(got, vec![("cells", 2), ("gumbel", 2), ("r2d2", 1)]);
+        assert_eq!(fams[0].1, vec!["cells/a/lstm", "cells/b/lstm"]);
+    }
+
+    #[test]
+    fn merged_bench_parts_keep_every_record_and_say_what_did_not_finish() {
+        let a = serde_json::json!({"command": "bench --filter cells/", "records": [{"name": "cells/x"}],
+            "versus": {"notes": ["n1"]}});
+        let b = serde_json::json!({"records": [{"name": "gumbel/y"}, {"name": "gumbel/z"}],
+            "versus": {"notes": ["n1", "n2"], "skipped": "no torch"}});
+        let m = merge_bench(&[a, b], &["spinn: killed after the 10 s limit".to_string()]);
+        let names: Vec<&str> = m["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, vec!["cells/x", "gumbel/y", "gumbel/z"]);
+        assert_eq!(m["versus"]["notes"], serde_json::json!(["n1", "n2"]));
+        assert_eq!(m["versus"]["skipped"], "no torch");
+        let mut report = sample_report();
+        report.bench = Some(m);
+        let md = markdown(&report);
+        assert!(
+            md.contains("- not finished: spinn: killed after the 10 s limit"),
+            "{md}"
+        );
+        assert!(md.contains("| gumbel/z |"), "{md}");
     }
 
     #[test]

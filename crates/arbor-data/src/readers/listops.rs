@@ -314,10 +314,17 @@ pub fn parse_listops<R: BufRead>(
     })
 }
 
-/// Draws ListOps expressions with the paper's procedure: each node is a digit with
-/// probability `1 − p_operator` (0.75), otherwise an operator drawn uniformly from the four,
-/// with 2–5 arguments drawn uniformly; nodes at `max_depth` are digits. Expressions shorter than
-/// `min_tokens` or longer than `max_tokens` are redrawn, and so are duplicates.
+/// Draws ListOps expressions the way the released data was made (nyu-mll/spinn, branch
+/// `listops-release`, `python/spinn/data/listops/make_data.py`): a node at depth `d` (the root has
+/// depth 1) is an operator with probability `p_operator` (0.25, the script's `VALUE_P`) when
+/// `d < max_depth` (20, its `MAX_DEPTH`), otherwise a digit drawn uniformly from 0–9; an operator
+/// is drawn uniformly from the four and gets 2–5 arguments, uniformly. So an expression nests at
+/// most `max_depth − 1` operators. Duplicates are redrawn (the script keeps a set). The script has
+/// no length limit, and neither do the defaults here: the lengths follow from the procedure
+/// (the released `test_d20s.tsv`: mean 42.8 flat tokens, median 16, max 939, 10.7% over 100; a
+/// test pins the generated statistics). `min_tokens`/`max_tokens` redraw expressions outside a
+/// window, for experiments on shorter data; a root digit is a one-token expression, and since
+/// duplicates are redrawn at most ten of them appear, as in the released files.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListOpsGenerator {
     /// Probability that a node (above the depth cap) is an operator.
@@ -326,12 +333,12 @@ pub struct ListOpsGenerator {
     pub min_args: usize,
     /// Most arguments of an operator.
     pub max_args: usize,
-    /// Depth cap: nodes at this depth are digits.
+    /// Depth cap, counting the root as depth 1: nodes at this depth are digits.
     pub max_depth: usize,
     /// Shortest expression kept, in flat tokens.
     pub min_tokens: usize,
-    /// Longest expression kept, in flat tokens.
-    pub max_tokens: usize,
+    /// Longest expression kept, in flat tokens (`None`: no limit, as in the reference).
+    pub max_tokens: Option<usize>,
 }
 
 impl Default for ListOpsGenerator {
@@ -341,8 +348,8 @@ impl Default for ListOpsGenerator {
             min_args: 2,
             max_args: 5,
             max_depth: 20,
-            min_tokens: 2,
-            max_tokens: 100,
+            min_tokens: 1,
+            max_tokens: None,
         }
     }
 }
@@ -365,17 +372,22 @@ impl ListOpsGenerator {
                 self.min_args, self.max_args
             ));
         }
-        if self.min_tokens > self.max_tokens || self.max_tokens == 0 {
-            return Err(format!(
-                "lengths must satisfy min ≤ max and max ≥ 1 (got {}..={})",
-                self.min_tokens, self.max_tokens
-            ));
+        if self.max_depth == 0 {
+            return Err("the depth cap must be at least 1 (the root's depth)".into());
         }
-        if self.max_tokens < 3 && self.min_tokens > 1 {
-            return Err(format!(
-                "no expression has between {} and {} tokens",
-                self.min_tokens, self.max_tokens
-            ));
+        if let Some(max) = self.max_tokens {
+            if self.min_tokens > max || max == 0 {
+                return Err(format!(
+                    "lengths must satisfy min ≤ max and max ≥ 1 (got {}..={max})",
+                    self.min_tokens
+                ));
+            }
+            if max < 3 && self.min_tokens > 1 {
+                return Err(format!(
+                    "no expression has between {} and {max} tokens",
+                    self.min_tokens
+                ));
+            }
         }
         Ok(())
     }
@@ -415,14 +427,14 @@ impl ListOpsGenerator {
                     "found only {} distinct expressions of {}–{} tokens in {budget} draws",
                     out.len(),
                     self.min_tokens,
-                    self.max_tokens
+                    self.max_tokens.map_or("any".to_string(), |m| m.to_string())
                 ));
             }
-            // Drawing from the root with the node rule; a root digit is one token and is
-            // redrawn whenever `min_tokens > 1`.
-            let e = self.draw(&mut rng, 0);
+            // Drawing from the root (depth 1) with the node rule; a root digit is one token and
+            // is redrawn whenever `min_tokens > 1`.
+            let e = self.draw(&mut rng, 1);
             let len = e.tokens().len();
-            if len < self.min_tokens || len > self.max_tokens {
+            if len < self.min_tokens || self.max_tokens.is_some_and(|m| len > m) {
                 continue;
             }
             if exclude.contains(&e) || !seen.insert(e.clone()) {
@@ -431,6 +443,60 @@ impl ListOpsGenerator {
             out.push(e);
         }
         Ok(out)
+    }
+}
+
+/// Length statistics of a ListOps file or sample, in flat tokens (brackets `[MAX` and `]`
+/// counted, the parentheses of the bracketed form not), for comparing generated data with a
+/// released file.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LengthStats {
+    /// Expressions.
+    pub n: usize,
+    /// Mean length.
+    pub mean: f64,
+    /// Median length (the lower middle one for an even count).
+    pub median: usize,
+    /// 90th percentile (nearest rank).
+    pub p90: usize,
+    /// Longest.
+    pub max: usize,
+    /// Share of expressions longer than 100 tokens.
+    pub over_100: f64,
+}
+
+impl LengthStats {
+    /// The statistics of `lengths`; `None` when it is empty.
+    pub fn of(lengths: &[usize]) -> Option<LengthStats> {
+        if lengths.is_empty() {
+            return None;
+        }
+        let mut v = lengths.to_vec();
+        v.sort_unstable();
+        let n = v.len();
+        let rank = |q: f64| v[((q * n as f64).ceil() as usize).clamp(1, n) - 1];
+        Some(LengthStats {
+            n,
+            mean: v.iter().sum::<usize>() as f64 / n as f64,
+            median: v[(n - 1) / 2],
+            p90: rank(0.9),
+            max: v[n - 1],
+            over_100: v.iter().filter(|&&l| l > 100).count() as f64 / n as f64,
+        })
+    }
+}
+
+impl std::fmt::Display for LengthStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "length mean {:.1}, median {}, 90th percentile {}, max {} tokens; {:.1}% over 100",
+            self.mean,
+            self.median,
+            self.p90,
+            self.max,
+            100.0 * self.over_100
+        )
     }
 }
 
@@ -538,7 +604,8 @@ mod tests {
     #[test]
     fn generator_is_seeded_distinct_and_within_bounds() {
         let g = ListOpsGenerator {
-            max_tokens: 40,
+            min_tokens: 2,
+            max_tokens: Some(40),
             ..Default::default()
         };
         let none = Default::default();
@@ -550,7 +617,7 @@ mod tests {
         for e in &a {
             let n = e.tokens().len();
             assert!((2..=40).contains(&n), "{n} tokens");
-            assert!(e.depth() <= 20);
+            assert!(e.depth() < 20);
             // Every line it writes reads back with a matching label.
             let ex = parse_listops_line(&to_listops_line(e), false, true).unwrap();
             assert_eq!(ex.label, e.value());
@@ -570,10 +637,46 @@ mod tests {
         }
         assert!(ListOpsGenerator {
             min_tokens: 50,
-            max_tokens: 10,
+            max_tokens: Some(10),
             ..Default::default()
         }
         .generate(1, 0, &none)
         .is_err());
+    }
+
+    #[test]
+    fn default_generator_matches_the_released_files_length_distribution() {
+        // Released test_d20s.tsv (10,000 lines): mean 42.8, median 16, 90th percentile 106,
+        // max 939 flat tokens, 10.7% over 100, operator depth up to 19, one bare digit.
+        let g = ListOpsGenerator::default();
+        let a = g.generate(6000, 11, &Default::default()).unwrap();
+        let lengths: Vec<usize> = a.iter().map(|e| e.tokens().len()).collect();
+        let s = LengthStats::of(&lengths).unwrap();
+        assert!((33.0..=55.0).contains(&s.mean), "{s}");
+        assert!((12..=21).contains(&s.median), "{s}");
+        assert!((80..=135).contains(&s.p90), "{s}");
+        assert!(s.max > 400, "{s}");
+        assert!((0.07..=0.15).contains(&s.over_100), "{s}");
+        assert!(a.iter().all(|e| e.depth() <= 19));
+        assert!(a.iter().any(|e| e.depth() >= 12));
+        let digits = a
+            .iter()
+            .filter(|e| matches!(e, ListOpsExpr::Digit(_)))
+            .count();
+        assert!((1..=10).contains(&digits), "{digits} bare digits");
+    }
+
+    #[test]
+    fn length_stats_by_hand() {
+        let s = LengthStats::of(&[1, 5, 3, 200, 7, 150, 9, 11, 13, 2]).unwrap();
+        // sorted: 1 2 3 5 7 9 11 13 150 200
+        assert_eq!((s.n, s.median, s.p90, s.max), (10, 7, 150, 200));
+        assert!((s.mean - 40.1).abs() < 1e-9);
+        assert!((s.over_100 - 0.2).abs() < 1e-12);
+        assert_eq!(
+            s.to_string(),
+            "length mean 40.1, median 7, 90th percentile 150, max 200 tokens; 20.0% over 100"
+        );
+        assert!(LengthStats::of(&[]).is_none());
     }
 }

@@ -10,10 +10,12 @@ pub mod snli;
 pub mod sst;
 pub mod treebank;
 
-pub use listops::{read_listops, ListOp, ListOpsExample, ListOpsExpr, ListOpsGenerator};
+pub use listops::{
+    read_listops, LengthStats, ListOp, ListOpsExample, ListOpsExpr, ListOpsGenerator,
+};
 pub use lm::{
-    build_stream_vocab, read_lm, read_token_stream, split_sentences, wikitext_sentences, LmCorpus,
-    SentenceOptions,
+    build_stream_vocab, read_lm, read_token_stream, split_sentences, wikitext_sentences,
+    wikitext_sentences_reference, LmCorpus, SentenceOptions,
 };
 pub use logic::{read_logic, read_logic_dir, LogicData, LogicPair, Relation};
 pub use snli::{read_snli, NliLabel, SnliPair};

@@ -127,6 +127,28 @@ impl SstTree {
     pub fn binary_label(&self) -> Option<u8> {
         sst2_label(self.label)
     }
+
+    /// Every labelled phrase of the tree, the whole sentence first, then its constituents in
+    /// pre-order down to the single words (`(4 good)`): the examples Tai et al. (2015) and the
+    /// Gumbel Tree-LSTM reference (jihunchoi/unsupervised-treelstm, `sst/train.py`,
+    /// torchtext's `SST.splits(..., train_subtrees=True)`, i.e. nltk's `Tree.subtrees()`) train
+    /// on. Repeated phrases are kept, as there.
+    pub fn phrases(&self) -> Vec<SstTree> {
+        fn walk(t: &Tree, out: &mut Vec<SstTree>) {
+            if let Ok(label) = t.label().parse::<u8>() {
+                out.push(SstTree {
+                    tree: t.clone(),
+                    label,
+                });
+            }
+            for c in t.children() {
+                walk(c, out);
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.tree, &mut out);
+        out
+    }
 }
 
 /// SST 5-way → SST-2: 0–1 → 0, 3–4 → 1, 2 (neutral) → `None`.
@@ -194,6 +216,37 @@ pub fn sst2_from_trees(trees: &[SstTree]) -> Vec<Sst2Example> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn phrases_are_every_labelled_node_root_first() {
+        let t = parse_sst_trees(
+            "(3 (2 It) (4 (4 (2 's) (4 good)) (2 .)))\n".as_bytes(),
+            "fixture",
+            ReadOptions::strict(),
+        )
+        .unwrap()
+        .records
+        .remove(0);
+        let p = t.phrases();
+        let shown: Vec<(u8, String)> = p.iter().map(|s| (s.label, s.tokens().join(" "))).collect();
+        assert_eq!(
+            shown,
+            vec![
+                (3, "It 's good .".to_string()),
+                (2, "It".into()),
+                (4, "'s good .".into()),
+                (4, "'s good".into()),
+                (2, "'s".into()),
+                (4, "good".into()),
+                (2, ".".into()),
+            ]
+        );
+        // SST-2 keeps the non-neutral ones: 4 of 7.
+        assert_eq!(p.iter().filter(|s| s.binary_label().is_some()).count(), 4);
+        // Each phrase has its own gold transitions: n shifts and n − 1 reduces.
+        assert_eq!(p[3].transitions().len(), 3);
+        assert_eq!(p[5].transitions().len(), 1);
+    }
 
     #[test]
     fn both_layouts() {
