@@ -129,7 +129,8 @@ pub fn print_parse<B: ArborBackend>(
     if words.is_empty() {
         bail!("--parse: the sentence has no words");
     }
-    match parse_one(embedding, encoder, &vocab.encode(&words), device) {
+    let ids = vocab.encode_with(&words, meta.case_fallback);
+    match parse_one(embedding, encoder, &ids, device) {
         Some(tree) => print_tree("tree", &tree, &words),
         None => println!("the {} encoder builds no tree", meta.model.encoder().kind()),
     }
@@ -141,6 +142,40 @@ pub fn print_tree(title: &str, tree: &BinaryTree, words: &[String]) {
     println!("{title}: {}", tree.to_bracketed(words));
     for line in tree.to_ascii(words).lines() {
         println!("    {line}");
+    }
+}
+
+/// How a program turns words into vocabulary ids: its own convention when training, the
+/// checkpoint's ([`WordLookup::of`]) when evaluating one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WordLookup {
+    /// Lower-case every word first.
+    pub lowercase: bool,
+    /// A missing word is tried lower-cased, then upper-cased, before `<unk>`
+    /// (`Vocab::id_case_fallback`; imported SPINN vocabularies).
+    pub case_fallback: bool,
+}
+
+impl WordLookup {
+    /// A program's own convention: lower-casing or not, no fallback.
+    pub fn plain(lowercase: bool) -> WordLookup {
+        WordLookup {
+            lowercase,
+            case_fallback: false,
+        }
+    }
+
+    /// The convention a checkpoint records.
+    pub fn of(meta: &arbor_tasks::ModelMeta) -> WordLookup {
+        WordLookup {
+            lowercase: meta.lowercase,
+            case_fallback: meta.case_fallback,
+        }
+    }
+
+    /// Ids of a sentence's words.
+    pub fn encode(&self, vocab: &Vocab, tokens: &[String]) -> Vec<u32> {
+        vocab.encode_with(&words(tokens, self.lowercase), self.case_fallback)
     }
 }
 
@@ -222,6 +257,7 @@ fn model_meta(
         vocab: vocab.tokens().to_vec(),
         labels,
         lowercase,
+        case_fallback: false,
     }
 }
 
@@ -429,6 +465,20 @@ pub fn checkpoint_meta(path: &Path) -> Result<arbor_tasks::ModelMeta> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn word_lookup_lowercases_or_falls_back_by_case() {
+        let v = Vocab::from_tokens(["<pad>", "<unk>", "dog", "NASA"].map(String::from).to_vec())
+            .unwrap();
+        let words: Vec<String> = ["Dog", "nasa", "cat"].map(String::from).to_vec();
+        assert_eq!(WordLookup::plain(false).encode(&v, &words), vec![1, 1, 1]);
+        assert_eq!(WordLookup::plain(true).encode(&v, &words), vec![2, 1, 1]);
+        let port = WordLookup {
+            lowercase: false,
+            case_fallback: true,
+        };
+        assert_eq!(port.encode(&v, &words), vec![2, 3, 1]);
+    }
 
     fn outcome(best_metric: Option<f64>, last_correct: usize) -> arbor_train::TrainOutcome<()> {
         let mut evals = std::collections::BTreeMap::new();

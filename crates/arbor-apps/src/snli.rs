@@ -16,7 +16,7 @@ use clap::Parser;
 use crate::cli::TrainArgs;
 use crate::common::{
     best_or_last, checkpoint_in, classification_task, parse_one, print_parse, print_tree,
-    scored_checkpoint, words, Labels,
+    scored_checkpoint, words, Labels, WordLookup,
 };
 use crate::result::RunResult;
 use arbor_tasks::{evaluate, ModelConfig, ModelMeta, NliData, NliTask};
@@ -155,21 +155,17 @@ pub fn sample_splits(holdout: usize) -> Result<SnliSplits> {
     })
 }
 
-fn sentence_words(s: &arbor_data::readers::snli::SnliSentence, lowercase: bool) -> Vec<String> {
-    words(&s.tokens, lowercase)
-}
-
 /// Token ids, labels and (when every pair has them) gold transitions.
-pub fn to_data(pairs: &[SnliPair], vocab: &Vocab, lowercase: bool) -> NliData {
+pub fn to_data(pairs: &[SnliPair], vocab: &Vocab, lookup: WordLookup) -> NliData {
     let all_parsed = pairs.iter().all(SnliPair::has_parses);
     NliData {
         premises: pairs
             .iter()
-            .map(|p| vocab.encode(&sentence_words(&p.premise, lowercase)))
+            .map(|p| lookup.encode(vocab, &p.premise.tokens))
             .collect(),
         hypotheses: pairs
             .iter()
-            .map(|p| vocab.encode(&sentence_words(&p.hypothesis, lowercase)))
+            .map(|p| lookup.encode(vocab, &p.hypothesis.tokens))
             .collect(),
         labels: pairs.iter().map(|p| p.label.id()).collect(),
         transitions: all_parsed.then(|| {
@@ -217,9 +213,9 @@ impl BackendJob for TrainJob {
         let eval: Vec<(String, NliData)> = splits
             .eval
             .iter()
-            .map(|(n, p)| (n.clone(), to_data(p, &vocab, LOWERCASE)))
+            .map(|(n, p)| (n.clone(), to_data(p, &vocab, WordLookup::plain(LOWERCASE))))
             .collect();
-        let train_data = to_data(&splits.train, &vocab, LOWERCASE);
+        let train_data = to_data(&splits.train, &vocab, WordLookup::plain(LOWERCASE));
         let (model, task): (_, NliTask<Ad<B>>) =
             classification_task(a, &vocab, &labels, train_data, eval, &device)?;
         eprintln!(
@@ -267,7 +263,7 @@ impl BackendJob for TrainJob {
                 ];
                 for (side, ids, sentence) in sides {
                     if let Some(t) = parse_one(&inner.embedding, &inner.encoder, ids, &device) {
-                        let w = sentence_words(sentence, LOWERCASE);
+                        let w = words(&sentence.tokens, LOWERCASE);
                         print_tree(&format!("{name} {side} {i}"), &t, &w);
                     }
                 }
@@ -346,7 +342,7 @@ impl BackendJob for EvalJob {
         println!("model: {}", path.display());
         let parses = meta.model.encoder().kind() == arbor_encoders::EncoderKind::Spinn;
         for (name, pairs) in self.splits.unwrap_or_default().eval {
-            let data = to_data(&pairs, &vocab, meta.lowercase);
+            let data = to_data(&pairs, &vocab, WordLookup::of(&meta));
             let r = evaluate(&model, &data, 256, parses, &device);
             println!(
                 "{name:>8} accuracy {:.4} ({} / {})",

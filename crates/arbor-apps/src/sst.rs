@@ -16,7 +16,7 @@ use clap::Parser;
 use crate::cli::TrainArgs;
 use crate::common::{
     best_or_last, checkpoint_in, classification_task, load_sentence_classifier, parse_one,
-    print_parse, print_tree, scored_checkpoint, words, Labels,
+    print_parse, print_tree, scored_checkpoint, words, Labels, WordLookup,
 };
 use crate::result::RunResult;
 use arbor_tasks::{ClassifyData, ClassifyTask};
@@ -119,12 +119,12 @@ pub fn read_split(path: &Path, phrases: bool) -> Result<SstSplit> {
 
 const LOWERCASE: bool = true;
 
-fn to_data(split: &SstSplit, vocab: &arbor_data::vocab::Vocab, lowercase: bool) -> ClassifyData {
+fn to_data(split: &SstSplit, vocab: &arbor_data::vocab::Vocab, lookup: WordLookup) -> ClassifyData {
     ClassifyData {
         sentences: split
             .examples
             .iter()
-            .map(|e| vocab.encode(&words(&e.tokens, lowercase)))
+            .map(|e| lookup.encode(vocab, &e.tokens))
             .collect(),
         labels: split.examples.iter().map(|e| e.label as usize).collect(),
         transitions: split.transitions.clone(),
@@ -156,9 +156,9 @@ impl BackendJob for Job {
         let eval = self
             .eval
             .iter()
-            .map(|(n, s)| (n.clone(), to_data(s, &vocab, LOWERCASE)))
+            .map(|(n, s)| (n.clone(), to_data(s, &vocab, WordLookup::plain(LOWERCASE))))
             .collect();
-        let train_data = to_data(&self.train, &vocab, LOWERCASE);
+        let train_data = to_data(&self.train, &vocab, WordLookup::plain(LOWERCASE));
         let (model, task): (_, ClassifyTask<Ad<B>>) =
             classification_task(a, &vocab, &labels, train_data, eval, &device)?;
         eprintln!(
@@ -236,7 +236,7 @@ impl BackendJob for EvalJob {
         }
         println!("model: {}", path.display());
         for (name, split) in &self.eval {
-            let data = to_data(split, &vocab, meta.lowercase);
+            let data = to_data(split, &vocab, WordLookup::of(&meta));
             if encoder.kind().needs_transitions() && data.transitions.is_none() {
                 bail!(
                     "{name}: the {} encoder follows gold trees; pass SST tree files, not tsv",

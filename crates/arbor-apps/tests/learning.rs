@@ -177,6 +177,7 @@ fn pair_classifier_learns_logic_relations() {
             vocab: vocab.tokens().to_vec(),
             labels: Relation::ALL.iter().map(|r| r.symbol().into()).collect(),
             lowercase: false,
+            case_fallback: false,
         },
         device,
     };
@@ -239,6 +240,7 @@ fn sentence_classifier_learns_truth_values() {
             vocab: vocab.tokens().to_vec(),
             labels: vec!["false".into(), "true".into()],
             lowercase: false,
+            case_fallback: false,
         },
         device,
     };

@@ -6,7 +6,7 @@
 use arbor_cells::ArborBackend;
 use arbor_encoders::{Encoder, EncoderConfig, GumbelTreeLstmConfig, LeafKind};
 use arbor_heads::{
-    NliClassifier, NliClassifierConfig, SentenceClassifier, SentenceClassifierConfig,
+    NliClassifier, NliClassifierConfig, NliFeatures, SentenceClassifier, SentenceClassifierConfig,
     TokenEmbeddingConfig,
 };
 use arbor_tasks::{ModelConfig, ModelMeta};
@@ -41,6 +41,13 @@ pub struct GumbelImport {
     pub tau: f64,
     /// The classifier's dropout (recorded in the configuration; no effect at evaluation).
     pub dropout: f64,
+    /// The SNLI classifier's pair features: `[u; v; |u − v|; u ⊙ v]` in the reference's
+    /// `snli/model.py` (`torch.abs(pre - hyp)`), the layout this importer reads; unused for SST.
+    pub features: NliFeatures,
+    /// Whether the text was lower-cased before lookup when the model was trained (the
+    /// reference's dataset reader decides; recorded in the checkpoint so that `snli`/`sst`
+    /// look words up the same way).
+    pub lowercase: bool,
 }
 
 /// The padding and unknown-word tokens unsupervised-treelstm's `Vocab` appends after the
@@ -408,6 +415,7 @@ pub fn import_gumbel_snli<B: ArborBackend>(
 
     let encoder = EncoderConfig::Gumbel(e.config);
     let head = NliClassifierConfig::new(e.vocab_rows, e.d_word, m.d_hidden)
+        .with_features(opts.features)
         .with_n_classes(m.classes)
         .with_n_mlp_hidden(m.hidden)
         .with_dropout(opts.dropout)
@@ -426,7 +434,8 @@ pub fn import_gumbel_snli<B: ArborBackend>(
         },
         vocab: tokens,
         labels,
-        lowercase: true,
+        lowercase: opts.lowercase,
+        case_fallback: false,
     };
     Ok(Imported {
         model,
@@ -474,7 +483,8 @@ pub fn import_gumbel_sst<B: ArborBackend>(
         },
         vocab: tokens,
         labels,
-        lowercase: true,
+        lowercase: opts.lowercase,
+        case_fallback: false,
     };
     Ok(Imported {
         model,

@@ -626,6 +626,7 @@ pub fn import_spinn<B: ArborBackend>(
         vocab,
         labels,
         lowercase: opts.lowercase,
+        case_fallback: true,
     };
     let task = serde_json::to_value(&meta)
         .map_err(|e| ConvertError::Config(format!("model metadata: {e}")))?;

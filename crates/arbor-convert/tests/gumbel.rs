@@ -8,7 +8,7 @@ use arbor_convert::gumbel::{
 };
 use arbor_convert::{Array, ReferenceVocab, StateDict};
 use arbor_encoders::{Decisions, EncoderInput, SentenceEncoder};
-use arbor_heads::SentenceBatch;
+use arbor_heads::{NliFeatures, SentenceBatch};
 use burn::backend::Flex;
 use burn::prelude::*;
 use common::{assert_close, fixture, Fixture};
@@ -29,6 +29,8 @@ fn options(fx: &Fixture) -> GumbelImport {
         intra_attention: fx.inputs["intra_attention"].as_bool().unwrap(),
         tau: 1.0,
         dropout: 0.1,
+        features: NliFeatures::AbsDifference,
+        lowercase: true,
     }
 }
 

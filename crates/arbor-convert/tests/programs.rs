@@ -8,6 +8,7 @@ use arbor_apps::sst::SstArgs;
 use arbor_convert::gumbel::{import_gumbel_snli, import_gumbel_sst, with_reference_specials};
 use arbor_convert::gumbel::{GumbelImport, QueryScale};
 use arbor_convert::ReferenceVocab;
+use arbor_heads::NliFeatures;
 use burn::backend::Flex;
 use clap::Parser;
 use common::fixture;
@@ -20,6 +21,8 @@ fn options(dir: &std::path::Path, intra_attention: bool) -> GumbelImport {
         intra_attention,
         tau: 1.0,
         dropout: 0.1,
+        features: NliFeatures::AbsDifference,
+        lowercase: true,
     }
 }
 

@@ -55,6 +55,7 @@ fn classifier_checkpoint(dir: &Path, kind: EncoderKind) -> std::path::PathBuf {
         vocab: (0..7).map(|i| format!("w{i}")).collect(),
         labels: vec!["a".into(), "b".into(), "c".into()],
         lowercase: true,
+        case_fallback: false,
     };
     let path = dir.join(format!("{kind}.ckpt"));
     let meta = serde_json::json!({"task": meta, "note": "kept verbatim"});

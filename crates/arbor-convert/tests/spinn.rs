@@ -206,6 +206,8 @@ fn spinn_pi_nt_matches_the_reference() {
     assert_eq!(imported.meta["task"]["vocab"][0], "<pad>");
     assert_eq!(imported.meta["task"]["vocab"][1], "<unk>");
     assert_eq!(imported.meta["task"]["vocab"][2], "a");
+    // The port's lookup (as is, lower-cased, upper-cased) goes with the imported vocabulary.
+    assert_eq!(imported.meta["task"]["case_fallback"], true);
 }
 
 #[test]

@@ -135,6 +135,28 @@ impl Vocab {
         tokens.iter().map(|t| self.id(t.as_ref())).collect()
     }
 
+    /// Id of `token`, else of its lower-cased form, else of its upper-cased form, else `<unk>`:
+    /// the lookup of the SPINN port (nyu-mll/spinn), which imported SPINN vocabularies need.
+    pub fn id_case_fallback(&self, token: &str) -> u32 {
+        self.get(token)
+            .or_else(|| self.get(&token.to_lowercase()))
+            .or_else(|| self.get(&token.to_uppercase()))
+            .unwrap_or(UNK_ID)
+    }
+
+    /// Ids of `tokens`, each looked up as is or, with `case_fallback`, as
+    /// [`Vocab::id_case_fallback`] does.
+    pub fn encode_with<S: AsRef<str>>(&self, tokens: &[S], case_fallback: bool) -> Vec<u32> {
+        if case_fallback {
+            tokens
+                .iter()
+                .map(|t| self.id_case_fallback(t.as_ref()))
+                .collect()
+        } else {
+            self.encode(tokens)
+        }
+    }
+
     /// Tokens of `ids` (out-of-range ids → `<unk>`).
     pub fn decode(&self, ids: &[u32]) -> Vec<String> {
         ids.iter()
@@ -445,5 +467,19 @@ mod tests {
             err.to_string(),
             "s.txt:2: wrong column count: expected 3, found 2"
         );
+    }
+
+    #[test]
+    fn case_fallback_tries_lower_then_upper_case() {
+        let v = Vocab::from_tokens(
+            ["<pad>", "<unk>", "dog", "NASA", "Paris"]
+                .map(String::from)
+                .to_vec(),
+        )
+        .unwrap();
+        let words = ["Dog", "nasa", "Paris", "paris", "cat"];
+        assert_eq!(v.encode(&words), vec![1, 1, 4, 1, 1]);
+        assert_eq!(v.encode_with(&words, true), vec![2, 3, 4, 1, 1]);
+        assert_eq!(v.encode_with(&words, false), v.encode(&words));
     }
 }

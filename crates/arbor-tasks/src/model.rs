@@ -38,6 +38,11 @@ pub struct ModelMeta {
     pub labels: Vec<String>,
     /// Whether input words are lower-cased before lookup.
     pub lowercase: bool,
+    /// Whether a word missing from the vocabulary is looked up lower-cased, then upper-cased,
+    /// before `<unk>` (the SPINN port's lookup, for its imported vocabularies;
+    /// `Vocab::id_case_fallback`). Absent in older checkpoints: off.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub case_fallback: bool,
 }
 
 impl ModelConfig {

@@ -78,6 +78,7 @@ fn task(kind: EncoderKind) -> ClassifyTask<Ad> {
                 .to_vec(),
             labels: vec!["no".into(), "yes".into()],
             lowercase: false,
+            case_fallback: false,
         },
         device: Default::default(),
     }

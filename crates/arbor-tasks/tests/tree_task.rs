@@ -63,6 +63,7 @@ fn gumbel_tree_lstm_learns_a_tree_task() {
                 .to_vec(),
             labels: vec!["no".into(), "yes".into()],
             lowercase: false,
+            case_fallback: false,
         },
         device,
     };

@@ -13,8 +13,9 @@ use arbor_convert::{
     CheckpointModel, ReferenceVocab, RnnLmFlavour, RnnLmImport, SpinnImport, StateDict,
 };
 use arbor_encoders::r2d2::R2d2SpecialIds;
+use arbor_heads::NliFeatures;
 use burn::backend::Flex;
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug)]
 #[command(name = "arbor-convert", version, about)]
@@ -111,6 +112,22 @@ struct GumbelArgs {
     /// The classifier's dropout recorded for training (no effect at evaluation).
     #[arg(long, default_value_t = 0.1)]
     dropout: f64,
+    /// The SNLI classifier's difference feature: `abs` (`|u − v|`, the reference's
+    /// `snli/model.py` for the layout read here) or `signed` (`u − v`).
+    #[arg(long, value_enum, default_value_t = PairDifference::Abs)]
+    difference: PairDifference,
+    /// Look words up as written: the model was trained on text whose case was kept.
+    #[arg(long)]
+    keep_case: bool,
+}
+
+/// The difference feature of an SNLI pair classifier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum PairDifference {
+    /// `|u − v|`.
+    Abs,
+    /// `u − v`.
+    Signed,
 }
 
 /// The flags of the SPINN import.
@@ -272,6 +289,11 @@ fn import_gumbel(a: GumbelArgs) -> Result<()> {
         intra_attention: a.intra_attention,
         tau: a.tau,
         dropout: a.dropout,
+        features: match a.difference {
+            PairDifference::Abs => NliFeatures::AbsDifference,
+            PairDifference::Signed => NliFeatures::Difference,
+        },
+        lowercase: !a.keep_case,
     };
     let sd = StateDict::read(&a.files.state_dict)?;
     let device = Default::default();
