@@ -431,8 +431,11 @@ fn the_transition_classifier_reads_h_or_h_and_c() {
     let lengths = [3usize, 5, 2];
     let trees = random_trees(&lengths, 7);
     let x = padded_batch::<Ad>(&lengths, 5, d_in, 8);
+    // One model for both losses (its other weights come from the backends' global generator,
+    // which the tests of this binary share while running in parallel).
+    let base = build(Some(ClassifierInput::HiddenCell));
     let loss = |c_rows: Tensor<Ad, 2>| {
-        let mut m = build(Some(ClassifierInput::HiddenCell));
+        let mut m = base.clone();
         let c = m.classifier.as_mut().unwrap();
         let w = Tensor::cat(vec![Tensor::zeros([dt, 2], &dev::<Ad>()), c_rows], 0);
         c.weight = Param::from_tensor(w);
