@@ -54,6 +54,11 @@ pub struct GumbelImport {
 /// words of its vocabulary file.
 pub const SPECIALS: [&str; 2] = ["<PAD>", "<UNK>"];
 
+/// The unknown-word and padding tokens of a torchtext vocabulary (`itos[0]`, `itos[1]`), which
+/// the SST reference's `train.py` builds with `TEXT.build_vocab`: an `itos` file lists them, so
+/// it is given as is, without [`with_reference_specials`].
+pub const TORCHTEXT_SPECIALS: [&str; 2] = ["<unk>", "<pad>"];
+
 /// `vocab` as the reference uses it: its file's words, then `<PAD>` and `<UNK>`.
 pub fn with_reference_specials(vocab: ReferenceVocab) -> ReferenceVocab {
     vocab.with_specials(&SPECIALS)
@@ -270,7 +275,7 @@ fn map_mlp(sd: &mut StateDict, m: &MlpShape, d_in: usize, label_rows: &[usize], 
     w.put_some(
         format!("mlp.linears.{}.bias", m.hidden),
         bo.map(|a| {
-            gather_rows(&a.reshape(vec![m.classes, 1]), label_rows).reshape(vec![m.classes])
+            gather_rows(&a.reshape(vec![m.classes, 1]), label_rows).reshape(vec![label_rows.len()])
         }),
     );
     if m.batch_norm {
@@ -307,7 +312,9 @@ fn map_mlp(sd: &mut StateDict, m: &MlpShape, d_in: usize, label_rows: &[usize], 
 }
 
 /// Label names and the reference row of each arbor class (see [`arbor_label_order`]), after
-/// checking there is one name per class.
+/// checking there is one name per class. A classifier with classes the task never has (torchtext's
+/// label field puts `<unk>` first: `<unk>,positive,negative`) keeps only the rows of the task's
+/// labels, in arbor's order: the extra classes are never predicted.
 fn label_rows(
     labels: &[String],
     classes: usize,
@@ -321,6 +328,15 @@ fn label_rows(
             labels.join(",")
         )));
     }
+    if labels.len() > arbor_order.len() {
+        let rows: Option<Vec<usize>> = arbor_order
+            .iter()
+            .map(|o| labels.iter().position(|l| l == o))
+            .collect();
+        if let Some(rows) = rows {
+            return Ok((arbor_order.iter().map(|s| s.to_string()).collect(), rows));
+        }
+    }
     Ok(arbor_label_order(labels, arbor_order))
 }
 
@@ -330,7 +346,14 @@ fn embedding(
     vocab: &ReferenceVocab,
     w: &mut Weights,
 ) -> Result<(TokenEmbeddingConfig, Vec<String>), ConvertError> {
-    let (tokens, rows) = vocab.to_arbor(e.vocab_rows, SPECIALS[0], SPECIALS[1])?;
+    // The reference's `<PAD>`/`<UNK>` (appended by [`with_reference_specials`]), or torchtext's
+    // `<pad>`/`<unk>` (listed in its `itos`, [`TORCHTEXT_SPECIALS`]).
+    let (pad, unk) = if vocab.tokens.iter().any(|t| t == SPECIALS[0]) {
+        (SPECIALS[0], SPECIALS[1])
+    } else {
+        (TORCHTEXT_SPECIALS[1], TORCHTEXT_SPECIALS[0])
+    };
+    let (tokens, rows) = vocab.to_arbor(e.vocab_rows, pad, unk)?;
     let emb = sd.take("word_embedding.weight", &[e.vocab_rows, e.d_word]);
     w.put_some(
         "embedding.embedding.weight",
@@ -416,7 +439,7 @@ pub fn import_gumbel_snli<B: ArborBackend>(
     let encoder = EncoderConfig::Gumbel(e.config);
     let head = NliClassifierConfig::new(e.vocab_rows, e.d_word, m.d_hidden)
         .with_features(opts.features)
-        .with_n_classes(m.classes)
+        .with_n_classes(labels.len())
         .with_n_mlp_hidden(m.hidden)
         .with_dropout(opts.dropout)
         .with_batch_norm(m.batch_norm);
@@ -465,7 +488,7 @@ pub fn import_gumbel_sst<B: ArborBackend>(
 
     let encoder = EncoderConfig::Gumbel(e.config);
     let head = SentenceClassifierConfig::new(m.d_hidden)
-        .with_n_classes(m.classes)
+        .with_n_classes(labels.len())
         .with_n_mlp_hidden(m.hidden)
         .with_dropout(opts.dropout)
         .with_batch_norm(m.batch_norm);

@@ -212,3 +212,72 @@ fn labels_that_do_not_fit_the_classifier_are_refused() {
         "{err}"
     );
 }
+
+/// The SST reference's `train.py` builds its vocabulary and labels with torchtext: `itos` starts
+/// `<unk>`, `<pad>`, and the label field is `<unk>`, positive, negative. The same weights laid
+/// out that way import to the same model: the embedding rows follow the `itos`, and the
+/// label field's `<unk>` row (given a bias that would win every argmax) is dropped.
+#[test]
+fn sst_with_a_torchtext_vocabulary_and_label_field_matches_the_reference() {
+    let fx = fixture("gumbel-sst-lstm-bn2");
+    let mut sd = fx.state_dict.clone();
+    let keys: Vec<(String, Vec<usize>)> = sd
+        .entries()
+        .map(|(k, s)| (k.to_string(), s.to_vec()))
+        .collect();
+    let mut arrays = std::collections::BTreeMap::new();
+    for (k, shape) in keys {
+        let a = sd.take(&k, &shape).unwrap();
+        arrays.insert(k, a);
+    }
+    let rows = |a: &Array, order: &[usize]| {
+        Array::concat(&order.iter().map(|&r| a.rows(r, r + 1)).collect::<Vec<_>>())
+    };
+    // Reference rows: the words, then <PAD>, <UNK>; torchtext: <unk>, <pad>, the words.
+    let emb = arrays["word_embedding.weight"].clone();
+    let n = emb.shape()[0];
+    let order: Vec<usize> = [n - 1, n - 2].into_iter().chain(0..n - 2).collect();
+    arrays.insert("word_embedding.weight".into(), rows(&emb, &order));
+    // Output rows negative, positive → <unk>, positive, negative.
+    let w = arrays["classifier.clf_linear.weight"].clone();
+    let unk_row = w.rows(0, 1).map(|_| 0.0);
+    arrays.insert(
+        "classifier.clf_linear.weight".into(),
+        Array::concat(&[unk_row, w.rows(1, 2), w.rows(0, 1)]),
+    );
+    let b = arrays["classifier.clf_linear.bias"]
+        .clone()
+        .reshape(vec![2, 1]);
+    let unk_bias = Array::new(vec![1, 1], vec![100.0]).unwrap();
+    arrays.insert(
+        "classifier.clf_linear.bias".into(),
+        Array::concat(&[unk_bias, b.rows(1, 2), b.rows(0, 1)]).reshape(vec![3]),
+    );
+    let torchtext_sd = StateDict::from_arrays(fx.dir.join("state_dict.pt"), arrays);
+
+    let words = ReferenceVocab::read_file(&fx.dir.join("vocab.txt")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let itos = tmp.path().join("itos.txt");
+    let mut text = String::from("<unk>\n<pad>\n");
+    for t in &words.tokens {
+        text.push_str(t);
+        text.push('\n');
+    }
+    std::fs::write(&itos, text).unwrap();
+    let mut opts = options(&fx);
+    opts.vocab = ReferenceVocab::read_file(&itos).unwrap();
+    opts.labels = Some(["<unk>", "positive", "negative"].map(String::from).to_vec());
+
+    let device = Default::default();
+    let imported = import_gumbel_sst::<B>(torchtext_sd, &opts, &device).unwrap();
+    let reference = import_gumbel_sst::<B>(fx.state_dict.clone(), &options(&fx), &device).unwrap();
+    assert_eq!(vocab_of(&imported.meta), vocab_of(&reference.meta));
+    let labels: Vec<String> =
+        serde_json::from_value(imported.meta["task"]["labels"].clone()).unwrap();
+    assert_eq!(labels, ["negative", "positive"]);
+    let vocab = vocab_of(&imported.meta);
+    let sentences = arbor_ids(&fx, &vocab, "sentences");
+    let batch = SentenceBatch::<B>::from_ids(&sentences, 0, &device);
+    let (v, dims) = values(imported.model.forward(batch, Decisions::Argmax).logits);
+    assert_close(&fx, "logits", &v, &dims, TOL);
+}

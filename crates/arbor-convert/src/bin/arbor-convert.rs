@@ -119,6 +119,20 @@ struct GumbelArgs {
     /// Look words up as written: the model was trained on text whose case was kept.
     #[arg(long)]
     keep_case: bool,
+    /// What --vocab lists: `reference` (the words of the file given to the reference's
+    /// dump_dataset.py; `<PAD>`, `<UNK>` follow them) or `torchtext` (a torchtext `itos` in id
+    /// order, `<unk>` and `<pad>` first, as the SST reference's `TEXT.build_vocab` makes it).
+    #[arg(long, value_enum, default_value_t = VocabFormat::Reference)]
+    vocab_format: VocabFormat,
+}
+
+/// What a Gumbel import's vocabulary file lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum VocabFormat {
+    /// The words; the reference appends `<PAD>` and `<UNK>`.
+    Reference,
+    /// torchtext's `itos`, specials included.
+    Torchtext,
 }
 
 /// The difference feature of an SNLI pair classifier.
@@ -282,8 +296,12 @@ fn import_gumbel(a: GumbelArgs) -> Result<()> {
     if let Some(n) = a.vocab_size {
         vocab = vocab.truncated(n);
     }
+    let vocab = match a.vocab_format {
+        VocabFormat::Reference => with_reference_specials(vocab),
+        VocabFormat::Torchtext => vocab,
+    };
     let opts = GumbelImport {
-        vocab: with_reference_specials(vocab),
+        vocab,
         labels: a.labels,
         query_scale: a.query_scale,
         intra_attention: a.intra_attention,
