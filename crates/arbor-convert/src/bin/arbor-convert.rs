@@ -116,9 +116,11 @@ struct GumbelArgs {
     /// `snli/model.py` for the layout read here) or `signed` (`u − v`).
     #[arg(long, value_enum, default_value_t = PairDifference::Abs)]
     difference: PairDifference,
-    /// Look words up as written: the model was trained on text whose case was kept.
+    /// The model was trained on lower-cased text: the reference's `dump_dataset.py --lower`.
+    /// Without it words are looked up as written, its default (`--lower` is off there; the
+    /// authors' released vocabulary has no capitals, so their own models used it).
     #[arg(long)]
-    keep_case: bool,
+    lower: bool,
     /// What --vocab lists: `reference` (the words of the file given to the reference's
     /// dump_dataset.py; `<PAD>`, `<UNK>` follow them) or `torchtext` (a torchtext `itos` in id
     /// order, `<unk>` and `<pad>` first, as the SST reference's `TEXT.build_vocab` makes it).
@@ -311,7 +313,7 @@ fn import_gumbel(a: GumbelArgs) -> Result<()> {
             PairDifference::Abs => NliFeatures::AbsDifference,
             PairDifference::Signed => NliFeatures::Difference,
         },
-        lowercase: !a.keep_case,
+        lowercase: a.lower,
     };
     let sd = StateDict::read(&a.files.state_dict)?;
     let device = Default::default();
