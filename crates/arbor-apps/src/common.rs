@@ -250,14 +250,14 @@ fn model_meta(
     model: arbor_tasks::ModelConfig,
     vocab: &Vocab,
     labels: Vec<String>,
-    lowercase: bool,
+    lookup: WordLookup,
 ) -> arbor_tasks::ModelMeta {
     arbor_tasks::ModelMeta {
         model,
         vocab: vocab.tokens().to_vec(),
         labels,
-        lowercase,
-        case_fallback: false,
+        lowercase: lookup.lowercase,
+        case_fallback: lookup.case_fallback,
     }
 }
 
@@ -266,8 +266,8 @@ fn model_meta(
 pub struct Labels {
     /// Label names, id order.
     pub names: Vec<String>,
-    /// Whether words are lower-cased before lookup.
-    pub lowercase: bool,
+    /// How words become ids (recorded in the checkpoint).
+    pub lookup: WordLookup,
     /// The program's default `--embed-init-std`.
     pub default_embed_std: f64,
 }
@@ -311,7 +311,7 @@ impl ProgramData for NliData {
             encoder,
             head,
         };
-        let meta = model_meta(config, vocab, labels.names.clone(), labels.lowercase);
+        let meta = model_meta(config, vocab, labels.names.clone(), labels.lookup);
         Ok((model, meta))
     }
 
@@ -343,7 +343,7 @@ impl ProgramData for ClassifyData {
             encoder,
             head,
         };
-        let meta = model_meta(config, vocab, labels.names.clone(), labels.lowercase);
+        let meta = model_meta(config, vocab, labels.names.clone(), labels.lookup);
         Ok((model, meta))
     }
 

@@ -25,7 +25,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::cli::TrainArgs;
 use crate::common::{
     best_or_last, checkpoint_in, classification_task, load_sentence_classifier, print_tree,
-    scored_checkpoint, Labels,
+    scored_checkpoint, Labels, WordLookup,
 };
 use crate::result::{RunResult, ScoreTable};
 use arbor_tasks::{evaluate, per_group, ClassifyData, ClassifyTask};
@@ -380,7 +380,7 @@ impl BackendJob for TrainJob {
         let vocab = arbor_data::vocab::word_vocab(self.train.iter().map(|e| &e.tokens[..]), false);
         let labels = Labels {
             names: (0..10).map(|d| d.to_string()).collect(),
-            lowercase: false,
+            lookup: WordLookup::plain(false),
             default_embed_std: EMBED_INIT_STD,
         };
         let train_data = to_data(&self.train, &vocab);

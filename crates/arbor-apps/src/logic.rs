@@ -20,7 +20,9 @@ use burn::module::AutodiffModule;
 use clap::Parser;
 
 use crate::cli::TrainArgs;
-use crate::common::{best_or_last, classification_task, print_tree, scored_checkpoint, Labels};
+use crate::common::{
+    best_or_last, classification_task, print_tree, scored_checkpoint, Labels, WordLookup,
+};
 use crate::result::{RunResult, ScoreTable};
 use arbor_tasks::{evaluate, NliData, NliTask};
 use arbor_train::device::{resolve, run_on, BackendJob};
@@ -309,7 +311,7 @@ impl BackendJob for Job {
                 .iter()
                 .map(|r| r.symbol().to_string())
                 .collect(),
-            lowercase: false,
+            lookup: WordLookup::plain(false),
             default_embed_std: EMBED_INIT_STD,
         };
         let eval = vec![

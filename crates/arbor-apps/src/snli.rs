@@ -62,6 +62,11 @@ pub struct SnliArgs {
     /// How many validation pairs to draw trees for after training.
     #[arg(long, default_value_t = 3)]
     pub show_trees: usize,
+    /// Look a word missing from the vocabulary up lower-cased, then upper-cased, before `<unk>`
+    /// (the SPINN port's lookup); recorded in the checkpoint. Imported SPINN checkpoints do it
+    /// already; with --eval-only it turns it on for any checkpoint.
+    #[arg(long)]
+    pub case_fallback: bool,
     /// Where to download SNLI from.
     #[arg(long, default_value = SNLI_URL, hide = true)]
     pub snli_url: String,
@@ -205,17 +210,21 @@ impl BackendJob for TrainJob {
                 .flat_map(|p| [&p.premise.tokens[..], &p.hypothesis.tokens[..]]),
             LOWERCASE,
         );
+        let lookup = WordLookup {
+            lowercase: LOWERCASE,
+            case_fallback: args.case_fallback,
+        };
         let labels = Labels {
             names: NliLabel::ALL.iter().map(|l| l.name().to_string()).collect(),
-            lowercase: LOWERCASE,
+            lookup,
             default_embed_std: EMBED_INIT_STD,
         };
         let eval: Vec<(String, NliData)> = splits
             .eval
             .iter()
-            .map(|(n, p)| (n.clone(), to_data(p, &vocab, WordLookup::plain(LOWERCASE))))
+            .map(|(n, p)| (n.clone(), to_data(p, &vocab, lookup)))
             .collect();
-        let train_data = to_data(&splits.train, &vocab, WordLookup::plain(LOWERCASE));
+        let train_data = to_data(&splits.train, &vocab, lookup);
         let (model, task): (_, NliTask<Ad<B>>) =
             classification_task(a, &vocab, &labels, train_data, eval, &device)?;
         eprintln!(
@@ -341,8 +350,10 @@ impl BackendJob for EvalJob {
         }
         println!("model: {}", path.display());
         let parses = meta.model.encoder().kind() == arbor_encoders::EncoderKind::Spinn;
+        let mut lookup = WordLookup::of(&meta);
+        lookup.case_fallback |= self.args.case_fallback;
         for (name, pairs) in self.splits.unwrap_or_default().eval {
-            let data = to_data(&pairs, &vocab, WordLookup::of(&meta));
+            let data = to_data(&pairs, &vocab, lookup);
             let r = evaluate(&model, &data, 256, parses, &device);
             println!(
                 "{name:>8} accuracy {:.4} ({} / {})",

@@ -50,6 +50,11 @@ pub struct SstArgs {
     /// Print the tree a trained model builds for this sentence, and exit.
     #[arg(long)]
     pub parse: Option<String>,
+    /// Look a word missing from the vocabulary up lower-cased, then upper-cased, before `<unk>`
+    /// (the SPINN port's lookup); recorded in the checkpoint. Imported SPINN checkpoints do it
+    /// already; with --eval-only it turns it on for any checkpoint.
+    #[arg(long)]
+    pub case_fallback: bool,
     /// Train on every labelled phrase of the training trees (each constituent down to the single
     /// words, neutral ones dropped), as Tai et al. (2015) and the Gumbel Tree-LSTM reference do;
     /// validation and test stay whole sentences. Needs a tree file for --train.
@@ -148,17 +153,21 @@ impl BackendJob for Job {
             self.train.examples.iter().map(|e| &e.tokens[..]),
             LOWERCASE,
         );
+        let lookup = WordLookup {
+            lowercase: LOWERCASE,
+            case_fallback: self.args.case_fallback,
+        };
         let labels = Labels {
             names: vec!["negative".into(), "positive".into()],
-            lowercase: LOWERCASE,
+            lookup,
             default_embed_std: EMBED_INIT_STD,
         };
         let eval = self
             .eval
             .iter()
-            .map(|(n, s)| (n.clone(), to_data(s, &vocab, WordLookup::plain(LOWERCASE))))
+            .map(|(n, s)| (n.clone(), to_data(s, &vocab, lookup)))
             .collect();
-        let train_data = to_data(&self.train, &vocab, WordLookup::plain(LOWERCASE));
+        let train_data = to_data(&self.train, &vocab, lookup);
         let (model, task): (_, ClassifyTask<Ad<B>>) =
             classification_task(a, &vocab, &labels, train_data, eval, &device)?;
         eprintln!(
@@ -235,8 +244,10 @@ impl BackendJob for EvalJob {
             );
         }
         println!("model: {}", path.display());
+        let mut lookup = WordLookup::of(&meta);
+        lookup.case_fallback |= self.args.case_fallback;
         for (name, split) in &self.eval {
-            let data = to_data(split, &vocab, WordLookup::of(&meta));
+            let data = to_data(split, &vocab, lookup);
             if encoder.kind().needs_transitions() && data.transitions.is_none() {
                 bail!(
                     "{name}: the {} encoder follows gold trees; pass SST tree files, not tsv",
@@ -332,5 +343,48 @@ mod tests {
             err.contains("train.tsv") && err.contains("--phrases"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn case_fallback_is_recorded_in_the_checkpoint() {
+        use clap::Parser;
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("train.tsv");
+        std::fs::write(
+            &data,
+            "sentence\tlabel\ngood fun\t1\nbad film\t0\nvery good\t1\nso bad\t0\n",
+        )
+        .unwrap();
+        let out = dir.path().join("run");
+        let d = data.to_str().unwrap();
+        let o = out.to_str().unwrap();
+        let flags = [
+            "sst",
+            "--train",
+            d,
+            "--valid",
+            d,
+            "--encoder",
+            "lstm",
+            "--dim",
+            "8",
+            "--batch-size",
+            "2",
+            "--max-steps",
+            "2",
+            "--show-trees",
+            "0",
+            "--out",
+            o,
+            "--quiet",
+        ];
+        run(SstArgs::try_parse_from(flags).unwrap()).unwrap();
+        let plain = crate::common::checkpoint_meta(&out.join("last.ckpt")).unwrap();
+        assert!(plain.lowercase && !plain.case_fallback);
+        let mut with = flags.to_vec();
+        with.extend(["--case-fallback", "--force"]);
+        run(SstArgs::try_parse_from(with).unwrap()).unwrap();
+        let meta = crate::common::checkpoint_meta(&out.join("last.ckpt")).unwrap();
+        assert!(meta.lowercase && meta.case_fallback);
     }
 }
