@@ -51,20 +51,55 @@ pub fn per_group(
     out
 }
 
+/// Padded tokens (examples × the longest) an evaluation batch holds at most, unless one example
+/// alone is longer: 256 examples of 64 tokens. ListOps at its released lengths has expressions of
+/// 800–1,100 tokens; 256 of them in one batch would hold 5 GB of attention scores in a
+/// Transformer, so long examples are evaluated a few at a time.
+pub const EVAL_MAX_TOKENS: usize = 256 * 64;
+
 /// Batches of example indices for evaluation: sorted by `lengths` so padding stays small, in
-/// chunks of `batch_size`. Every index appears exactly once.
+/// chunks of at most `batch_size` examples and [`EVAL_MAX_TOKENS`] padded tokens (at least one
+/// example each). Every index appears exactly once.
 pub fn eval_batches(lengths: &[usize], batch_size: usize) -> Vec<Vec<usize>> {
     let mut order: Vec<usize> = (0..lengths.len()).collect();
     order.sort_by_key(|&i| lengths[i]);
-    order
-        .chunks(batch_size.max(1))
-        .map(<[usize]>::to_vec)
-        .collect()
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    let mut current: Vec<usize> = Vec::new();
+    for i in order {
+        // Sorted, so `lengths[i]` is the longest the batch would hold.
+        let full = current.len() >= batch_size.max(1)
+            || (!current.is_empty() && (current.len() + 1) * lengths[i] > EVAL_MAX_TOKENS);
+        if full {
+            out.push(std::mem::take(&mut current));
+        }
+        current.push(i);
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use std::cell::RefCell;
+
+    #[test]
+    fn eval_batches_bound_examples_and_padded_tokens() {
+        // 300 short examples, then three of 1,000 tokens and one longer than the budget.
+        let mut lengths = vec![10usize; 300];
+        lengths.extend([1000, 1000, 1000, crate::EVAL_MAX_TOKENS + 5]);
+        let batches = crate::eval_batches(&lengths, 256);
+        let sizes: Vec<usize> = batches.iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![256, 44, 3, 1]);
+        let mut all: Vec<usize> = batches.concat();
+        all.sort_unstable();
+        assert_eq!(all, (0..lengths.len()).collect::<Vec<_>>());
+        for b in &batches {
+            let longest = b.iter().map(|&i| lengths[i]).max().unwrap();
+            assert!(b.len() == 1 || b.len() * longest <= crate::EVAL_MAX_TOKENS);
+        }
+    }
 
     use arbor_cells::ArborBackend;
     use arbor_data::tree::Transition;
