@@ -277,8 +277,10 @@ impl BackendJob for PretrainJob {
             .with_context(|| format!("creating {}", a.engine.out.display()))?;
         let train_text = read_text(&a.train)?;
         let valid_text = read_text(&a.valid)?;
-        // arbor's sentences train the vocabulary; the reference's need the given one first.
-        let mut train_sents = arbor_data::readers::wikitext_sentences(&train_text);
+        // arbor's sentences can train the vocabulary; the reference's need the given one first
+        // (`check` requires `--vocab` for them), so they are made after it.
+        let arbor_sents =
+            (a.prep == Prep::Arbor).then(|| arbor_data::readers::wikitext_sentences(&train_text));
         let vocab_path = a.engine.out.join("vocab.txt");
         let (tok, vocab) = match &a.vocab {
             Some(p) => {
@@ -307,14 +309,16 @@ impl BackendJob for PretrainJob {
                 config
                     .special_tokens
                     .extend(["[BOS]", "[EOS]", "[SUM]"].map(String::from));
-                let pieces = train_wordpiece(train_sents.iter().map(String::as_str), &config)?;
+                let pieces =
+                    train_wordpiece(arbor_sents.iter().flatten().map(String::as_str), &config)?;
                 save_vocab_txt(&pieces, &vocab_path)?;
                 (WordPieceTokenizer::from_pieces(&pieces, true)?, pieces)
             }
         };
-        if a.prep == Prep::Reference {
-            train_sents = sentences(a.prep, &train_text, &tok);
-        }
+        let mut train_sents = match arbor_sents {
+            Some(sents) => sents,
+            None => sentences(a.prep, &train_text, &tok),
+        };
         let valid_sents = sentences(a.prep, &valid_text, &tok);
         if a.max_sentences > 0 {
             train_sents.truncate(a.max_sentences);

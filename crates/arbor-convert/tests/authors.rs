@@ -27,7 +27,8 @@ fn normalised(tree: &str) -> String {
         .join(" ")
 }
 
-fn strings(v: &serde_json::Value) -> Vec<Vec<String>> {
+/// A value of the fixture's `inputs.json`.
+fn input<T: serde::de::DeserializeOwned>(v: &serde_json::Value) -> T {
     serde_json::from_value(v.clone()).unwrap()
 }
 
@@ -55,8 +56,8 @@ fn check(name: &str) {
     let vocab: Vec<String> =
         serde_json::from_value(imported.meta["task"]["vocab"].clone()).unwrap();
     let id = |w: &String| vocab.iter().position(|t| t == w).unwrap_or(1) as u32;
-    let premises: Vec<Vec<String>> = strings(&fx.inputs["pre_tokens"]);
-    let hypotheses: Vec<Vec<String>> = strings(&fx.inputs["hyp_tokens"]);
+    let premises: Vec<Vec<String>> = input(&fx.inputs["pre_tokens"]);
+    let hypotheses: Vec<Vec<String>> = input(&fx.inputs["hyp_tokens"]);
     let ids = |s: &[Vec<String>]| -> Vec<Vec<u32>> {
         s.iter().map(|w| w.iter().map(id).collect()).collect()
     };
@@ -87,7 +88,7 @@ fn check(name: &str) {
     assert!(worst <= 1e-5, "{name}: logits differ by {worst}");
 
     // Predictions, in the reference's label ids.
-    let preds: Vec<usize> = serde_json::from_value(fx.inputs["pred"].clone()).unwrap();
+    let preds: Vec<usize> = input(&fx.inputs["pred"]);
     for i in 0..n {
         let row = &got[i * 3..i * 3 + 3];
         let k = (0..3).fold(0, |b, k| if row[k] > row[b] { k } else { b });
@@ -100,13 +101,13 @@ fn check(name: &str) {
             "premise",
             &premises,
             &pre_ids,
-            strings_flat(&fx.inputs["pre_trees"]),
+            input::<Vec<String>>(&fx.inputs["pre_trees"]),
         ),
         (
             "hypothesis",
             &hypotheses,
             &hyp_ids,
-            strings_flat(&fx.inputs["hyp_trees"]),
+            input::<Vec<String>>(&fx.inputs["hyp_trees"]),
         ),
     ] {
         for i in 0..n {
@@ -124,10 +125,6 @@ fn check(name: &str) {
             );
         }
     }
-}
-
-fn strings_flat(v: &serde_json::Value) -> Vec<String> {
-    serde_json::from_value(v.clone()).unwrap()
 }
 
 #[test]
