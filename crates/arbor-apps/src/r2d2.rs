@@ -13,7 +13,7 @@ use arbor_data::wordpiece::{
     save_vocab_txt, train_wordpiece, WordPieceTokenizer, WordPieceTrainConfig,
 };
 use arbor_encoders::r2d2::{
-    word_tree, CompositionConfig, R2d2Config, R2d2Lm, R2d2LmConfig, R2d2SpecialIds,
+    word_tree, CompositionConfig, R2d2Config, R2d2Lm, R2d2LmConfig, R2d2SpecialIds, TreeRule,
 };
 use arbor_encoders::Decisions;
 use arbor_train::{load_model, seed_everything, train, CheckpointFile, OptimizerKind};
@@ -230,6 +230,12 @@ pub struct ParseArgs {
     /// Word-level trees (pieces of a word kept together, then collapsed).
     #[arg(long)]
     pub word_level: bool,
+    /// How trees are read off the chart: the R2D2 reference's `get_token_tree` (each cell's
+    /// best split as ranked when it was composed) or arbor's (the best split that cuts no
+    /// terminal merged by pruning); docs/r2d2.md, "Tree recovery". Default: the rule the
+    /// checkpoint records (reference for imported checkpoints, arbor for arbor-trained ones).
+    #[arg(long, value_enum)]
+    pub tree_rule: Option<TreeRule>,
     /// Output file (default: stdout).
     #[arg(long)]
     pub output: Option<PathBuf>,
@@ -384,6 +390,7 @@ impl BackendJob for PretrainJob {
             meta: R2d2Meta {
                 model: model_config,
                 vocab,
+                tree_rule: TreeRule::Arbor,
             },
             eval_batch: 32,
             device: device.clone(),
@@ -403,7 +410,7 @@ impl BackendJob for PretrainJob {
         let inner = outcome.model.valid();
         let refs: Vec<&[u32]> = task.valid.iter().take(3).map(Vec::as_slice).collect();
         let chart = inner.chart(&refs, None, Decisions::Argmax);
-        for (t, ids) in chart.trees().iter().zip(&refs) {
+        for (t, ids) in chart.trees_with(task.meta.tree_rule).iter().zip(&refs) {
             let pieces: Vec<String> = ids
                 .iter()
                 .map(|&i| tok.id_piece(i).unwrap_or_default())
@@ -415,17 +422,17 @@ impl BackendJob for PretrainJob {
     }
 }
 
-/// Loads a pretraining checkpoint: model, tokenizer.
+/// Loads a pretraining (or imported) checkpoint: model, tokenizer, the tree rule it records.
 fn load<B: ArborBackend>(
     path: &Path,
     device: &B::Device,
-) -> Result<(R2d2Lm<B>, WordPieceTokenizer)> {
+) -> Result<(R2d2Lm<B>, WordPieceTokenizer, TreeRule)> {
     let file = CheckpointFile::load(path)?;
     let meta = R2d2Meta::from_checkpoint(&file.meta)
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let tok = WordPieceTokenizer::from_pieces(&meta.vocab, true)?;
     let (model, _) = load_model(meta.model.init::<B>(device), path, device)?;
-    Ok((model, tok))
+    Ok((model, tok, meta.tree_rule))
 }
 
 struct EvalJob {
@@ -437,7 +444,7 @@ impl BackendJob for EvalJob {
 
     fn run<B: ArborBackend>(self, device: B::Device) -> Result<PseudoPerplexity> {
         let a = &self.args;
-        let (model, tok) = load::<B>(&a.checkpoint, &device)?;
+        let (model, tok, _) = load::<B>(&a.checkpoint, &device)?;
         let sents = sentences(a.prep, &read_text(&a.text)?, &tok);
         let mut ids: Vec<Vec<u32>> = Vec::new();
         let mut skipped = 0;
@@ -532,7 +539,16 @@ impl BackendJob for ParseJob {
 
     fn run<B: ArborBackend>(self, device: B::Device) -> Result<()> {
         let a = &self.args;
-        let (model, tok) = load::<B>(&a.checkpoint, &device)?;
+        let (model, tok, recorded) = load::<B>(&a.checkpoint, &device)?;
+        let rule = a.tree_rule.unwrap_or(recorded);
+        eprintln!(
+            "tree rule: {rule:?}{}",
+            if a.tree_rule.is_some() {
+                " (--tree-rule)"
+            } else {
+                " (recorded in the checkpoint)"
+            }
+        );
         let (sentences, word_level): (Vec<Vec<String>>, bool) = match (&a.gold, &a.input) {
             (Some(gold), _) => {
                 let g = load_gold(gold, &TreePrep::evaluation(), None)?;
@@ -565,7 +581,9 @@ impl BackendJob for ParseJob {
             }
             let refs: Vec<&[u32]> = ids.iter().map(Vec::as_slice).collect();
             let constraint = word_level.then_some(word_of.as_slice());
-            let trees = model.chart(&refs, constraint, Decisions::Argmax).trees();
+            let trees = model
+                .chart(&refs, constraint, Decisions::Argmax)
+                .trees_with(rule);
             for (((t, words), piece_ids), w) in trees.iter().zip(chunk).zip(&ids).zip(&word_of) {
                 let line = if word_level {
                     let wt: BinaryTree =

@@ -11,7 +11,7 @@
 use arbor_cells::ArborBackend;
 use arbor_data::wordpiece::{WordPieceTokenizer, WP_UNK};
 use arbor_encoders::r2d2::{
-    CompositionConfig, R2d2Config, R2d2Lm, R2d2LmConfig, R2d2SpecialIds, RoleEmbeddings,
+    CompositionConfig, R2d2Config, R2d2Lm, R2d2LmConfig, R2d2SpecialIds, RoleEmbeddings, TreeRule,
 };
 use arbor_tasks::R2d2Meta;
 
@@ -59,6 +59,9 @@ pub struct R2d2Import {
     pub pruning: bool,
     /// Gumbel-softmax temperature for further training (the reference's is 1).
     pub tau: f64,
+    /// The tree rule recorded in the checkpoint, which `r2d2 parse` uses by default (the
+    /// reference's `get_token_tree`: [`TreeRule::Reference`]).
+    pub tree_rule: TreeRule,
 }
 
 impl R2d2Import {
@@ -72,6 +75,7 @@ impl R2d2Import {
             window: REFERENCE_WINDOW,
             pruning: true,
             tau: 1.0,
+            tree_rule: TreeRule::Reference,
         }
     }
 }
@@ -295,6 +299,7 @@ pub fn import_r2d2<B: ArborBackend>(
     let meta = R2d2Meta {
         model: config,
         vocab: opts.vocab.tokens.clone(),
+        tree_rule: opts.tree_rule,
     };
     let task = serde_json::to_value(&meta).expect("R2D2 metadata always serialises");
     Ok(Imported {

@@ -14,23 +14,9 @@ use arbor_convert::ReferenceVocab;
 use arbor_encoders::Decisions;
 use arbor_heads::{NliFeatures, SentenceBatch};
 use burn::backend::Flex;
-use common::fixture;
+use common::{fixture, input, normalised_tree};
 
 type B = Flex;
-
-/// Spaces around every bracket, one space between tokens: `((a b) c)` and `( ( a b ) c )` agree.
-fn normalised(tree: &str) -> String {
-    tree.replace('(', " ( ")
-        .replace(')', " ) ")
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// A value of the fixture's `inputs.json`.
-fn input<T: serde::de::DeserializeOwned>(v: &serde_json::Value) -> T {
-    serde_json::from_value(v.clone()).unwrap()
-}
 
 fn check(name: &str) {
     let fx = fixture(name);
@@ -119,8 +105,8 @@ fn check(name: &str) {
             )
             .expect("the Gumbel Tree-LSTM builds a tree");
             assert_eq!(
-                normalised(&tree.to_bracketed(&words[i])),
-                normalised(&trees[i]),
+                normalised_tree(&tree.to_bracketed(&words[i])),
+                normalised_tree(&trees[i]),
                 "{name}: {side} {i}"
             );
         }

@@ -9,7 +9,7 @@ use arbor_cells::GumbelSampler;
 use arbor_data::tree::BinaryTree;
 use arbor_encoders::r2d2::{
     word_tree, Chart, ChartConfig, Compose, Composed, Composition, CompositionConfig, R2d2Config,
-    R2d2LmConfig, R2d2SpecialIds, RoleEmbeddings,
+    R2d2LmConfig, R2d2SpecialIds, RoleEmbeddings, TreeRule,
 };
 use arbor_encoders::{Decisions, EncoderConfig, EncoderInput, EncoderKind, SentenceEncoder};
 use burn::module::{Module, Param};
@@ -951,6 +951,82 @@ fn the_device_chart_matches_pruned_induction_written_on_the_host() {
             }
         }
     }
+}
+
+/// The tree that follows every cell's best-ranked split from the root (the reference's
+/// `get_token_tree`), built from [`Chart::splits`].
+fn best_split_tree<B: arbor_cells::ArborBackend>(
+    chart: &Chart<B>,
+    b: usize,
+    span: (usize, usize),
+) -> BinaryTree {
+    if span.0 == span.1 {
+        return BinaryTree::Leaf(span.0);
+    }
+    let (k, _) = chart.splits(b, span).expect("a computed cell");
+    BinaryTree::node(
+        best_split_tree(chart, b, (span.0, k)),
+        best_split_tree(chart, b, (k + 1, span.1)),
+    )
+}
+
+#[test]
+fn the_two_tree_rules_differ_only_on_stale_cells() {
+    // `TreeRule::Reference` follows every cell's best split; `TreeRule::Arbor` (the default of
+    // `trees()`) the best split that cuts no merged terminal, so every merge is a constituent.
+    // Random compositions over a batch that prunes: the rules give different trees somewhere,
+    // and the same trees without pruning (no merged terminals).
+    let d = 8;
+    let lengths = [11usize, 3, 14, 6, 1, 9];
+    let time = 14;
+    let mut differ = 0;
+    for seed in 0..3u64 {
+        let f = composition(d, 30 + seed);
+        let leaves = common::padded_batch::<Fx>(&lengths, time, d, 60 + seed);
+        for window in 1..=3 {
+            for pruning in [true, false] {
+                let config = ChartConfig {
+                    window,
+                    pruning,
+                    tau: 1.0,
+                };
+                let chart = Chart::build(
+                    &f,
+                    leaves.clone(),
+                    &lengths,
+                    None,
+                    &config,
+                    Decisions::Argmax,
+                );
+                let reference = chart.trees_with(TreeRule::Reference);
+                let arbor = chart.trees_with(TreeRule::Arbor);
+                assert_eq!(arbor, chart.trees());
+                for (b, &n) in lengths.iter().enumerate() {
+                    let what = format!("seed {seed} m {window} pruning {pruning} sentence {b}");
+                    assert_eq!(
+                        reference[b],
+                        best_split_tree(&chart, b, (0, n - 1)),
+                        "{what}"
+                    );
+                    let spans = arbor[b].spans();
+                    for &(i, j) in &chart.merges()[b] {
+                        assert!(
+                            spans.contains(&arbor_data::tree::Span::new(i, j + 1)),
+                            "{what}: merge ({i}, {j}) is a constituent"
+                        );
+                    }
+                    if !pruning {
+                        assert_eq!(reference[b], arbor[b], "{what}");
+                    }
+                    differ += usize::from(reference[b] != arbor[b]);
+                }
+            }
+        }
+    }
+    assert!(
+        differ > 0,
+        "the rules never differ: the test does not tell them apart"
+    );
 }
 
 #[test]

@@ -308,6 +308,7 @@ mod tests {
         let meta = R2d2Meta {
             model,
             vocab: vec!["[PAD]".into()],
+            tree_rule: Default::default(),
         };
         let mut task = serde_json::to_value(&meta).unwrap();
         let composition = task["model"]["encoder"]["composition"]

@@ -2,7 +2,7 @@
 
 use arbor_cells::ArborAutodiffBackend;
 use arbor_cells::GumbelSampler;
-use arbor_encoders::r2d2::{R2d2Lm, R2d2LmConfig};
+use arbor_encoders::r2d2::{R2d2Lm, R2d2LmConfig, TreeRule};
 use arbor_encoders::Decisions;
 use arbor_train::{EvalReport, StepContext, StepOutput, Task};
 use burn::prelude::*;
@@ -15,6 +15,12 @@ pub struct R2d2Meta {
     pub model: R2d2LmConfig,
     /// The WordPiece vocabulary, in id order.
     pub vocab: Vec<String>,
+    /// How trees are read off the chart by default (`r2d2 parse --tree-rule` overrides it):
+    /// [`TreeRule::Reference`] for checkpoints imported from the reference, arbor's rule for
+    /// those arbor trained. Checkpoints written before the field get arbor's rule, the one
+    /// they were parsed with.
+    #[serde(default)]
+    pub tree_rule: TreeRule,
 }
 
 impl R2d2Meta {

@@ -179,6 +179,7 @@ fn r2d2_pretraining_steps_read_nothing() {
         meta: R2d2Meta {
             model: config.clone(),
             vocab: (0..12).map(|i| format!("t{i}")).collect(),
+            tree_rule: Default::default(),
         },
         eval_batch: 4,
         device,

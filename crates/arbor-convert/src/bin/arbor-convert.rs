@@ -12,7 +12,7 @@ use arbor_convert::{
     export_safetensors, import_rnn_lm, import_safetensors, import_spinn, model_state_dict,
     CheckpointModel, ReferenceVocab, RnnLmFlavour, RnnLmImport, SpinnImport, StateDict,
 };
-use arbor_encoders::r2d2::R2d2SpecialIds;
+use arbor_encoders::r2d2::{R2d2SpecialIds, TreeRule};
 use arbor_heads::NliFeatures;
 use burn::backend::Flex;
 use clap::{Parser, Subcommand, ValueEnum};
@@ -81,6 +81,11 @@ struct R2d2Args {
     /// default: found in --vocab, which gives 101,7,103,4,5 on a BERT-uncased vocab.txt).
     #[arg(long, value_delimiter = ',')]
     special_ids: Option<Vec<u32>>,
+    /// The tree rule recorded in the checkpoint, which `r2d2 parse` uses unless its
+    /// --tree-rule says otherwise: the reference's `get_token_tree` (reference) or arbor's
+    /// (docs/r2d2.md, "Tree recovery").
+    #[arg(long, value_enum, default_value_t = TreeRule::Reference)]
+    tree_rule: TreeRule,
 }
 
 /// The flags of the Gumbel Tree-LSTM import.
@@ -373,6 +378,7 @@ fn import_r2d2_model(a: R2d2Args) -> Result<()> {
         window: a.window,
         pruning: !a.no_pruning,
         tau: a.tau,
+        tree_rule: a.tree_rule,
     };
     let sd = StateDict::read(&a.files.state_dict)?;
     let imported = import_r2d2::<Flex>(sd, &opts, &Default::default())?;

@@ -74,3 +74,18 @@ pub fn assert_close(fx: &Fixture, name: &str, actual: &[f32], shape: &[usize], t
         worst.1
     );
 }
+
+/// A value of a fixture's `inputs.json`.
+pub fn input<T: serde::de::DeserializeOwned>(v: &serde_json::Value) -> T {
+    serde_json::from_value(v.clone()).unwrap()
+}
+
+/// A bracketed tree with spaces around every bracket and one space between tokens:
+/// `((a b) c)` and `( ( a b ) c )` agree.
+pub fn normalised_tree(tree: &str) -> String {
+    tree.replace('(', " ( ")
+        .replace(')', " ) ")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -52,6 +52,38 @@ pub struct ChartConfig {
     pub tau: f64,
 }
 
+/// How a tree is read off a built chart (docs/r2d2.md, "Tree recovery"). Both start at the
+/// root and follow, in every cell, the best-ranked split (un-noised `log p̃_ijk`, recorded when
+/// the cell was composed) that the rule allows; with word-piece input both also require a span
+/// covering several words to be split at a word boundary. They differ only on cells that pruned
+/// induction left stale: cells composed before a later merge, whose best split may cut the
+/// merged terminal.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum TreeRule {
+    /// The R2D2 reference's (`ChartTable.get_token_tree`, and `ChartModelWrapper` for word-level
+    /// trees, StructuredLM_RTDT at `6edf2ac`): every cell's best split as ranked when it was
+    /// composed, even one that cuts a terminal merged later. The default of imported
+    /// checkpoints.
+    Reference,
+    /// arbor's: the best split that cuts no merged terminal strictly inside the cell, the rule
+    /// FIND walks the chart with, so every merged terminal is a constituent of the tree. The
+    /// default of arbor-trained checkpoints and of [`Chart::trees`].
+    #[default]
+    Arbor,
+}
+
 /// Counters of one chart construction: the work done.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChartStats {
@@ -118,23 +150,26 @@ impl SentenceChart {
         self.cells.insert(span, meta);
     }
 
-    /// Whether splitting `span` after `k` is allowed for tree recovery: no merged terminal
-    /// strictly inside the span is cut, and (word-piece input) a span covering several words
-    /// is split at a word boundary.
-    fn split_allowed(&self, span: (usize, usize), k: usize) -> bool {
-        let cuts = self
-            .merged
-            .iter()
-            .any(|&(a, b)| a >= span.0 && b <= span.1 && (a, b) != span && a <= k && k < b);
+    /// Whether `rule` allows splitting `span` after `k` in tree recovery: (word-piece input) a
+    /// span covering several words is split at a word boundary, and, under
+    /// [`TreeRule::Arbor`], no merged terminal strictly inside the span is cut.
+    fn split_allowed(&self, span: (usize, usize), k: usize, rule: TreeRule) -> bool {
         let words_ok = match &self.word_of {
             None => true,
             Some(w) => w[span.0] == w[span.1] || w[k] != w[k + 1],
         };
-        !cuts && words_ok
+        let cuts = match rule {
+            TreeRule::Reference => false,
+            TreeRule::Arbor => self
+                .merged
+                .iter()
+                .any(|&(a, b)| a >= span.0 && b <= span.1 && (a, b) != span && a <= k && k < b),
+        };
+        words_ok && !cuts
     }
 
-    /// The tree below `span`, following each cell's best allowed split.
-    fn tree(&self, span: (usize, usize)) -> BinaryTree {
+    /// The tree below `span`, following each cell's best split that `rule` allows.
+    fn tree(&self, span: (usize, usize), rule: TreeRule) -> BinaryTree {
         if span.0 == span.1 {
             return BinaryTree::Leaf(span.0);
         }
@@ -146,9 +181,12 @@ impl SentenceChart {
             .splits
             .iter()
             .copied()
-            .find(|&k| self.split_allowed(span, k))
+            .find(|&k| self.split_allowed(span, k, rule))
             .unwrap_or(cell.splits[0]);
-        BinaryTree::node(self.tree((span.0, k)), self.tree((k + 1, span.1)))
+        BinaryTree::node(
+            self.tree((span.0, k), rule),
+            self.tree((k + 1, span.1), rule),
+        )
     }
 }
 
@@ -1141,10 +1179,18 @@ impl<B: ArborBackend> Chart<B> {
             .collect()
     }
 
-    /// Each sentence's tree, recovered from the root by following the best allowed split of
-    /// every cell (leaves numbered `0..n`). Reads the host view.
+    /// Each sentence's tree under arbor's rule ([`TreeRule::Arbor`]): [`Chart::trees_with`].
     pub fn trees(&self) -> Vec<BinaryTree> {
-        self.host().iter().map(|s| s.tree((0, s.n - 1))).collect()
+        self.trees_with(TreeRule::Arbor)
+    }
+
+    /// Each sentence's tree, recovered from the root by following the best split of every cell
+    /// that `rule` allows (leaves numbered `0..n`). Reads the host view.
+    pub fn trees_with(&self, rule: TreeRule) -> Vec<BinaryTree> {
+        self.host()
+            .iter()
+            .map(|s| s.tree((0, s.n - 1), rule))
+            .collect()
     }
 
     /// The spans each sentence's pruning merged into terminals, in merge order (empty without

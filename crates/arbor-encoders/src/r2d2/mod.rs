@@ -14,7 +14,7 @@ mod encoder;
 mod layer;
 mod lm;
 
-pub use chart::{Chart, ChartConfig, ChartStats};
+pub use chart::{Chart, ChartConfig, ChartStats, TreeRule};
 pub use composition::{
     layer_norm_noaffine, Compose, Composed, Composition, CompositionConfig, RoleEmbeddings,
     WithTaskTokens,
