@@ -95,13 +95,22 @@ fn check(name: &str) {
     }
     assert!(worst <= 1e-5, "{name}: logits differ by {worst}");
 
-    // Predictions, in the reference's label ids.
+    // Predictions, in the reference's label ids. They cover all three classes (the script
+    // shifts the output biases so), so a model stuck on one class would fail the check.
     let preds: Vec<usize> = input(&fx.inputs["pred"]);
+    let labels: Vec<String> = input(&fx.inputs["labels"]);
+    let counts: Vec<usize> = (0..3)
+        .map(|c| preds.iter().filter(|&&p| p == c).count())
+        .collect();
+    for (c, &count) in counts.iter().enumerate() {
+        assert!(count > 0, "{name}: no pair is predicted {}", labels[c]);
+    }
     for i in 0..n {
         let row = &got[i * 3..i * 3 + 3];
         let k = (0..3).fold(0, |b, k| if row[k] > row[b] { k } else { b });
         assert_eq!(to_reference[k], preds[i], "{name}: pair {i}");
     }
+    eprintln!("{name}: labels {n}/{n}, predicted {labels:?} {counts:?}, logits within {worst:.1e}");
 
     // Trees: each sentence parsed alone (the authors' batch gives the same, the script checks).
     for (side, words, sentence_ids, trees) in [
