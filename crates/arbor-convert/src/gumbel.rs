@@ -311,10 +311,9 @@ fn map_mlp(sd: &mut StateDict, m: &MlpShape, d_in: usize, label_rows: &[usize], 
     }
 }
 
-/// Label names and the reference row of each arbor class (see [`arbor_label_order`]), after
-/// checking there is one name per class. A classifier with classes the task never has (torchtext's
-/// label field puts `<unk>` first: `<unk>,positive,negative`) keeps only the rows of the task's
-/// labels, in arbor's order: the extra classes are never predicted.
+/// Label names and the reference row of each arbor class ([`arbor_label_order`], which also
+/// drops classes the task never has, such as torchtext's `<unk>`), after checking there is one
+/// name per class.
 fn label_rows(
     labels: &[String],
     classes: usize,
@@ -327,15 +326,6 @@ fn label_rows(
             labels.len(),
             labels.join(",")
         )));
-    }
-    if labels.len() > arbor_order.len() {
-        let rows: Option<Vec<usize>> = arbor_order
-            .iter()
-            .map(|o| labels.iter().position(|l| l == o))
-            .collect();
-        if let Some(rows) = rows {
-            return Ok((arbor_order.iter().map(|s| s.to_string()).collect(), rows));
-        }
     }
     Ok(arbor_label_order(labels, arbor_order))
 }

@@ -400,9 +400,12 @@ fn read_text_vectors(
 }
 
 /// The SPINN configuration a state dict describes, as arbor builds it.
+///
+/// `classes`: the output rows kept ([`arbor_label_order`] drops classes SNLI never has).
 fn configs(
     s: &Shape,
     opts: &SpinnImport,
+    classes: usize,
 ) -> (TokenEmbeddingConfig, SpinnConfig, NliClassifierConfig) {
     let variant = match (s.t, s.transition) {
         (None, _) => SpinnVariant::PiNt,
@@ -417,7 +420,7 @@ fn configs(
         encoder = encoder.with_classifier_input(Some(input));
     }
     let head = NliClassifierConfig::new(s.v, s.e, s.m)
-        .with_n_classes(s.c)
+        .with_n_classes(classes)
         .with_n_mlp_hidden(s.layers)
         .with_dropout(opts.dropout)
         .with_batch_norm(s.bn)
@@ -609,7 +612,7 @@ pub fn import_spinn<B: ArborBackend>(
 
     let source = sd.path().to_path_buf();
     sd.finish(SPINN_LAYOUT)?;
-    let (embedding, encoder, head) = configs(&s, opts);
+    let (embedding, encoder, head) = configs(&s, opts, order.len());
     let encoder = EncoderConfig::from(encoder);
     let model = head.init(
         encoder.init::<B>(device),

@@ -164,17 +164,16 @@ fn read_text(path: &Path) -> Result<String, ConvertError> {
 }
 
 /// The labels in the order arbor's program numbers them, and for each the reference's output
-/// row: when `labels` (the reference's order) are the names of `arbor_order` in another order,
-/// the outputs are permuted into `arbor_order`; any other label set keeps the reference's order.
+/// row. When every name of `arbor_order` is among `labels` (the reference's order), the outputs
+/// are those rows in `arbor_order`: a permutation when the sets are equal, and with more labels
+/// than the task has (torchtext's label field puts `<unk>` first: `<unk>,positive,negative`) the
+/// extra classes are dropped, so they are never predicted. Any other label set keeps the
+/// reference's order and every row.
 pub fn arbor_label_order(labels: &[String], arbor_order: &[&str]) -> (Vec<String>, Vec<usize>) {
-    let rows: Option<Vec<usize>> = (labels.len() == arbor_order.len())
-        .then(|| {
-            arbor_order
-                .iter()
-                .map(|o| labels.iter().position(|l| l == o))
-                .collect()
-        })
-        .flatten();
+    let rows: Option<Vec<usize>> = arbor_order
+        .iter()
+        .map(|o| labels.iter().position(|l| l == o))
+        .collect();
     match rows {
         Some(rows) => (arbor_order.iter().map(|s| s.to_string()).collect(), rows),
         None => (labels.to_vec(), (0..labels.len()).collect()),

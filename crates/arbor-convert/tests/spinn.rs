@@ -484,3 +484,37 @@ fn labels_in_another_order_are_permuted_into_arbors() {
     );
     check(&fx, "logits", permuted);
 }
+
+/// A classifier with a class SNLI never has (an `<unk>` row first, as torchtext's label fields
+/// have): the extra row is dropped, the model is a 3-class one with the same logits, and the
+/// extra class can never be predicted.
+#[test]
+fn a_class_snli_never_has_is_dropped() {
+    let fx = fixture("spinn-pi");
+    let mut t = arrays(&fx.state_dict);
+    let last = (0..)
+        .take_while(|k| t.contains_key(&format!("mlp.l{k}.weight")))
+        .last()
+        .unwrap();
+    let (wk, bk) = (format!("mlp.l{last}.weight"), format!("mlp.l{last}.bias"));
+    let w = t.remove(&wk).unwrap();
+    let b = t.remove(&bk).unwrap();
+    let width = w.shape()[1];
+    let extra_w = Array::new(vec![1, width], vec![0.5; width]).unwrap();
+    let extra_b = Array::new(vec![1], vec![100.0]).unwrap();
+    t.insert(wk, Array::concat(&[extra_w, w]));
+    t.insert(bk, Array::concat(&[extra_b, b]));
+    let sd = StateDict::from_arrays("four-classes.pt", t);
+    let mut o = opts(&fx);
+    o.labels = ["<unk>", "entailment", "neutral", "contradiction"]
+        .map(String::from)
+        .to_vec();
+    let imported = import_spinn::<B>(sd, &o, &Default::default()).unwrap();
+    assert_eq!(
+        imported.meta["task"]["labels"],
+        serde_json::json!(["entailment", "neutral", "contradiction"])
+    );
+    let [_, _, logits] = run(&imported.model, &fx, Decisions::Argmax);
+    assert_eq!(logits.dims()[1], 3);
+    check(&fx, "logits", logits);
+}
