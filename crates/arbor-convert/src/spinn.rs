@@ -26,8 +26,9 @@ pub const SPINN_LAYOUT: &str = "spinn-snli";
 pub const SPINN_PAD: &str = "*PADDING*";
 /// The reference's unknown-word token (`util/data.py` `UNK_TOKEN`, id 1).
 pub const SPINN_UNK: &str = "_";
-/// The default SNLI label order: the usual one, believed to be the port's `LABEL_MAP`
-/// (`spinn/data/snli`, not re-read here; `SpinnImport::labels` overrides it).
+/// The default SNLI label order: the port's `LABEL_MAP` at `031c845`
+/// (`spinn/data/snli/load_snli_data.py`; checked by the authors' fixtures,
+/// `tests/authors_spinn.rs`); `SpinnImport::labels` overrides it.
 pub const SPINN_SNLI_LABELS: [&str; 3] = ["entailment", "neutral", "contradiction"];
 
 /// What the weights cannot tell about a SPINN model.
