@@ -143,6 +143,10 @@ pub struct TrainArgs {
     /// the default CPU backend), flex, ndarray, cuda, cuda:N.
     #[arg(long, default_value = arbor_train::device::DEFAULT_DEVICE)]
     pub device: String,
+    /// Train even when the longest training batch is estimated not to fit in the memory left
+    /// (CPU backends; see docs/encoders.md, "Memory of a training step").
+    #[arg(long)]
+    pub skip_memory_check: bool,
     /// Sentence encoder.
     #[arg(long, default_value = "gumbel", value_parser = parse_encoder)]
     pub encoder: EncoderKind,

@@ -370,6 +370,18 @@ pub fn classification_task<B: ArborAutodiffBackend, D: ProgramData>(
         data.check_gold(a.encoder, name)?;
     }
     let (model, meta) = D::model::<B>(a, vocab, labels, device)?;
+    if !a.skip_memory_check {
+        let spec = arbor_train::device::resolve(&a.device)?;
+        if let Some(available) = spec.available_memory() {
+            arbor_tasks::check_training_memory(
+                &meta.model,
+                &train.lengths(),
+                a.engine.batch_size,
+                available,
+            )
+            .map_err(anyhow::Error::msg)?;
+        }
+    }
     let task = ClassificationTask {
         train,
         splits,

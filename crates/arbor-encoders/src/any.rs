@@ -166,6 +166,46 @@ impl EncoderConfig {
         }
     }
 
+    /// Estimated memory, in bytes, that one sentence of `len` tokens takes in a training step
+    /// on a CPU backend: the activations the backward pass keeps and the gradients through
+    /// them, at the model's own asymptotic cost (docs/encoders.md, "Memory of a training
+    /// step"). The constants were fitted to the peak resident memory of `listops train`
+    /// (flex, width 128, batches of 8 expressions of 100–400 tokens): they say whether a batch
+    /// can fit, not what it will take to the megabyte.
+    ///
+    /// - Gumbel Tree-LSTM: every step composes every adjacent pair, `n²/2` candidate
+    ///   compositions kept for the backward pass: `21·n²·d`.
+    /// - R2D2: `n·(m+1)²` compositions with pruning (window `m`), `n³/6` without, each a
+    ///   Transformer pass over a few `d`-wide rows: `350·d·layers` per composition.
+    /// - SPINN: one shift or reduce per token, `128·n·d`.
+    /// - Recurrent stacks: `48·n·d` per layer.
+    /// - Transformers: attention maps `16·heads·n²` and the feed-forward rows `16·n·(d_ff+8d)`,
+    ///   per layer.
+    pub fn training_bytes(&self, len: usize) -> f64 {
+        let n = len as f64;
+        match self {
+            EncoderConfig::Gumbel(c) => 21.0 * n * n * c.d_hidden as f64,
+            EncoderConfig::R2d2(c) => {
+                let m = c.window as f64;
+                let compositions = if c.pruning {
+                    n * (m + 1.0) * (m + 1.0)
+                } else {
+                    n * n * n / 6.0
+                };
+                let d = c.composition.d_model as f64;
+                compositions * 350.0 * d * c.composition.n_layers as f64
+            }
+            EncoderConfig::Spinn(c) => 128.0 * n * c.d_hidden as f64,
+            EncoderConfig::Recurrent(c) => 48.0 * n * c.d_hidden as f64 * c.n_layers as f64,
+            EncoderConfig::Transformer(c) => {
+                let s = &c.stack;
+                let (d, heads) = (s.d_model as f64, s.n_heads as f64);
+                let per_layer = 16.0 * heads * n * n + 16.0 * n * (s.d_ff as f64 + 8.0 * d);
+                per_layer * s.n_layers as f64
+            }
+        }
+    }
+
     /// Checks the model's settings (its own `validate`).
     pub fn validate(&self) -> Result<(), arbor_cells::ConfigError> {
         match self {
@@ -331,6 +371,52 @@ mod tests {
     use crate::LeafKind;
     use arbor_cells::names::ValueEnum;
     use burn::backend::Flex;
+
+    /// The estimates grow at each model's own rate, and sit near what `listops train` measured
+    /// (flex, width 128, batches of 8, peak resident memory less the ~30 MB a run starts with):
+    /// Gumbel 106 / 426 MB and R2D2 255 / 437 MB per expression of 200 / 400 tokens.
+    #[test]
+    fn training_memory_grows_at_each_models_rate() {
+        let of = |kind| EncoderConfig::of_kind(kind, 128, 128);
+        let mb = |c: &EncoderConfig, n| c.training_bytes(n) / 1e6;
+        let gumbel = of(EncoderKind::Gumbel);
+        assert!((mb(&gumbel, 400) / mb(&gumbel, 200) - 4.0).abs() < 1e-9);
+        assert!(
+            (90.0..130.0).contains(&mb(&gumbel, 200)),
+            "{}",
+            mb(&gumbel, 200)
+        );
+        assert!(
+            (350.0..500.0).contains(&mb(&gumbel, 400)),
+            "{}",
+            mb(&gumbel, 400)
+        );
+        let r2d2 = of(EncoderKind::R2d2);
+        assert!((mb(&r2d2, 400) / mb(&r2d2, 200) - 2.0).abs() < 1e-9);
+        assert!(
+            (200.0..500.0).contains(&mb(&r2d2, 400)),
+            "{}",
+            mb(&r2d2, 400)
+        );
+        let EncoderConfig::R2d2(mut full) = r2d2.clone() else {
+            unreachable!()
+        };
+        full.pruning = false;
+        let full = EncoderConfig::R2d2(full);
+        assert!((mb(&full, 400) / mb(&full, 200) - 8.0).abs() < 1e-9);
+        // The sequential encoders are linear and small beside the chart-building ones.
+        for kind in [
+            EncoderKind::Lstm,
+            EncoderKind::OnLstm,
+            EncoderKind::SpinnPiNt,
+        ] {
+            let c = of(kind);
+            assert!((mb(&c, 400) / mb(&c, 200) - 2.0).abs() < 1e-9, "{kind}");
+            assert!(mb(&c, 400) < 10.0, "{kind}: {}", mb(&c, 400));
+        }
+        let t = of(EncoderKind::Transformer);
+        assert!(mb(&t, 400) / mb(&t, 200) > 2.0 && mb(&t, 400) < 40.0);
+    }
 
     #[test]
     fn kinds_round_trip_through_their_names() {

@@ -24,7 +24,7 @@ pub use classification::{
     evaluate, ClassificationTask, Classified, Classifier, ClassifyTask, NliTask,
 };
 pub use data::{ClassifyData, Examples, NliData, PairTransitions};
-pub use model::{ModelConfig, ModelMeta};
+pub use model::{check_training_memory, ModelConfig, ModelMeta};
 pub use r2d2_lm::{R2d2LmTask, R2d2Meta};
 pub use rnn_lm::{evaluate_stream, LmTask};
 

@@ -121,6 +121,46 @@ impl FromStr for DeviceSpec {
     }
 }
 
+impl DeviceSpec {
+    /// Bytes of memory a run on this device can still take, when known: for the CPU backends
+    /// the host's available memory (Linux: `MemAvailable` in `/proc/meminfo`, lowered to the
+    /// room left under a cgroup v2 memory limit); `None` for CUDA (Burn 0.21 does not report a
+    /// device's free memory) and on other systems.
+    pub fn available_memory(self) -> Option<u64> {
+        match self {
+            DeviceSpec::Flex | DeviceSpec::NdArray => host_available_memory(),
+            DeviceSpec::Cuda(_) => None,
+        }
+    }
+}
+
+/// Read by hand: two numbers from two Linux files, where the crates that report memory
+/// (`sysinfo`) scan the whole process table for them.
+fn host_available_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let host = mem_available(&meminfo)?;
+    let read = |p: &str| std::fs::read_to_string(p).ok();
+    let limit = read("/sys/fs/cgroup/memory.max").and_then(|max| {
+        let current = read("/sys/fs/cgroup/memory.current")?;
+        cgroup_room(&max, &current)
+    });
+    Some(limit.map_or(host, |room| room.min(host)))
+}
+
+/// `MemAvailable: N kB` of a `/proc/meminfo` text, in bytes.
+fn mem_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Room under a cgroup v2 limit: `memory.max` (bytes, or `max`: none) less `memory.current`.
+fn cgroup_room(max: &str, current: &str) -> Option<u64> {
+    let max: u64 = max.trim().parse().ok()?;
+    let current: u64 = current.trim().parse().ok()?;
+    Some(max.saturating_sub(current))
+}
+
 /// The `--device` value every program uses when none is given.
 pub const DEFAULT_DEVICE: &str = "auto";
 
@@ -286,6 +326,21 @@ pub fn run_on_spec<J: BackendJob>(spec: DeviceSpec, job: J) -> Result<J::Output,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn available_memory_is_read_from_meminfo_and_the_cgroup_limit() {
+        let meminfo =
+            "MemTotal:       24000000 kB\nMemFree:  100 kB\nMemAvailable:   20000000 kB\n";
+        assert_eq!(mem_available(meminfo), Some(20_000_000 * 1024));
+        assert_eq!(mem_available("MemTotal: 5 kB\n"), None);
+        assert_eq!(cgroup_room("max\n", "100\n"), None);
+        assert_eq!(cgroup_room("1000\n", "300\n"), Some(700));
+        assert_eq!(cgroup_room("1000", "3000"), Some(0));
+        assert_eq!(DeviceSpec::Cuda(0).available_memory(), None);
+        if cfg!(target_os = "linux") {
+            assert!(DeviceSpec::Flex.available_memory().is_some_and(|b| b > 0));
+        }
+    }
 
     #[test]
     fn parses_every_form() {
