@@ -32,7 +32,7 @@ use arbor_heads::{NliClassifier, NliFeatures, SentenceBatch};
 use arbor_tasks::{eval_batches, Classifier, ModelConfig, ModelMeta, NliData};
 use burn::backend::Flex;
 use clap::Parser;
-use common::{fixture, input, normalised_tree, Fixture};
+use common::{arbor_convert, argmax, fixture, input, normalised_tree, Fixture};
 
 type B = Flex;
 type Model = NliClassifier<B, Encoder<B>>;
@@ -171,22 +171,16 @@ const PARSE_PREMISE: (usize, &str) = (
 /// reference's).
 fn import_with_the_binary(fx: &Fixture, out: &Path, extra: &[&str]) {
     let vocab_size = fx.inputs["vocab"]["num_file_words"].to_string();
-    let o = Command::new(env!("CARGO_BIN_EXE_arbor-convert"))
-        .args(["import", "gumbel", "--task", "snli", "--state-dict"])
-        .arg(fx.dir.join("state_dict.pt"))
-        .arg("--vocab")
-        .arg(fx.dir.join("vocab.txt"))
-        .args(["--vocab-size", &vocab_size])
-        .args(extra)
-        .arg("--out")
-        .arg(out)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "arbor-convert failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    arbor_convert(|c| {
+        c.args(["import", "gumbel", "--task", "snli", "--state-dict"])
+            .arg(fx.dir.join("state_dict.pt"))
+            .arg("--vocab")
+            .arg(fx.dir.join("vocab.txt"))
+            .args(["--vocab-size", &vocab_size])
+            .args(extra)
+            .arg("--out")
+            .arg(out);
+    });
 }
 
 /// A checkpoint loaded as the `snli` program loads one (its `load_trained`, private to the
@@ -341,10 +335,6 @@ fn worst_logit(run: &Run, want: &[f32], to_reference: &[usize]) -> f32 {
         }
     }
     worst
-}
-
-fn argmax(row: &[f32; 3]) -> usize {
-    (0..3).fold(0, |b, k| if row[k] > row[b] { k } else { b })
 }
 
 fn check_end_to_end(name: &str) {

@@ -17,7 +17,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use arbor_apps::common::{load_sentence_classifier, parse_one, WordLookup};
 use arbor_apps::sst::{read_split, SstArgs};
@@ -127,20 +126,14 @@ fn import(
         "{format}-{}.ckpt",
         labels.replace(['<', '>', ','], "")
     ));
-    let o = Command::new(env!("CARGO_BIN_EXE_arbor-convert"))
-        .args(["import", "gumbel", "--task", "sst", "--state-dict"])
-        .arg(fx.dir.join("state_dict.pt"))
-        .arg("--vocab")
-        .arg(vocab)
-        .args(["--vocab-format", format, "--labels", labels, "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "arbor-convert failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    common::arbor_convert(|c| {
+        c.args(["import", "gumbel", "--task", "sst", "--state-dict"])
+            .arg(fx.dir.join("state_dict.pt"))
+            .arg("--vocab")
+            .arg(vocab)
+            .args(["--vocab-format", format, "--labels", labels, "--out"])
+            .arg(&out);
+    });
     out
 }
 

@@ -28,20 +28,14 @@ fn import(dir: &Path, fx: &common::Fixture) -> PathBuf {
     let out = dir.join("r2d2.ckpt");
     let heads = fx.inputs["n_heads"].to_string();
     let window = fx.inputs["window"].to_string();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_arbor-convert"))
-        .args(["import", "r2d2", "--state-dict"])
-        .arg(fx.dir.join("state_dict.pt"))
-        .arg("--vocab")
-        .arg(fx.dir.join("vocab.txt"))
-        .args(["--heads", &heads, "--window", &window, "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    common::arbor_convert(|c| {
+        c.args(["import", "r2d2", "--state-dict"])
+            .arg(fx.dir.join("state_dict.pt"))
+            .arg("--vocab")
+            .arg(fx.dir.join("vocab.txt"))
+            .args(["--heads", &heads, "--window", &window, "--out"])
+            .arg(&out);
+    });
     out
 }
 

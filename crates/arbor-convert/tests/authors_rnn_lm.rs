@@ -47,33 +47,25 @@ enum VocabFlags {
 
 /// Runs `arbor-convert import SUB --state-dict … --weight-drop W --out …` as a user would.
 fn import(fx: &Fixture, sub: &str, weight_drop: &str, vocab: VocabFlags, out: &Path) {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_arbor-convert"));
-    cmd.args(["import", sub, "--state-dict"])
-        .arg(fx.dir.join("state_dict.pt"));
-    match vocab {
-        VocabFlags::Corpus => {
-            for (flag, file) in [
-                ("--corpus-train", "train.txt"),
-                ("--corpus-valid", "valid.txt"),
-                ("--corpus-test", "test.txt"),
-            ] {
-                cmd.arg(flag).arg(fx.dir.join(file));
+    common::arbor_convert(|cmd| {
+        cmd.args(["import", sub, "--state-dict"])
+            .arg(fx.dir.join("state_dict.pt"));
+        match vocab {
+            VocabFlags::Corpus => {
+                for (flag, file) in [
+                    ("--corpus-train", "train.txt"),
+                    ("--corpus-valid", "valid.txt"),
+                    ("--corpus-test", "test.txt"),
+                ] {
+                    cmd.arg(flag).arg(fx.dir.join(file));
+                }
+            }
+            VocabFlags::File => {
+                cmd.arg("--vocab").arg(fx.dir.join("vocab.txt"));
             }
         }
-        VocabFlags::File => {
-            cmd.arg("--vocab").arg(fx.dir.join("vocab.txt"));
-        }
-    }
-    let output = cmd
-        .args(["--weight-drop", weight_drop, "--out"])
-        .arg(out)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{sub}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+        cmd.args(["--weight-drop", weight_drop, "--out"]).arg(out);
+    });
 }
 
 /// What `ptb_lm --checkpoint` loads: the configuration and vocabulary of `meta["task"]`, then

@@ -28,7 +28,7 @@ use arbor_heads::NliClassifier;
 use arbor_tasks::{eval_batches, Classifier, ModelMeta, NliData};
 use burn::backend::Flex;
 use clap::Parser;
-use common::{fixture, Fixture};
+use common::{argmax, fixture, Fixture};
 
 type B = Flex;
 type Model = NliClassifier<B, Encoder<B>>;
@@ -84,16 +84,21 @@ fn write_pairs(fx: &Fixture, path: &Path) {
     std::fs::write(path, out).unwrap();
 }
 
-/// `arbor-convert import spinn --state-dict … --vocab vocab.txt --embeddings embeddings.txt`.
-fn import(fx: &Fixture) -> (Model, ModelMeta, serde_json::Value) {
-    let sd = model_state_dict(StateDict::read(&fx.dir.join("state_dict.pt")).unwrap());
+/// What `arbor-convert import spinn --vocab vocab.txt --embeddings embeddings.txt` sets.
+fn import_options(fx: &Fixture) -> SpinnImport {
     let vocab_file = fx.dir.join("vocab.txt");
-    let opts = SpinnImport {
+    SpinnImport {
         vocab: Some(ReferenceVocab::read_file(&vocab_file).unwrap().tokens),
         vocab_file: Some(vocab_file),
         embeddings: Some(fx.dir.join("embeddings.txt")),
         ..SpinnImport::default()
-    };
+    }
+}
+
+/// `arbor-convert import spinn --state-dict … --vocab vocab.txt --embeddings embeddings.txt`.
+fn import(fx: &Fixture) -> (Model, ModelMeta, serde_json::Value) {
+    let sd = model_state_dict(StateDict::read(&fx.dir.join("state_dict.pt")).unwrap());
+    let opts = import_options(fx);
     let imported = import_spinn::<B>(sd, &opts, &Default::default())
         .unwrap_or_else(|e| panic!("{}: {e}", fx.dir.display()));
     let meta: ModelMeta = serde_json::from_value(imported.meta["task"].clone()).unwrap();
@@ -138,10 +143,6 @@ fn evaluate(model: &Model, meta: &ModelMeta, pairs: &Path, lookup: WordLookup) -
         trees,
         data,
     }
-}
-
-fn argmax(row: &[f32; 3]) -> usize {
-    (0..3).fold(0, |b, k| if row[k] > row[b] { k } else { b })
 }
 
 fn max_diff(a: &[[f32; 3]], b: &[f32]) -> f32 {
@@ -282,13 +283,7 @@ fn the_snli_program_runs_an_imported_authors_spinn_checkpoint() {
     let pairs = tmp.path().join("pairs.jsonl");
     write_pairs(&fx, &pairs);
     let sd = model_state_dict(StateDict::read(&fx.dir.join("state_dict.pt")).unwrap());
-    let vocab_file = fx.dir.join("vocab.txt");
-    let opts = SpinnImport {
-        vocab: Some(ReferenceVocab::read_file(&vocab_file).unwrap().tokens),
-        vocab_file: Some(vocab_file),
-        embeddings: Some(fx.dir.join("embeddings.txt")),
-        ..SpinnImport::default()
-    };
+    let opts = import_options(&fx);
     let ckpt = tmp.path().join("spinn.ckpt");
     import_spinn::<B>(sd, &opts, &Default::default())
         .unwrap()

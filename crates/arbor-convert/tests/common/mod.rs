@@ -89,3 +89,21 @@ pub fn normalised_tree(tree: &str) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// Runs the `arbor-convert` binary of this build, set up by `configure`; panics with its stderr unless it
+/// succeeds.
+pub fn arbor_convert(configure: impl FnOnce(&mut std::process::Command)) {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_arbor-convert"));
+    configure(&mut cmd);
+    let output = cmd.output().unwrap();
+    assert!(
+        output.status.success(),
+        "arbor-convert failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The index of the largest of three logits (the first on ties).
+pub fn argmax(row: &[f32; 3]) -> usize {
+    (0..3).fold(0, |b, k| if row[k] > row[b] { k } else { b })
+}
