@@ -290,8 +290,12 @@ impl BackendJob for TrainJob {
     }
 }
 
-/// Rebuilds a trained pair classifier from a checkpoint.
-fn load_trained<B: ArborBackend>(
+/// Rebuilds a trained pair classifier from a checkpoint file (its model, metadata and
+/// vocabulary), as `--eval-only` and `--parse` do.
+///
+/// # Errors
+/// When the file cannot be read or holds another kind of model.
+pub fn load_trained<B: ArborBackend>(
     path: &std::path::Path,
     device: &B::Device,
 ) -> Result<(

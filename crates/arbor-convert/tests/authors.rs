@@ -18,7 +18,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use arbor_apps::common::{checkpoint_in, checkpoint_meta, parse_one, tokenize, WordLookup};
+use arbor_apps::common::{checkpoint_in, parse_one, tokenize, WordLookup};
 use arbor_apps::snli::SnliArgs;
 use arbor_convert::gumbel::{
     import_gumbel_snli, with_reference_specials, GumbelImport, QueryScale,
@@ -29,7 +29,7 @@ use arbor_data::vocab::Vocab;
 use arbor_data::ReadOptions;
 use arbor_encoders::{Decisions, Encoder};
 use arbor_heads::{NliClassifier, NliFeatures, SentenceBatch};
-use arbor_tasks::{eval_batches, Classifier, ModelConfig, ModelMeta, NliData};
+use arbor_tasks::{eval_batches, Classifier, ModelMeta, NliData};
 use burn::backend::Flex;
 use clap::Parser;
 use common::{arbor_convert, argmax, fixture, input, normalised_tree, Fixture};
@@ -183,32 +183,12 @@ fn import_with_the_binary(fx: &Fixture, out: &Path, extra: &[&str]) {
     });
 }
 
-/// A checkpoint loaded as the `snli` program loads one (its `load_trained`, private to the
-/// program): the file found by `checkpoint_in`, its metadata, the pair classifier the metadata
-/// describes with the file's weights, and the vocabulary.
+/// A checkpoint loaded as the `snli` program loads one: the file found by `checkpoint_in`,
+/// then the program's own `load_trained`.
 fn load(path: &Path) -> (Model, ModelMeta, Vocab, PathBuf) {
-    let device = Default::default();
     let path = checkpoint_in(path).unwrap();
-    let meta = checkpoint_meta(&path).unwrap();
-    let ModelConfig::Nli {
-        embedding,
-        encoder,
-        head,
-    } = &meta.model
-    else {
-        panic!(
-            "{}: not a pair classifier: {:?}",
-            path.display(),
-            meta.model
-        );
-    };
-    let model = head.init(
-        encoder.init::<B>(&device),
-        embedding.init::<B>(&device),
-        &device,
-    );
-    let (model, _) = arbor_train::load_model(model, &path, &device).unwrap();
-    let vocab = Vocab::from_tokens(meta.vocab.clone()).unwrap();
+    let (model, meta, vocab) =
+        arbor_apps::snli::load_trained::<B>(&path, &Default::default()).unwrap();
     (model, meta, vocab, path)
 }
 
