@@ -124,6 +124,14 @@ def make_batches(lengths, batch_size, seed, epoch, bucket=True):
     return batches
 
 
+def prepare(vocab, data):
+    """(words, label) examples → a batch maker over example indices, the labels, the lengths."""
+    ids = [encode(vocab, w) for w, _ in data]
+    labels = [y for _, y in data]
+    lengths = [len(s) for s in ids]
+    return (lambda idx: pad([ids[i] for i in idx])), labels, lengths
+
+
 def pad(seqs):
     """Right-padded LongTensor [n, T] with <pad> = 0, and the lengths."""
     lengths = [len(s) for s in seqs]

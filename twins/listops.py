@@ -53,18 +53,12 @@ def main():
     common.log(f"ListOps: {len(train)} training expressions (<= {args.max_train_length} tokens), "
                f"{len(valid)} validation; vocabulary {len(vocab)}; encoder {args.encoder} (dim {args.dim})")
 
-    def prepare(data):
-        ids = [common.encode(vocab, w) for w, _ in data]
-        labels = [y for _, y in data]
-        lengths = [len(s) for s in ids]
-        return (lambda idx: common.pad([ids[i] for i in idx])), labels, lengths
-
-    tb, tl, tlen = prepare(train)
-    vb, vl, vlen = prepare(valid)
+    tb, tl, tlen = common.prepare(vocab, train)
+    vb, vl, vlen = common.prepare(vocab, valid)
     model = common.ClassifierModel(args, len(vocab), 10)
     common.train(args, model, len(train), tlen, tb, tl, len(valid), vlen, vb, vl)
     if test:
-        xb, xl, xlen = prepare(test)
+        xb, xl, xlen = common.prepare(vocab, test)
         # Long expressions: a few at a time (arbor caps padded tokens per evaluation batch too).
         acc = common.evaluate(model, len(test), xb, xl, xlen, 32)
         print(f"test {acc:.4f}", flush=True)

@@ -53,14 +53,8 @@ def main():
     common.log(f"SST-2: {len(train)} training sentences, {len(valid)} validation; vocabulary {len(vocab)}; "
                f"encoder {args.encoder} (dim {args.dim}, leaf {args.leaf})")
 
-    def prepare(data):
-        ids = [common.encode(vocab, w) for w, _ in data]
-        labels = [y for _, y in data]
-        lengths = [len(s) for s in ids]
-        return (lambda idx: common.pad([ids[i] for i in idx])), labels, lengths
-
-    tb, tl, tlen = prepare(train)
-    vb, vl, vlen = prepare(valid)
+    tb, tl, tlen = common.prepare(vocab, train)
+    vb, vl, vlen = common.prepare(vocab, valid)
     model = common.ClassifierModel(args, len(vocab), 2)
     common.train(args, model, len(train), tlen, tb, tl, len(valid), vlen, vb, vl)
 
