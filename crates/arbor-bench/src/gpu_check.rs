@@ -227,6 +227,32 @@ pub fn merge_bench(parts: &[serde_json::Value], unfinished: &[String]) -> serde_
     })
 }
 
+/// What the report keeps of a bench family that did not finish (killed at the time limit, or
+/// failed): the arbor records its workers wrote to `out/bench.partial.json` before it stopped,
+/// as a part for [`merge_bench`] (no PyTorch timings: the twins run after the last workload), and
+/// the line for the report's "not finished" list.
+pub fn unfinished_family(
+    family: &str,
+    workloads: usize,
+    why: &str,
+    out: &Path,
+) -> (Option<serde_json::Value>, String) {
+    match crate::read_partial(out) {
+        Some(records) => {
+            let names: std::collections::BTreeSet<&str> =
+                records.iter().filter_map(|r| r["name"].as_str()).collect();
+            let line = format!(
+                "{family} ({workloads} workloads): {why}; {} of them measured before it stopped \
+                 (arbor only, without PyTorch timings)",
+                names.len()
+            );
+            let part = serde_json::json!({ "records": records, "versus": { "notes": [] } });
+            (Some(part), line)
+        }
+        None => (None, format!("{family} ({workloads} workloads): {why}")),
+    }
+}
+
 /// The last `n` lines of `s`.
 pub fn tail_lines(s: &str, n: usize) -> String {
     let lines: Vec<&str> = s.lines().collect();
@@ -610,6 +636,27 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| gumbel/z |"), "{md}");
+    }
+
+    #[test]
+    fn a_killed_family_keeps_the_workloads_it_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        let why = "(killed after the 113 s limit)";
+        let (part, line) = unfinished_family("spinn", 3, why, dir.path());
+        assert!(part.is_none());
+        assert_eq!(line, format!("spinn (3 workloads): {why}"));
+        // One workload's two modes finished before the kill.
+        std::fs::write(
+            dir.path().join(crate::PARTIAL_FILE),
+            r#"{"records": [{"name": "spinn/thin-stack", "mode": "forward"},
+                            {"name": "spinn/thin-stack", "mode": "forward_backward"}]}"#,
+        )
+        .unwrap();
+        let (part, line) = unfinished_family("spinn", 3, why, dir.path());
+        let m = merge_bench(&[part.unwrap()], std::slice::from_ref(&line));
+        assert_eq!(m["records"].as_array().unwrap().len(), 2);
+        assert!(line.contains("1 of them measured"), "{line}");
+        assert!(line.starts_with("spinn (3 workloads): (killed"), "{line}");
     }
 
     #[test]

@@ -106,6 +106,35 @@ impl Report {
     }
 }
 
+/// The file an isolated run (one process per workload) rewrites in its output folder each time
+/// a workload finishes: the records measured so far, so a run killed halfway (the GPU check's
+/// time limit, a lost machine) keeps them. Removed when `bench.json` is written.
+pub const PARTIAL_FILE: &str = "bench.partial.json";
+
+/// Writes the records measured so far to `dir/bench.partial.json`, atomically (a temporary file
+/// renamed over it, so a reader never sees half a file).
+///
+/// # Errors
+/// When the folder or the file cannot be written.
+pub fn write_partial(dir: &Path, records: &[&Record]) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(PARTIAL_FILE);
+    let tmp = dir.join(format!("{PARTIAL_FILE}.tmp"));
+    let text = serde_json::to_string_pretty(&serde_json::json!({ "records": records }))?;
+    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// The records of `dir/bench.partial.json` (JSON values, as `bench.json`'s), or `None` when the
+/// file is missing, unreadable or holds none.
+pub fn read_partial(dir: &Path) -> Option<Vec<serde_json::Value>> {
+    let text = std::fs::read_to_string(dir.join(PARTIAL_FILE)).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let records = v["records"].as_array()?.clone();
+    (!records.is_empty()).then_some(records)
+}
+
 /// Writes `bench.json`, `bench.md` and the sweep plots into `dir` (created if missing), and
 /// returns the markdown.
 ///

@@ -77,6 +77,8 @@ const RECORDS_PREFIX: &str = "arbor-bench-records: ";
 /// Measures each workload in a child process of this binary, so its peak memory is its own.
 fn run_isolated(args: &Args, names: &[String], settings: &Settings) -> Result<Vec<Record>> {
     let exe = std::env::current_exe()?;
+    // A partial file left by an earlier, killed run into this folder is not this run's.
+    let _ = std::fs::remove_file(args.out.join(arbor_bench::PARTIAL_FILE));
     let jobs = args.jobs.unwrap_or(if args.quick { 2 } else { 1 }).max(1);
     let spawn = |name: &str| -> Result<std::process::Child> {
         let mut cmd = std::process::Command::new(&exe);
@@ -122,6 +124,8 @@ fn run_isolated(args: &Args, names: &[String], settings: &Settings) -> Result<Ve
             r.warmup = settings.warmup;
         }
         results[i] = Some(got);
+        let done: Vec<&Record> = results.iter().flatten().flatten().collect();
+        arbor_bench::write_partial(&args.out, &done)?;
     }
     Ok(results.into_iter().flatten().flatten().collect())
 }
@@ -201,6 +205,8 @@ fn run<B: ArborBackend>(args: &Args, device: B::Device, probe: Probe) -> Result<
         compare_with_pytorch::<B>(args, &device, &settings, &mut report);
     }
     let md = write_outputs(&report, &args.out)?;
+    // The whole report is written: the partial one (isolated runs) has served its purpose.
+    let _ = std::fs::remove_file(args.out.join(arbor_bench::PARTIAL_FILE));
     println!("{md}");
     eprintln!("wrote {}/bench.{{json,md}}", args.out.display());
     Ok(())

@@ -44,6 +44,9 @@ fn quick_run_of_the_smallest_workloads_writes_every_output() {
     assert_eq!(report.scaling.len(), 2);
     assert!(report.scaling.iter().all(|f| f.exponent.is_finite()));
 
+    // The report is whole, so the partial one is gone.
+    assert!(!out.path().join(arbor_bench::PARTIAL_FILE).exists());
+
     let md = std::fs::read_to_string(out.path().join("bench.md")).unwrap();
     assert!(
         md.contains("| gumbel/length/d100-affine-n8 | forward |"),
@@ -54,6 +57,53 @@ fn quick_run_of_the_smallest_workloads_writes_every_output() {
     assert!(
         svg.starts_with("<svg") && svg.contains("polyline"),
         "not an SVG plot"
+    );
+}
+
+/// A run killed halfway (the GPU check's time limit) keeps the workloads that finished.
+#[test]
+fn a_killed_run_keeps_the_workloads_it_finished() {
+    let out = tempfile::tempdir().unwrap();
+    // A fast workload, then one that takes far longer on a CPU (pruned R2D2 at n = 128).
+    let mut child = Command::new(env!("CARGO_BIN_EXE_arbor-bench"))
+        .args([
+            "--quick",
+            "--jobs",
+            "1",
+            "--filter",
+            "gumbel/length/d100-affine-n8,r2d2/pruned-n128",
+            "--out",
+        ])
+        .arg(out.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let partial = out.path().join(arbor_bench::PARTIAL_FILE);
+    let start = std::time::Instant::now();
+    while !partial.exists() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before the first workload's records were written"
+        );
+        assert!(
+            start.elapsed().as_secs() < 600,
+            "no partial records after 600 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!out.path().join("bench.json").exists());
+    let records = arbor_bench::read_partial(out.path()).expect("the finished workload's records");
+    let names: Vec<&str> = records
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        vec!["gumbel/length/d100-affine-n8"; 2],
+        "both of its modes, nothing else"
     );
 }
 
