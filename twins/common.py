@@ -541,10 +541,15 @@ class ClassifierModel(nn.Module):
         self.encoder = make_encoder(args, args.dim)
         self.drop = nn.Dropout(args.dropout)
         self.mlp = Mlp(args.dim, args.mlp_dim, n_classes, args.dropout)
+        self.gold = args.encoder == "spinn-pi-nt"
 
     def forward(self, batch):
-        ids, lengths = batch
-        return self.mlp(self.encoder(self.drop(self.embedding(ids)), lengths))
+        """batch: (ids, lengths), or (ids, lengths, trees) for the gold-tree encoder (trees as
+        `tree_nodes` gives them)."""
+        ids, lengths = batch[0], batch[1]
+        x = self.drop(self.embedding(ids))
+        s = self.encoder(x, lengths, batch[2]) if self.gold else self.encoder(x, lengths)
+        return self.mlp(s)
 
 
 # --------------------------------------------------------------------------------------------
