@@ -15,7 +15,7 @@ use arbor_tasks::R2d2Meta;
 use burn::backend::Flex;
 use burn::prelude::*;
 use burn::tensor::TensorData;
-use common::{assert_close, fixture, Fixture};
+use common::{arbor_convert, arbor_convert_error, assert_close, fixture, Fixture};
 
 type B = Flex;
 const TOL: f32 = 1e-5;
@@ -224,20 +224,14 @@ fn the_import_command_writes_a_checkpoint_the_r2d2_program_can_load() {
     let device = Default::default();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r2d2.ckpt");
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_arbor-convert"))
-        .args(["import", "r2d2", "--state-dict"])
-        .arg(fx.dir.join("state_dict.pt"))
-        .arg("--vocab")
-        .arg(fx.dir.join("vocab.txt"))
-        .args(["--heads", "2", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    arbor_convert(|c| {
+        c.args(["import", "r2d2", "--state-dict"])
+            .arg(fx.dir.join("state_dict.pt"))
+            .arg("--vocab")
+            .arg(fx.dir.join("vocab.txt"))
+            .args(["--heads", "2", "--out"])
+            .arg(&out);
+    });
     // What `r2d2 eval|parse --checkpoint` does: metadata, model, tokenizer from the vocabulary.
     let file = arbor_train::CheckpointFile::load(&out).unwrap();
     let kind = CheckpointModel::from_meta(&file.meta).unwrap();
@@ -255,17 +249,14 @@ fn the_import_command_writes_a_checkpoint_the_r2d2_program_can_load() {
     assert!(nll[0].iter().all(|x| x.is_finite() && *x > 0.0));
 
     // Without the head count (the reference's 12 does not divide 8) it is an error, not a panic.
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_arbor-convert"))
-        .args(["import", "r2d2", "--state-dict"])
-        .arg(fx.dir.join("state_dict.pt"))
-        .arg("--vocab")
-        .arg(fx.dir.join("vocab.txt"))
-        .arg("--out")
-        .arg(dir.path().join("bad.ckpt"))
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = arbor_convert_error(|c| {
+        c.args(["import", "r2d2", "--state-dict"])
+            .arg(fx.dir.join("state_dict.pt"))
+            .arg("--vocab")
+            .arg(fx.dir.join("vocab.txt"))
+            .arg("--out")
+            .arg(dir.path().join("bad.ckpt"));
+    });
     assert!(stderr.contains("--heads"), "{stderr}");
 }
 

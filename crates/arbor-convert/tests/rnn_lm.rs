@@ -14,7 +14,7 @@ use arbor_convert::{
 use arbor_lm::{ids_tensor, RnnLm};
 use burn::backend::Flex;
 use burn::prelude::*;
-use common::{assert_close, fixture, Fixture};
+use common::{arbor_convert, arbor_convert_error, assert_close, fixture, Fixture};
 
 type B = Flex;
 
@@ -423,16 +423,14 @@ fn the_import_command_writes_a_checkpoint_ptb_lm_can_load() {
     ] {
         let fx = fixture(name);
         let out = dir.path().join(format!("{sub}.ckpt"));
-        let status = std::process::Command::new(env!("CARGO_BIN_EXE_arbor-convert"))
-            .args(["import", sub, "--state-dict"])
-            .arg(fx.dir.join("state_dict.pt"))
-            .arg("--corpus-train")
-            .arg(fx.dir.join("train.txt"))
-            .args(["--weight-drop", "0.3", "--out"])
-            .arg(&out)
-            .status()
-            .unwrap();
-        assert!(status.success(), "{name}");
+        arbor_convert(|c| {
+            c.args(["import", sub, "--state-dict"])
+                .arg(fx.dir.join("state_dict.pt"))
+                .arg("--corpus-train")
+                .arg(fx.dir.join("train.txt"))
+                .args(["--weight-drop", "0.3", "--out"])
+                .arg(&out);
+        });
         let file = arbor_train::CheckpointFile::load(&out).unwrap();
         assert_eq!(file.meta["imported"]["layout"], flavour.layout());
         let CheckpointModel::RnnLm { config, .. } = CheckpointModel::from_meta(&file.meta).unwrap()
@@ -445,14 +443,11 @@ fn the_import_command_writes_a_checkpoint_ptb_lm_can_load() {
     }
     // A bad flag value is an error, not a panic.
     let fx = fixture("rnn_lm_on_lstm");
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_arbor-convert"))
-        .args(["import", "on-lstm", "--state-dict"])
-        .arg(fx.dir.join("state_dict.pt"))
-        .args(["--weight-drop", "1.5", "--out"])
-        .arg(dir.path().join("bad.ckpt"))
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = arbor_convert_error(|c| {
+        c.args(["import", "on-lstm", "--state-dict"])
+            .arg(fx.dir.join("state_dict.pt"))
+            .args(["--weight-drop", "1.5", "--out"])
+            .arg(dir.path().join("bad.ckpt"));
+    });
     assert!(stderr.contains("--weight-drop 1.5"), "{stderr}");
 }

@@ -103,6 +103,16 @@ pub fn arbor_convert(configure: impl FnOnce(&mut std::process::Command)) {
     );
 }
 
+/// Runs the `arbor-convert` binary of this build, set up by `configure`, expecting it to fail;
+/// returns its stderr (panics if it succeeds).
+pub fn arbor_convert_error(configure: impl FnOnce(&mut std::process::Command)) -> String {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_arbor-convert"));
+    configure(&mut cmd);
+    let output = cmd.output().unwrap();
+    assert!(!output.status.success(), "arbor-convert succeeded");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 /// The index of the largest of three logits (the first on ties).
 pub fn argmax(row: &[f32; 3]) -> usize {
     (0..3).fold(0, |b, k| if row[k] > row[b] { k } else { b })
