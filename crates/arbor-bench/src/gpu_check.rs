@@ -139,7 +139,10 @@ pub struct GpuReport {
 /// Runs `cmd` with a time limit, its output captured; returns (success, output tail, seconds).
 ///
 /// The output goes to a file, not a pipe, so a chatty program never blocks on a full pipe while
-/// this waits for it; the file is removed afterwards.
+/// this waits for it; the file is removed afterwards. The command runs in a process group of its
+/// own, and at the limit the whole group is killed: `arbor-bench` measures each workload in a
+/// child process, and killing only the parent left that worker running on the GPU beside the
+/// next family's measurements (docs/gpu.md, run 5).
 pub fn run_limited(mut cmd: Command, limit: Duration) -> Result<(bool, String, f64)> {
     static RUNS: AtomicUsize = AtomicUsize::new(0);
     let start = Instant::now();
@@ -147,6 +150,8 @@ pub fn run_limited(mut cmd: Command, limit: Duration) -> Result<(bool, String, f
     std::fs::create_dir_all(&dir)?;
     let log = dir.join(format!("{}.log", RUNS.fetch_add(1, Ordering::Relaxed)));
     let file = std::fs::File::create(&log)?;
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(file.try_clone()?)
@@ -158,6 +163,7 @@ pub fn run_limited(mut cmd: Command, limit: Duration) -> Result<(bool, String, f
             break Some(status);
         }
         if start.elapsed() > limit {
+            kill_group(&child);
             let _ = child.kill();
             let _ = child.wait();
             break None;
@@ -176,6 +182,19 @@ pub fn run_limited(mut cmd: Command, limit: Duration) -> Result<(bool, String, f
         }
     };
     Ok((ok, tail, seconds))
+}
+
+/// Kills the process group `child` leads (see [`run_limited`]), its children included.
+pub fn kill_group(child: &std::process::Child) {
+    #[cfg(unix)]
+    if let Ok(pgid) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: kill(2) with a negative pid signals that process group; no memory is shared.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = child;
 }
 
 /// The bench's workloads grouped by family (the name before the first `/`: `cells`, `gumbel`,
@@ -698,5 +717,30 @@ mod tests {
         assert!(!ok);
         assert!(tail.contains("started") && tail.contains("limit"), "{tail}");
         assert!(secs < 4.0);
+    }
+
+    /// As `arbor-bench` with a worker: the command's own child dies with it at the limit.
+    #[cfg(unix)]
+    #[test]
+    fn a_killed_command_takes_its_children_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("child.pid");
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(format!("sleep 60 & echo $! > {}; wait", pid_file.display()));
+        let (ok, _, _) = run_limited(cmd, Duration::from_millis(500)).unwrap();
+        assert!(!ok);
+        let pid: libc::pid_t = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // The killed child may linger a moment as a zombie of init; wait for it to be gone.
+        let gone = (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            // SAFETY: signal 0 only asks whether the process exists.
+            unsafe { libc::kill(pid, 0) != 0 }
+        });
+        assert!(gone, "the command's child {pid} is still running");
     }
 }

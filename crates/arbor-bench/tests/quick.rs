@@ -1,6 +1,8 @@
 //! `arbor-bench --quick` on the smallest workloads, end to end: child processes, JSON, markdown,
 //! ratios and fits, and the SVG plot. If the harness breaks, this fails.
 
+#[cfg(unix)]
+use std::os::unix::process::CommandExt as _;
 use std::process::Command;
 
 use arbor_bench::{Mode, Report};
@@ -61,6 +63,7 @@ fn quick_run_of_the_smallest_workloads_writes_every_output() {
 }
 
 /// A run killed halfway (the GPU check's time limit) keeps the workloads that finished.
+#[cfg(unix)]
 #[test]
 fn a_killed_run_keeps_the_workloads_it_finished() {
     let out = tempfile::tempdir().unwrap();
@@ -77,6 +80,7 @@ fn a_killed_run_keeps_the_workloads_it_finished() {
         .arg(out.path())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
+        .process_group(0)
         .spawn()
         .unwrap();
     let partial = out.path().join(arbor_bench::PARTIAL_FILE);
@@ -92,7 +96,8 @@ fn a_killed_run_keeps_the_workloads_it_finished() {
         );
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    child.kill().unwrap();
+    // The whole group: the worker measuring R2D2 goes too (minutes of CPU otherwise).
+    arbor_bench::gpu_check::kill_group(&child);
     child.wait().unwrap();
     assert!(!out.path().join("bench.json").exists());
     let records = arbor_bench::read_partial(out.path()).expect("the finished workload's records");
