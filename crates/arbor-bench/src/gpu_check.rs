@@ -735,11 +735,17 @@ mod tests {
             .trim()
             .parse()
             .unwrap();
-        // The killed child may linger a moment as a zombie of init; wait for it to be gone.
+        // Dead means gone, or a zombie nobody has reaped yet (a container's PID 1 may never
+        // reap orphans); wait a moment for the signal to land.
         let gone = (0..100).any(|_| {
             std::thread::sleep(Duration::from_millis(20));
             // SAFETY: signal 0 only asks whether the process exists.
-            unsafe { libc::kill(pid, 0) != 0 }
+            let exists = unsafe { libc::kill(pid, 0) == 0 };
+            let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(") ")
+                    .is_some_and(|(_, r)| r.starts_with('Z'))
+            });
+            !exists || zombie
         });
         assert!(gone, "the command's child {pid} is still running");
     }
