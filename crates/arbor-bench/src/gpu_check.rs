@@ -265,7 +265,7 @@ pub fn unfinished_family(
                  (arbor only, without PyTorch timings)",
                 names.len()
             );
-            let part = serde_json::json!({ "records": records, "versus": { "notes": [] } });
+            let part = serde_json::json!({ "records": records });
             (Some(part), line)
         }
         None => (None, format!("{family} ({workloads} workloads): {why}")),

@@ -387,9 +387,7 @@ fn bench(args: &Args, pack: &Path, spec: DeviceSpec) -> Result<(serde_json::Valu
         .lines()
         .map(str::trim)
         .filter(|n| !n.is_empty())
-        .filter(|n| {
-            args.bench_filter.is_empty() || args.bench_filter.iter().any(|f| n.contains(f.as_str()))
-        })
+        .filter(|n| arbor_bench::selected(n, &args.bench_filter))
         .filter(|n| {
             !args
                 .bench_skip

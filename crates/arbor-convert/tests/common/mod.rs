@@ -90,12 +90,17 @@ pub fn normalised_tree(tree: &str) -> String {
         .join(" ")
 }
 
+/// Runs the `arbor-convert` binary of this build, set up by `configure`.
+fn run_arbor_convert(configure: impl FnOnce(&mut std::process::Command)) -> std::process::Output {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_arbor-convert"));
+    configure(&mut cmd);
+    cmd.output().unwrap()
+}
+
 /// Runs the `arbor-convert` binary of this build, set up by `configure`; panics with its stderr unless it
 /// succeeds.
 pub fn arbor_convert(configure: impl FnOnce(&mut std::process::Command)) {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_arbor-convert"));
-    configure(&mut cmd);
-    let output = cmd.output().unwrap();
+    let output = run_arbor_convert(configure);
     assert!(
         output.status.success(),
         "arbor-convert failed: {}",
@@ -106,9 +111,7 @@ pub fn arbor_convert(configure: impl FnOnce(&mut std::process::Command)) {
 /// Runs the `arbor-convert` binary of this build, set up by `configure`, expecting it to fail;
 /// returns its stderr (panics if it succeeds).
 pub fn arbor_convert_error(configure: impl FnOnce(&mut std::process::Command)) -> String {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_arbor-convert"));
-    configure(&mut cmd);
-    let output = cmd.output().unwrap();
+    let output = run_arbor_convert(configure);
     assert!(!output.status.success(), "arbor-convert succeeded");
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
