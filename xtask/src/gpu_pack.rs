@@ -8,7 +8,8 @@
 //!   most of it Burn's CUDA and CPU backends monomorphised for every model; xz makes it 7–8 MiB);
 //! - `data/propositional_logic/*.xz`: the logic data the gold-tree training run reads (from
 //!   `--logic-data`), compressed the same way;
-//! - `twins.py`: the bench's PyTorch twins;
+//! - `twins.py` and `authors.py`: the bench's PyTorch twins and the adapters of the authors'
+//!   own modules (whose checkouts are not packed: on the GPU machine they are skipped with a note);
 //! - `gpu-check`: the launcher, a POSIX shell script that unpacks the pack once into a cache
 //!   folder (`xz`, or Python's `lzma`) and runs `arbor-gpu-check` there;
 //! - `manifest.json`: commit, features, CUDA API version, rustc, every file's packed size, the
@@ -136,11 +137,13 @@ pub fn run(root: &Path, args: &GpuPackArgs) -> Result<serde_json::Value> {
         unpacked += std::fs::metadata(&dest)?.len();
         xz(&dest)?;
     }
-    std::fs::copy(
-        root.join("crates/arbor-bench/pytorch/twins.py"),
-        out.join("twins.py"),
-    )
-    .context("copying the PyTorch twins")?;
+    for script in ["twins.py", "authors.py"] {
+        std::fs::copy(
+            root.join("crates/arbor-bench/pytorch").join(script),
+            out.join(script),
+        )
+        .with_context(|| format!("copying the PyTorch script {script}"))?;
+    }
     let launcher = out.join("gpu-check");
     std::fs::write(&launcher, LAUNCHER)?;
     make_executable(&launcher)?;

@@ -22,6 +22,9 @@
 //!   `snli` and `logic` examples with `--features cuda`, stripped and xz-compressed, into
 //!   `gpu-pack/` with the PyTorch twins, the logic data, the `gpu-check` launcher and a manifest,
 //!   for a GPU machine without Rust (docs/gpu.md).
+//! - `cargo xtask references [--mirror DIR] [--force]`: extracts the authors' repositories at the
+//!   commits pinned in `crates/arbor-bench/pytorch/references.json` into `runs/reference/`, where
+//!   `arbor-bench --versus pytorch` imports their modules to time them beside the twins.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -31,6 +34,7 @@ use clap::{Parser, Subcommand};
 
 mod gpu_pack;
 mod graph;
+mod references;
 mod repro;
 
 #[derive(Parser)]
@@ -62,6 +66,9 @@ enum Cmd {
     /// Build the GPU check's pack (release, `--features cuda`, stripped and xz-compressed, under
     /// 48 MiB) for a GPU machine without Rust: `gpu-pack/gpu-check REPORT_DIR` there.
     GpuPack(gpu_pack::GpuPackArgs),
+    /// Extract the authors' repositories that `--versus pytorch` times beside the twins, at the
+    /// commits pinned in `crates/arbor-bench/pytorch/references.json`, into `runs/reference/`.
+    References(references::ReferencesArgs),
 }
 
 /// Whether this machine has an NVIDIA GPU and driver (`/dev/nvidiactl`, or `nvidia-smi -L`
@@ -157,6 +164,7 @@ fn main() -> Result<()> {
         Cmd::Graph { check } => graph::run(&root(), check),
         Cmd::Repro(args) => repro::run(&root(), &args).map(drop),
         Cmd::GpuPack(args) => gpu_pack::run(&root(), &args).map(drop),
+        Cmd::References(args) => references::run(&root(), &args),
     }
 }
 

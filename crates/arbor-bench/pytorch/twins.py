@@ -37,6 +37,7 @@ Output: one line per workload and mode on stdout, `arbor-twin: {json}`; progress
 import argparse
 import json
 import math
+import os
 import random
 import statistics
 import sys
@@ -50,6 +51,9 @@ except ImportError as e:  # pragma: no cover - arbor-bench checks `import torch`
     print(f"twins.py: cannot import torch ({e}); `pip install torch` (the CPU wheel is enough)",
           file=sys.stderr)
     sys.exit(3)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import authors  # noqa: E402  (the authors' own modules, beside this file)
 
 PREFIX = "arbor-twin: "
 NEG_BIG = -1e30
@@ -978,32 +982,74 @@ def set_threads(n):
         pass
 
 
-def run_suite(entries, settings, threads, device):
-    """entries: [(suite row, modes, inputs)]. Prints one record per workload and mode."""
+def run_suite(entries, settings, threads, device, with_authors=True):
+    """entries: [(suite row, modes, inputs, reps)], `reps` {mode: count} or None. Prints one
+    record per workload and mode for the twin and, with `with_authors`, one for the authors'
+    module where `authors.py` has one (marked with its `source`); the two are timed
+    alternately, mode by mode, so that both see the same machine state."""
     set_threads(threads)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     failed = 0
-    for (name, group, params, items, unit, build), modes, inputs in entries:
-        try:
-            torch.manual_seed(0)
-            run = build({**params, **(inputs or {})}, device)
-            for mode in modes:
-                times = measure(run, mode, settings, sync)
+    helpers = {"uniform": uniform, "splitmix_tokens": splitmix_tokens}
+    missing = set()
+    for (name, group, params, items, unit, build), modes, inputs, reps in entries:
+        p = {**params, **(inputs or {})}
+        sides = [(None, lambda p=p, build=build: build(p, device))]
+        found = authors.adapter(name, p) if with_authors else None
+        if found is not None:
+            folder, make = found
+            try:
+                source = authors.source_of(folder)
+                sides.append((source, lambda p=p, make=make: make(p, device, helpers)))
+            except FileNotFoundError as e:
+                if folder not in missing:
+                    missing.add(folder)
+                    print(PREFIX + json.dumps({"name": name, "source": folder,
+                                               "error": str(e)}), flush=True)
+                    log(f"pytorch: the authors' modules of {folder} are skipped: {e}")
+        runs = []
+        for source, make in sides:
+            label = f"{name} ({source})" if source else name
+            try:
+                torch.manual_seed(0)
+                runs.append((source, label, make()))
+            except Exception as e:  # noqa: BLE001 - reported per workload, the others still run
+                failed += 1
+                rec = {"name": name, "error": f"{type(e).__name__}: {e}"}
+                if source:
+                    rec["source"] = source
+                print(PREFIX + json.dumps(rec), flush=True)
+                log(f"pytorch {label}: failed: {type(e).__name__}: {e}")
+        for mode in modes:
+            mode_settings = settings
+            if reps and reps.get(mode):
+                n = int(reps[mode])
+                mode_settings = {**settings, "min_reps": n, "max_reps": n, "min_time_s": 0.0,
+                                 "slow_run_s": float("inf"), "slow_reps": n}
+            for source, label, run in list(runs):
+                try:
+                    times = measure(run, mode, mode_settings, sync)
+                except Exception as e:  # noqa: BLE001
+                    failed += 1
+                    rec = {"name": name, "error": f"{mode}: {type(e).__name__}: {e}"}
+                    if source:
+                        rec["source"] = source
+                    print(PREFIX + json.dumps(rec), flush=True)
+                    log(f"pytorch {label}: failed: {type(e).__name__}: {e}")
+                    runs.remove((source, label, run))
+                    continue
                 med = statistics.median(times)
                 rec = {"name": name, "group": group, "mode": mode, "items": items, "unit": unit,
                        "times_s": times, "median_s": med, "min_s": min(times),
                        "max_s": max(times), "items_per_s": items / med, "threads": threads,
                        "torch_version": torch.__version__, "device": device}
+                if source:
+                    rec["source"] = source
                 if hasattr(run, "model"):
                     rec["compositions"] = run.model.compositions
                 print(PREFIX + json.dumps(rec), flush=True)
-                log(f"pytorch {name:<38} {mode:<16} {med * 1e3:>10.2f} ms "
+                log(f"pytorch {label:<60} {mode:<16} {med * 1e3:>10.2f} ms "
                     f"{items / med:>12.0f} {unit}/s")
-        except Exception as e:  # noqa: BLE001 - reported per workload, the others still run
-            failed += 1
-            print(PREFIX + json.dumps({"name": name, "error": f"{type(e).__name__}: {e}"}),
-                  flush=True)
-            log(f"pytorch {name}: failed: {type(e).__name__}: {e}")
     return failed
 
 
@@ -1079,7 +1125,32 @@ def self_test():
         assert math.isfinite(loss.item()) and m.comp.score.weight.grad is not None
     names = [w[0] for w in suite()]
     assert len(names) == len(set(names)) == 28, len(names)
-    print("twins.py self-test: ok")
+    # The authors' modules, at small shapes, where their checkouts are present.
+    helpers = {"uniform": uniform, "splitmix_tokens": splitmix_tokens}
+    small = {
+        "cells/t/on-lstm": {"cell": "on-lstm", "d_input": 6, "d_hidden": 8, "chunk_size": 2,
+                            "batch": 3, "length": 5},
+        "cells/t/conv-fasttrees": {"cell": "conv-fasttrees", "d_input": 12, "d_hidden": 8,
+                                   "chunk_size": 2, "batch": 3, "length": 5},
+        "gumbel/t": {"d_input": 6, "d_hidden": 8, "leaf": "lstm", "batch": 3,
+                     "lengths": [5, 1, 3], "tau": 1.0},
+        "r2d2/t": {"d_model": 16, "n_layers": 1, "n_heads": 2, "window": 2, "pruning": True,
+                   "vocab": 200, "batch": 2, "length": 7},
+    }
+    assert authors.adapter("cells/t/lstm", {"cell": "lstm"}) is None
+    assert authors.adapter("transformer/plain", {}) is None
+    ran = []
+    for name, p in small.items():
+        folder, build = authors.adapter(name, p)
+        try:
+            authors.checkout(folder)
+        except FileNotFoundError as e:
+            log(f"twins.py self-test: authors' {folder} skipped ({e})")
+            continue
+        run = build(p, "cpu", helpers)
+        assert math.isfinite(run("forward")) and math.isfinite(run("forward+backward")), name
+        ran.append(name)
+    print(f"twins.py self-test: ok (authors' modules run: {', '.join(ran) or 'none'})")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1096,6 +1167,8 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=None,
                     help="torch.set_num_threads (default: torch's own default)")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--no-authors", action="store_true",
+                    help="time the twins only, not the authors' modules (authors.py)")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--self-test", action="store_true")
     args = ap.parse_args(argv)
@@ -1118,20 +1191,22 @@ def main(argv=None):
             if w["name"] not in table:
                 print(PREFIX + json.dumps({"name": w["name"], "error": "no PyTorch twin"}))
                 continue
-            entries.append((table[w["name"]], w.get("modes", modes_both), w.get("inputs")))
+            entries.append((table[w["name"]], w.get("modes", modes_both), w.get("inputs"),
+                            w.get("reps")))
     else:
         filters = [f for f in args.filter.split(",") if f]
         settings = QUICK if args.quick else FULL
         threads = args.threads or torch.get_num_threads()
         device = args.device
-        entries = [(w, modes_both, None) for name, w in table.items()
+        entries = [(w, modes_both, None, None) for name, w in table.items()
                    if not filters or any(f in name for f in filters)]
         if not entries:
             log(f"no twin matches {filters}; --list shows the names")
             return 2
     log(f"pytorch twins: torch {torch.__version__}, {threads} thread(s), device {device}, "
         f"{len(entries)} workload(s)")
-    return 1 if run_suite(entries, settings, threads, device) else 0
+    with_authors = not args.no_authors and (not args.spec or spec.get("authors", True))
+    return 1 if run_suite(entries, settings, threads, device, with_authors) else 0
 
 
 if __name__ == "__main__":

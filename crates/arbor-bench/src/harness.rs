@@ -222,6 +222,12 @@ pub struct Record {
     /// faster).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ratio_vs_pytorch: Option<f64>,
+    /// The authors' own module's timing, where one runs (`pytorch/authors.py`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pytorch_authors: Option<crate::versus::TorchTiming>,
+    /// arbor throughput / the authors' module's throughput.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ratio_vs_authors: Option<f64>,
 }
 
 /// The median of a non-empty slice.
@@ -320,6 +326,8 @@ pub fn measure(
             sweep: sweep.clone(),
             pytorch: None,
             ratio_vs_pytorch: None,
+            pytorch_authors: None,
+            ratio_vs_authors: None,
         };
         progress(&record);
         records.push(record);

@@ -21,7 +21,8 @@ use clap::{Parser, ValueEnum};
 /// What `--versus` compares arbor with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Against {
-    /// The PyTorch twins in `crates/arbor-bench/pytorch/twins.py` (needs `import torch`).
+    /// The PyTorch twins in `crates/arbor-bench/pytorch/twins.py` and, where they run, the
+    /// authors' own modules (`pytorch/authors.py`); needs `import torch`.
     Pytorch,
 }
 
@@ -63,6 +64,11 @@ struct Args {
     /// fails.
     #[arg(long, value_enum)]
     versus: Option<Against>,
+    /// With `--versus pytorch`: time the twins only, not the authors' own modules
+    /// (`crates/arbor-bench/pytorch/authors.py`, which imports them from the checkouts that
+    /// `cargo xtask references` fetches).
+    #[arg(long, requires = "versus")]
+    no_authors: bool,
     /// Internal: measure exactly this workload and print its records as JSON.
     #[arg(long, hide = true)]
     worker: Option<String>,
@@ -251,11 +257,14 @@ fn compare_with_pytorch<B: ArborBackend>(
         }
     }
     let on_gpu = args.device.to_ascii_lowercase().starts_with("cuda");
+    let mut workloads = twin_workloads::<B>(device, &names);
+    versus::match_repetitions(&mut workloads, &report.records);
     let spec = TwinSpec {
         settings: *settings,
         threads,
         device: if on_gpu { "cuda" } else { "cpu" }.to_string(),
-        workloads: twin_workloads::<B>(device, &names),
+        workloads,
+        authors: !args.no_authors,
     };
     eprintln!(
         "--versus pytorch: torch {torch_version} via `{python}`, {threads} thread(s), {} workload(s)",

@@ -193,7 +193,7 @@ pub fn markdown(report: &Report) -> String {
             None => {
                 let _ = writeln!(
                     s,
-                    "- versus PyTorch {} (`{}`, `crates/arbor-bench/pytorch/twins.py`): {} thread(s) on both sides (arbor's rayon pool; `torch.set_num_threads({})`), the same timing policy; arbor/PyTorch = arbor throughput ÷ PyTorch throughput (above 1: arbor is faster)\n",
+                    "- versus PyTorch {} (`{}`): the twins (`crates/arbor-bench/pytorch/twins.py`) and, where they run, the authors' own modules (`pytorch/authors.py`, the repository and commit in `bench.json`); {} thread(s) on both sides (arbor's rayon pool; `torch.set_num_threads({})`), each side timed as often as arbor was; arbor/X = arbor throughput ÷ X's throughput (above 1: arbor is faster); *fastest* is against the faster of the two\n",
                     v.torch_version.as_deref().unwrap_or("?"),
                     v.python,
                     v.threads,
@@ -203,7 +203,10 @@ pub fn markdown(report: &Report) -> String {
         }
     }
     let (extra_head, extra_rule) = if compared {
-        (" PyTorch ms | arbor/PyTorch |", "---:|---:|")
+        (
+            " twin ms | authors' ms | arbor/twin | arbor/authors | arbor/fastest |",
+            "---:|---:|---:|---:|---:|",
+        )
     } else {
         ("", "")
     };
@@ -214,13 +217,17 @@ pub fn markdown(report: &Report) -> String {
     let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|{extra_rule}");
     for r in &report.records {
         let extra = if compared {
-            let torch = r
-                .pytorch
-                .as_ref()
-                .map_or("—".to_string(), |t| format!("{:.2}", t.median_s * 1e3));
+            let ms = |t: &Option<crate::versus::TorchTiming>| {
+                t.as_ref()
+                    .map_or("—".to_string(), |t| format!("{:.2}", t.median_s * 1e3))
+            };
             format!(
-                " {torch} | {} |",
-                crate::versus::format_ratio(r.ratio_vs_pytorch)
+                " {} | {} | {} | {} | {} |",
+                ms(&r.pytorch),
+                ms(&r.pytorch_authors),
+                crate::versus::format_ratio(r.ratio_vs_pytorch),
+                crate::versus::format_ratio(r.ratio_vs_authors),
+                crate::versus::format_ratio(crate::versus::ratio_vs_fastest(r))
             )
         } else {
             String::new()
@@ -404,6 +411,8 @@ mod tests {
             sweep: None,
             pytorch: None,
             ratio_vs_pytorch: None,
+            pytorch_authors: None,
+            ratio_vs_authors: None,
         }
     }
 
@@ -420,24 +429,47 @@ mod tests {
         let plain = markdown(&report);
         assert!(!plain.contains("PyTorch"), "{plain}");
 
-        let lines = vec![crate::versus::TwinLine::Timed {
-            name: "g/a".into(),
-            mode: Mode::Forward,
-            timing: TorchTiming {
-                median_s: 0.25,
-                min_s: 0.25,
-                max_s: 0.25,
-                items_per_s: 40.0,
-                threads: 2,
-                torch_version: "2.15.0".into(),
-                times_s: vec![0.25],
-                compositions: None,
+        let timing = |median_s: f64, source: Option<&str>| TorchTiming {
+            median_s,
+            min_s: median_s,
+            max_s: median_s,
+            items_per_s: 10.0 / median_s,
+            threads: 2,
+            torch_version: "2.15.0".into(),
+            times_s: vec![median_s],
+            compositions: None,
+            source: source.map(str::to_string),
+        };
+        let lines = vec![
+            crate::versus::TwinLine::Timed {
+                name: "g/a".into(),
+                mode: Mode::Forward,
+                timing: timing(0.25, None),
             },
-        }];
+            crate::versus::TwinLine::Timed {
+                name: "g/a".into(),
+                mode: Mode::Forward,
+                timing: timing(0.08, Some("o/r@1234567")),
+            },
+            crate::versus::TwinLine::Failed {
+                name: "g/b".into(),
+                error: "no checkout".into(),
+                source: Some("r".into()),
+            },
+        ];
         let notes = crate::versus::attach(&mut report.records, &lines);
-        assert_eq!(notes.len(), 1, "{notes:?}");
-        assert!(notes[0].contains("g/b"));
-        assert_eq!(report.records[0].ratio_vs_pytorch, Some(2.5));
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].contains("g/b") && notes[0].contains("no PyTorch time"));
+        assert!(notes[1].contains("g/b") && notes[1].contains("did not run: no checkout"));
+        let a = &report.records[0];
+        assert_eq!(a.ratio_vs_pytorch, Some(2.5));
+        assert_eq!(a.ratio_vs_authors, Some(0.8));
+        assert_eq!(
+            a.pytorch_authors.as_ref().unwrap().source.as_deref(),
+            Some("o/r@1234567")
+        );
+        assert_eq!(crate::versus::ratio_vs_fastest(a), Some(0.8));
+        assert_eq!(report.records[1].pytorch_authors, None);
         report.versus = Some(Versus {
             framework: "pytorch".into(),
             python: "python3".into(),
@@ -447,9 +479,15 @@ mod tests {
             notes,
         });
         let md = markdown(&report);
-        assert!(md.contains("| PyTorch ms | arbor/PyTorch |"), "{md}");
-        assert!(md.contains("| 250.00 | 2.50× |"), "{md}");
-        assert!(md.contains("| — | — |"), "{md}");
+        assert!(
+            md.contains("| twin ms | authors' ms | arbor/twin | arbor/authors | arbor/fastest |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 250.00 | 80.00 | 2.50× | 0.80× | 0.80× |"),
+            "{md}"
+        );
+        assert!(md.contains("| — | — | — | — | — |"), "{md}");
         assert!(md.contains("2 thread(s) on both sides"), "{md}");
         assert!(md.contains("**PyTorch notes**"), "{md}");
 

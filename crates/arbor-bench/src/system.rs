@@ -38,7 +38,8 @@ impl RunInfo {
     }
 }
 
-/// CPU model and core count, e.g. `AMD EPYC 7B13 (2 cores)`.
+/// CPU model, core count and the vector extensions the matrix and fused kernels can use, e.g.
+/// `AMD EPYC 7B13 (2 cores; AVX2, FMA)`.
 pub fn machine() -> String {
     let model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -50,7 +51,41 @@ pub fn machine() -> String {
         })
         .unwrap_or_else(|| std::env::consts::ARCH.to_string());
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    format!("{model} ({cores} cores)")
+    let vectors = vector_extensions();
+    if vectors.is_empty() {
+        format!("{model} ({cores} cores)")
+    } else {
+        format!("{model} ({cores} cores; {})", vectors.join(", "))
+    }
+}
+
+/// The SIMD extensions of this CPU that decide kernel speed, as detected at run time: on x86-64
+/// `AVX2`, `FMA`, `AVX-512F`, `AVX-512BW`, `AVX-512VL`, `AVX-512_BF16`, `AVX-VNNI` when present; on
+/// aarch64 `NEON`. Empty elsewhere.
+pub fn vector_extensions() -> Vec<&'static str> {
+    #[allow(unused_mut)]
+    let mut out = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        let detected = [
+            ("AVX2", std::arch::is_x86_feature_detected!("avx2")),
+            ("FMA", std::arch::is_x86_feature_detected!("fma")),
+            ("AVX-512F", std::arch::is_x86_feature_detected!("avx512f")),
+            ("AVX-512BW", std::arch::is_x86_feature_detected!("avx512bw")),
+            ("AVX-512VL", std::arch::is_x86_feature_detected!("avx512vl")),
+            (
+                "AVX-512_BF16",
+                std::arch::is_x86_feature_detected!("avx512bf16"),
+            ),
+            ("AVX-VNNI", std::arch::is_x86_feature_detected!("avxvnni")),
+        ];
+        out.extend(detected.iter().filter(|(_, on)| *on).map(|(name, _)| *name));
+    }
+    #[cfg(target_arch = "aarch64")]
+    if std::arch::is_aarch64_feature_detected!("neon") {
+        out.push("NEON");
+    }
+    out
 }
 
 /// The git commit of the working tree (`unknown` outside a repository).

@@ -38,6 +38,10 @@ pub struct TorchTiming {
     /// R2D2 only: the compositions of one run (the pruned chart's work depends on its decisions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compositions: Option<u64>,
+    /// The authors' own module that was timed (`owner/name@commit`, `pytorch/authors.py`);
+    /// `None` for the twin (`pytorch/twins.py`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 /// One result line of `twins.py`.
@@ -58,6 +62,8 @@ pub enum TwinLine {
         name: String,
         /// Why.
         error: String,
+        /// The authors' module that failed (`None`: the twin).
+        source: Option<String>,
     },
 }
 
@@ -124,6 +130,10 @@ pub fn parse_twin_output(stdout: &str) -> Result<Vec<TwinLine>> {
             out.push(TwinLine::Failed {
                 name: name.to_string(),
                 error: error.as_str().unwrap_or("unknown error").to_string(),
+                source: value
+                    .get("source")
+                    .and_then(|s| s.as_str())
+                    .map(str::to_string),
             });
             continue;
         }
@@ -140,30 +150,45 @@ pub fn parse_twin_output(stdout: &str) -> Result<Vec<TwinLine>> {
     Ok(out)
 }
 
-/// Attaches the twins' timings to the matching records (same name and mode) with their ratio,
-/// and returns one note per record left without a PyTorch result.
+/// Attaches the PyTorch timings to the matching records (same name and mode): the twin's as
+/// `pytorch` with `ratio_vs_pytorch`, the authors' module's (a line with a `source`) as
+/// `pytorch_authors` with `ratio_vs_authors`. Returns one note per record left without a twin
+/// time, and one per authors' module that failed.
 pub fn attach(records: &mut [Record], lines: &[TwinLine]) -> Vec<String> {
     let mut notes = Vec::new();
     for r in records.iter_mut() {
-        let timed = lines.iter().find_map(|l| match l {
-            TwinLine::Timed { name, mode, timing } if *name == r.name && *mode == r.mode => {
-                Some(timing)
-            }
-            _ => None,
-        });
-        match timed {
+        let timed = |authors: bool| {
+            lines.iter().find_map(|l| match l {
+                TwinLine::Timed { name, mode, timing }
+                    if *name == r.name && *mode == r.mode && timing.source.is_some() == authors =>
+                {
+                    Some(timing.clone())
+                }
+                _ => None,
+            })
+        };
+        let failure = |authors: bool| {
+            lines.iter().find_map(|l| match l {
+                TwinLine::Failed {
+                    name,
+                    error,
+                    source,
+                } if *name == r.name && source.is_some() == authors => {
+                    Some((error.clone(), source.clone()))
+                }
+                _ => None,
+            })
+        };
+        match timed(false) {
             Some(t) => {
                 r.ratio_vs_pytorch = ratio_vs_pytorch(r.median_ms, t.median_s);
-                r.pytorch = Some(t.clone());
+                r.pytorch = Some(t);
             }
             None => {
-                let why = lines
-                    .iter()
-                    .find_map(|l| match l {
-                        TwinLine::Failed { name, error } if *name == r.name => Some(error.clone()),
-                        _ => None,
-                    })
-                    .unwrap_or_else(|| "the twins printed no result for it".to_string());
+                let why = failure(false).map_or_else(
+                    || "the twins printed no result for it".to_string(),
+                    |(e, _)| e,
+                );
                 notes.push(format!(
                     "`{}` ({}): no PyTorch time: {why}",
                     r.name,
@@ -171,8 +196,34 @@ pub fn attach(records: &mut [Record], lines: &[TwinLine]) -> Vec<String> {
                 ));
             }
         }
+        match timed(true) {
+            Some(t) => {
+                r.ratio_vs_authors = ratio_vs_pytorch(r.median_ms, t.median_s);
+                r.pytorch_authors = Some(t);
+            }
+            None => {
+                if let Some((why, source)) = failure(true) {
+                    notes.push(format!(
+                        "`{}` ({}): the authors' module ({}) did not run: {why}",
+                        r.name,
+                        r.mode.label(),
+                        source.unwrap_or_default()
+                    ));
+                }
+            }
+        }
     }
+    notes.dedup();
     notes
+}
+
+/// The smaller of the ratios against the twin and against the authors' module: arbor against
+/// the fastest PyTorch code measured for the workload.
+pub fn ratio_vs_fastest(record: &Record) -> Option<f64> {
+    match (record.ratio_vs_pytorch, record.ratio_vs_authors) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// The thread count of arbor's CPU backends: Burn's `flex` runs its parallel kernels (matmuls
@@ -266,8 +317,29 @@ pub struct TwinSpec {
     pub threads: usize,
     /// `cpu`, or `cuda` when arbor ran on CUDA.
     pub device: String,
-    /// One entry per workload: `{name, modes, inputs}`.
+    /// One entry per workload: `{name, modes, inputs, reps}`, `reps` the number of timed runs
+    /// arbor made in each mode, which the PyTorch side then makes too.
     pub workloads: Vec<serde_json::Value>,
+    /// Whether the authors' own modules are timed beside the twins (`pytorch/authors.py`).
+    pub authors: bool,
+}
+
+/// Sets each spec workload's `reps` to the number of timed runs arbor made per mode, so that
+/// both sides are timed equally often.
+pub fn match_repetitions(workloads: &mut [serde_json::Value], records: &[Record]) {
+    for w in workloads.iter_mut() {
+        let Some(name) = w.get("name").and_then(|n| n.as_str()).map(str::to_string) else {
+            continue;
+        };
+        let reps: serde_json::Map<String, serde_json::Value> = records
+            .iter()
+            .filter(|r| r.name == name && !r.times_ms.is_empty())
+            .map(|r| (r.mode.label().to_string(), r.times_ms.len().into()))
+            .collect();
+        if let Some(obj) = w.as_object_mut() {
+            obj.insert("reps".to_string(), reps.into());
+        }
+    }
 }
 
 /// Runs the twins of `spec` with `python script --spec FILE` (the spec written to `spec_path`),
@@ -339,7 +411,8 @@ arbor-twin: {"name": "cells/b", "error": "no PyTorch twin"}
             lines[2],
             TwinLine::Failed {
                 name: "cells/b".into(),
-                error: "no PyTorch twin".into()
+                error: "no PyTorch twin".into(),
+                source: None
             }
         );
     }
@@ -354,6 +427,58 @@ arbor-twin: {"name": "cells/b", "error": "no PyTorch twin"}
         let err = parse_twin_output(bad_mode).unwrap_err();
         assert!(err.to_string().contains("sideways"), "{err}");
         assert!(parse_twin_output("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn authors_lines_carry_their_source() {
+        let out = r#"arbor-twin: {"name": "g/a", "mode": "forward", "median_s": 0.5, "min_s": 0.5, "max_s": 0.5, "items_per_s": 2.0, "threads": 1, "torch_version": "t", "source": "o/r@abc1234"}
+arbor-twin: {"name": "g/a", "source": "FastTrees", "error": "no checkout"}
+"#;
+        let lines = parse_twin_output(out).unwrap();
+        match &lines[0] {
+            TwinLine::Timed { timing, .. } => {
+                assert_eq!(timing.source.as_deref(), Some("o/r@abc1234"))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            lines[1],
+            TwinLine::Failed {
+                name: "g/a".into(),
+                error: "no checkout".into(),
+                source: Some("FastTrees".into())
+            }
+        );
+    }
+
+    #[test]
+    fn the_spec_asks_for_as_many_runs_as_arbor_made() {
+        let mut workloads = vec![
+            serde_json::json!({"name": "g/a", "modes": ["forward"]}),
+            serde_json::json!({"name": "g/b"}),
+        ];
+        let record = |name: &str, mode: Mode, runs: usize| {
+            let mut r: Record = serde_json::from_value(serde_json::json!({
+                "name": name, "group": "g", "mode": mode, "params": {}, "items": 1,
+                "unit": "x", "run": crate::system::RunInfo::collect("flex", "flex"),
+                "warmup": 0, "times_ms": [], "median_ms": 1.0, "min_ms": 1.0, "max_ms": 1.0,
+                "spread_pct": 0.0, "items_per_s": 1.0, "peak_rss_bytes": null,
+                "device_memory_bytes": null, "sweep": null
+            }))
+            .unwrap();
+            r.times_ms = vec![1.0; runs];
+            r
+        };
+        let records = [
+            record("g/a", Mode::Forward, 7),
+            record("g/a", Mode::ForwardBackward, 3),
+        ];
+        match_repetitions(&mut workloads, &records);
+        assert_eq!(
+            workloads[0]["reps"],
+            serde_json::json!({"forward": 7, "forward+backward": 3})
+        );
+        assert_eq!(workloads[1]["reps"], serde_json::json!({}));
     }
 
     #[test]

@@ -125,7 +125,9 @@ fn an_unknown_filter_is_an_error() {
 
 /// `--versus pytorch` on the same two workloads: when `import torch` works, every record gains a
 /// finite PyTorch time and ratio, and the table its two columns; otherwise the comparison is
-/// skipped with a reason and the arbor results are still written.
+/// skipped with a reason and the arbor results are still written. The authors' Gumbel
+/// Tree-LSTM is timed beside the twin when its checkout is present (`cargo xtask references`),
+/// and named in a note when it is not.
 #[test]
 fn quick_run_versus_pytorch_adds_the_pytorch_column() {
     let python = std::env::var("ARBOR_PYTHON").unwrap_or_else(|_| "python3".into());
@@ -133,8 +135,17 @@ fn quick_run_versus_pytorch_adds_the_pytorch_column() {
         .args(["-c", "import torch"])
         .output()
         .is_ok_and(|o| o.status.success());
+    let references = std::env::var_os("ARBOR_REFERENCE_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../runs/reference")
+        });
+    let has_authors = references
+        .join("unsupervised-treelstm/model/treelstm.py")
+        .is_file();
     let out = tempfile::tempdir().unwrap();
     let run = Command::new(env!("CARGO_BIN_EXE_arbor-bench"))
+        .env("ARBOR_REFERENCE_DIR", &references)
         .args([
             "--quick",
             "--versus",
@@ -182,19 +193,81 @@ fn quick_run_versus_pytorch_adds_the_pytorch_column() {
         assert!(t.items_per_s.is_finite() && t.items_per_s > 0.0);
         assert_eq!(t.threads, versus.threads);
         assert_eq!(Some(&t.torch_version), versus.torch_version.as_ref());
-        assert_eq!(t.times_s.len(), 1, "--quick: one timed run");
+        assert_eq!(t.times_s.len(), r.times_ms.len(), "timed as often as arbor");
         let ratio = r.ratio_vs_pytorch.unwrap();
         assert!(ratio.is_finite() && ratio > 0.0);
         assert!((ratio - t.median_s * 1e3 / r.median_ms).abs() < 1e-9 * ratio);
+        assert_eq!(t.source, None, "the twin");
+        if has_authors {
+            let a = r
+                .pytorch_authors
+                .as_ref()
+                .unwrap_or_else(|| panic!("{}: no authors' time: {:?}", r.name, versus.notes));
+            let source = a.source.as_deref().unwrap();
+            assert!(
+                source.starts_with("jihunchoi/unsupervised-treelstm@"),
+                "{source}"
+            );
+            assert_eq!(a.times_s.len(), r.times_ms.len());
+            let ra = r.ratio_vs_authors.unwrap();
+            assert!((ra - a.median_s * 1e3 / r.median_ms).abs() < 1e-9 * ra);
+            assert_eq!(
+                arbor_bench::versus::ratio_vs_fastest(r),
+                Some(ra.min(ratio))
+            );
+        } else {
+            assert!(r.pytorch_authors.is_none());
+        }
+    }
+    if !has_authors {
+        eprintln!("the authors' modules were not timed: no checkout under {references:?}");
+        assert!(
+            versus
+                .notes
+                .iter()
+                .any(|n| n.contains("did not run") && n.contains("cargo xtask references")),
+            "{:?}",
+            versus.notes
+        );
     }
     assert!(json.contains("\"ratio_vs_pytorch\""));
-    assert!(md.contains("| PyTorch ms | arbor/PyTorch |"), "{md}");
+    assert!(
+        md.contains("| twin ms | authors' ms | arbor/twin | arbor/authors | arbor/fastest |"),
+        "{md}"
+    );
     assert!(md.contains("thread(s) on both sides"), "{md}");
     let row = md
         .lines()
         .find(|l| l.starts_with("| gumbel/length/d100-affine-n8 | forward |"))
         .unwrap();
     assert!(row.trim_end().ends_with("× |"), "{row}");
+}
+
+/// The twins' and the authors' adapters' own checks (small shapes, outputs, never speed).
+#[test]
+fn the_pytorch_scripts_pass_their_self_test() {
+    let python = std::env::var("ARBOR_PYTHON").unwrap_or_else(|_| "python3".into());
+    let has_torch = Command::new(&python)
+        .args(["-c", "import torch"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_torch {
+        eprintln!("skipped: `{python} -c \"import torch\"` fails");
+        return;
+    }
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("pytorch/twins.py");
+    let run = Command::new(&python)
+        .arg(script)
+        .arg("--self-test")
+        .env("OMP_NUM_THREADS", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success() && stdout.contains("self-test: ok"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
 }
 
 #[test]
