@@ -115,11 +115,90 @@ impl<B: ArborBackend> BinaryTreeLstm<B> {
     /// - `nodes.h`, `nodes.c`: `[batch, m, D]`, `m ≥ 2`
     /// - output `h`, `c`: `[batch, m − 1, D]`
     pub fn forward_adjacent(&self, nodes: &LstmState<B, 3>) -> LstmState<B, 3> {
+        self.forward_adjacent_with_gates(nodes).0
+    }
+
+    /// [`forward_adjacent`](Self::forward_adjacent), also returning the gate pre-activations
+    /// `[h_k; h_{k+1}]·W + b` of every pair, which a caller can carry to the next layer (see
+    /// [`forward_adjacent_given`](Self::forward_adjacent_given)).
+    ///
+    /// # Shapes
+    /// - `nodes.h`, `nodes.c`: `[batch, m, D]`, `m ≥ 2`
+    /// - output `h`, `c`: `[batch, m − 1, D]`; gates `[batch, m − 1, 5D]`
+    pub fn forward_adjacent_with_gates(
+        &self,
+        nodes: &LstmState<B, 3>,
+    ) -> (LstmState<B, 3>, Tensor<B, 3>) {
         let m = nodes.h.dims()[1];
         let pairs = arbor_kernels::adjacent_pairs(nodes.h.clone());
         let gates = crate::linear_rows(&self.children, pairs);
         let c = nodes.c.clone();
-        compose(gates, c.clone().narrow(1, 0, m - 1), c.narrow(1, 1, m - 1))
+        let state = compose(
+            gates.clone(),
+            c.clone().narrow(1, 0, m - 1),
+            c.narrow(1, 1, m - 1),
+        );
+        (state, gates)
+    }
+
+    /// [`forward_adjacent`](Self::forward_adjacent) when the gate pre-activations of the pairs
+    /// are already known (carried from an earlier layer whose pairs had the same children):
+    /// the product is not computed, and the gradients are exactly `forward_adjacent`'s
+    /// ([`arbor_kernels::linear_given`]). `known_gates` is a constant for autodiff; it must
+    /// equal `[h_k; h_{k+1}]·W + b` for the values of `nodes`.
+    ///
+    /// # Shapes
+    /// - `nodes.h`, `nodes.c`: `[batch, m, D]`, `m ≥ 2`
+    /// - `known_gates`: `[batch, m − 1, 5D]`
+    /// - output `h`, `c`: `[batch, m − 1, D]`; the gates as given
+    pub fn forward_adjacent_given(
+        &self,
+        nodes: &LstmState<B, 3>,
+        known_gates: Tensor<B, 3>,
+    ) -> (LstmState<B, 3>, Tensor<B, 3>) {
+        let [batch, m, d] = nodes.h.dims();
+        let pairs =
+            arbor_kernels::adjacent_pairs(nodes.h.clone()).reshape([batch * (m - 1), 2 * d]);
+        let width = known_gates.dims()[2];
+        let gates = arbor_kernels::linear_given(
+            pairs,
+            self.children.weight.val(),
+            self.children.bias.as_ref().map(|b| b.val()),
+            known_gates.reshape([batch * (m - 1), width]),
+        )
+        .reshape([batch, m - 1, width]);
+        let c = nodes.c.clone();
+        let state = compose(
+            gates.clone(),
+            c.clone().narrow(1, 0, m - 1),
+            c.narrow(1, 1, m - 1),
+        );
+        (state, gates)
+    }
+
+    /// The gate pre-activations `[h_l; h_r]·W + b` of given pairs, with no autodiff node (the
+    /// inputs and the weights are read as constants): for values that
+    /// [`forward_adjacent_given`](Self::forward_adjacent_given) is then given.
+    ///
+    /// # Shapes
+    /// - `h_left`, `h_right`: `[..., D]`
+    /// - output: `[..., 5D]`
+    pub fn gates_of<const N: usize>(
+        &self,
+        h_left: Tensor<B, N>,
+        h_right: Tensor<B, N>,
+    ) -> Tensor<B, N> {
+        let hh = Tensor::cat(vec![h_left.detach(), h_right.detach()], N - 1);
+        let dims = hh.dims();
+        let rows = dims[..N - 1].iter().product::<usize>();
+        let g = arbor_kernels::linear(
+            hh.reshape([rows, dims[N - 1]]),
+            self.children.weight.val().detach(),
+            self.children.bias.as_ref().map(|b| b.val().detach()),
+        );
+        let mut out = dims;
+        out[N - 1] = g.dims()[1];
+        g.reshape(out)
     }
 }
 

@@ -391,18 +391,38 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
         lengths: &[usize],
         decisions: Decisions<'_>,
     ) -> GumbelTreeOutput<B> {
+        self.forward_scheduled(embeddings, lengths, decisions, CandidateSchedule::Carry)
+    }
+
+    /// [`forward`](Self::forward) with the given candidate schedule
+    /// ([`CandidateSchedule::Recompose`] is the authors' schedule, the reference path).
+    ///
+    /// # Shapes
+    /// As [`forward`](Self::forward).
+    ///
+    /// # Panics
+    /// If `lengths` is malformed.
+    pub fn forward_scheduled(
+        &self,
+        embeddings: Tensor<B, 3>,
+        lengths: &[usize],
+        decisions: Decisions<'_>,
+        schedule: CandidateSchedule,
+    ) -> GumbelTreeOutput<B> {
         let tau = self.settings.tau;
         match decisions {
-            // The argmax selection has no gradient path, so each layer's candidates can be
-            // carried over instead of recomposed (see `run`): same values and gradients.
-            Decisions::Argmax => self.run(embeddings, lengths, true, |_, logits, mask| {
-                argmax_select(logits, Some(mask))
-            }),
-            Decisions::Sample(sampler) => {
-                self.run(embeddings, lengths, false, |_, logits, mask| {
-                    sample(sampler, logits, mask, tau)
-                })
-            }
+            Decisions::Argmax => self.run(
+                embeddings,
+                lengths,
+                schedule.carry(true),
+                |_, logits, mask| argmax_select(logits, Some(mask)),
+            ),
+            Decisions::Sample(sampler) => self.run(
+                embeddings,
+                lengths,
+                schedule.carry(false),
+                |_, logits, mask| sample(sampler, logits, mask, tau),
+            ),
         }
     }
 
@@ -422,14 +442,36 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
         lengths: &[usize],
         noise: &[Tensor<B, 2>],
     ) -> GumbelTreeOutput<B> {
+        self.forward_with_noise_scheduled(embeddings, lengths, noise, CandidateSchedule::Carry)
+    }
+
+    /// [`forward_with_noise`](Self::forward_with_noise) with the given candidate schedule.
+    ///
+    /// # Shapes
+    /// As [`forward_with_noise`](Self::forward_with_noise).
+    ///
+    /// # Panics
+    /// As [`forward_with_noise`](Self::forward_with_noise).
+    pub fn forward_with_noise_scheduled(
+        &self,
+        embeddings: Tensor<B, 3>,
+        lengths: &[usize],
+        noise: &[Tensor<B, 2>],
+        schedule: CandidateSchedule,
+    ) -> GumbelTreeOutput<B> {
         let tau = self.settings.tau;
-        self.run(embeddings, lengths, false, |t, logits, mask| {
-            let g = noise
-                .get(t)
-                .unwrap_or_else(|| panic!("no noise for layer {t}"))
-                .clone();
-            st_gumbel_softmax(logits, Some(mask), tau, Some(g))
-        })
+        self.run(
+            embeddings,
+            lengths,
+            schedule.carry(false),
+            |t, logits, mask| {
+                let g = noise
+                    .get(t)
+                    .unwrap_or_else(|| panic!("no noise for layer {t}"))
+                    .clone();
+                st_gumbel_softmax(logits, Some(mask), tau, Some(g))
+            },
+        )
     }
 
     /// Validity scores `q·h̃_k / √D` of a layer of candidates.
@@ -458,32 +500,16 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
             .div_scalar((d as f64).sqrt())
     }
 
-    /// The next layer's candidate parents and scores from this layer's (see `run`).
-    ///
-    /// With `i` the merged pair, the next layer's pair `j` is this layer's pair `j` for
-    /// `j < i − 1` and pair `j + 1` for `j > i`; pairs `i − 1` and `i` are the merged node with
-    /// its left and its right neighbour, composed here (`2·batch` compositions). A complete
-    /// example (`s = 0`) keeps its pairs `0..K − 1`. The merged node's neighbours are gathered
-    /// at indices clamped into the layer; at the edges the clamped pair is never placed.
+    /// The `h` and `c` of the next layer's nodes `i − 1`, `i`, `i + 1` around the merged node
+    /// `i` (`index`), as `[3, batch, D]` each: the children of the next layer's two new pairs.
+    /// Indices are clamped into the layer; at the edges the clamped pair is never placed.
     ///
     /// # Shapes
-    /// - `parent`: `[batch, K, D]` this layer's candidates, `logits`: `[batch, K]` their scores
-    /// - `s`: `[batch, K]` the one-hot selection (zero rows for complete examples)
-    /// - `index`: `[batch]` the selected pair
-    /// - `next`: `[batch, K, D]` the next layer's nodes
-    /// - output: `[batch, K − 1, D]` candidates and `[batch, K − 1]` scores
-    fn carry_over(
-        &self,
-        parent: &LstmState<B, 3>,
-        logits: Tensor<B, 2>,
-        s: &Tensor<B, 2>,
-        index: Tensor<B, 1, Int>,
-        next: &LstmState<B, 3>,
-        query: &Tensor<B, 3>,
-    ) -> (LstmState<B, 3>, Tensor<B, 2>) {
-        let [batch, k, d] = parent.h.dims();
-        let device = parent.h.device();
-        let kept = k - 1;
+    /// - `next`: `[batch, K, D]` the next layer's nodes; `index`: `[batch]`
+    /// - output `h`, `c`: `[3, batch, D]`
+    fn merge_neighbours(next: &LstmState<B, 3>, index: Tensor<B, 1, Int>) -> LstmState<B, 3> {
+        let [batch, k, d] = next.h.dims();
+        let device = next.h.device();
         // Rows of the next layer's nodes i − 1, i, i + 1 in its `[batch·K, D]` view.
         let offsets = Tensor::<B, 1, Int>::arange(0..batch as i64, &device).mul_scalar(k as i64);
         let rows = Tensor::cat(
@@ -504,56 +530,128 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
                 .select(0, rows.clone())
                 .reshape([3, batch, d])
         };
-        let (h, c) = (gather(&next.h), gather(&next.c));
+        LstmState::new(gather(&next.h), gather(&next.c))
+    }
+
+    /// The next layer's values of a per-candidate quantity from this layer's and the two new
+    /// pairs' (see `run`).
+    ///
+    /// With `i` the merged pair, the next layer's pair `j` is this layer's pair `j` for
+    /// `j < i − 1` and pair `j + 1` for `j > i`; pairs `i − 1` and `i` are the merged node with
+    /// its left and its right neighbour (`new`, in that order). A complete example (`s = 0`)
+    /// keeps its pairs `0..K − 1`.
+    ///
+    /// # Shapes
+    /// - `old`: `[batch, K, w]`; `new`: `[2, batch, w]`
+    /// - `s`: `[batch, K]` the one-hot selection (zero rows for complete examples)
+    /// - output: `[batch, K − 1, w]`
+    fn place(old: Tensor<B, 3>, new: Tensor<B, 3>, s: &Tensor<B, 2>) -> Tensor<B, 3> {
+        let [batch, k, w] = old.dims();
+        let kept = k - 1;
+        // The selection again, over the next layer's pairs: at i (right pair) and at i − 1.
+        let at_merge = s.clone().narrow(1, 0, kept);
+        let left_of_merge = s.clone().narrow(1, 1, kept);
+        let new_at = |p: usize| {
+            new.clone()
+                .narrow(0, p, 1)
+                .reshape([batch, 1, w])
+                .expand([batch, kept, w])
+        };
+        // s·new_right + (1 − cum)·old_j + (cum − s)·old_{j+1}, then new_left at i − 1.
+        let shifted = select_mix(
+            at_merge,
+            new_at(1),
+            old.clone().narrow(1, 0, kept),
+            old.narrow(1, 1, kept),
+        );
+        select_mix(left_of_merge, new_at(0), shifted.clone(), shifted)
+    }
+
+    /// The next layer's candidate parents and scores from this layer's (`Carry::Values`, see
+    /// `run`): `2·batch` compositions for the two new pairs, the rest placed.
+    ///
+    /// # Shapes
+    /// - `parent`: `[batch, K, D]` this layer's candidates, `logits`: `[batch, K]` their scores
+    /// - `s`: `[batch, K]` the one-hot selection (zero rows for complete examples)
+    /// - `index`: `[batch]` the selected pair
+    /// - `next`: `[batch, K, D]` the next layer's nodes
+    /// - output: `[batch, K − 1, D]` candidates and `[batch, K − 1]` scores
+    fn carry_values(
+        &self,
+        parent: &LstmState<B, 3>,
+        logits: Tensor<B, 2>,
+        s: &Tensor<B, 2>,
+        index: Tensor<B, 1, Int>,
+        next: &LstmState<B, 3>,
+        query: &Tensor<B, 3>,
+    ) -> (LstmState<B, 3>, Tensor<B, 2>) {
+        let [batch, k, _] = parent.h.dims();
+        let around = Self::merge_neighbours(next, index);
         // Pair i − 1 is (node i − 1, node i), pair i is (node i, node i + 1).
         let fresh = self.composition.forward(
-            LstmState::new(h.clone().narrow(0, 0, 2), c.clone().narrow(0, 0, 2)),
-            LstmState::new(h.narrow(0, 1, 2), c.narrow(0, 1, 2)),
+            LstmState::new(
+                around.h.clone().narrow(0, 0, 2),
+                around.c.clone().narrow(0, 0, 2),
+            ),
+            LstmState::new(around.h.narrow(0, 1, 2), around.c.narrow(0, 1, 2)),
             None,
         );
         let fresh_logits = self
             .scores_with(fresh.h.clone(), query)
             .reshape([2, batch, 1]);
-        // The selection again, over the next layer's pairs: at i (right pair) and at i − 1.
-        let at_merge = s.clone().narrow(1, 0, kept);
-        let left_of_merge = s.clone().narrow(1, 1, kept);
-        let place = |old: Tensor<B, 3>, new: Tensor<B, 3>| {
-            let w = old.dims()[2];
-            let new_at = |p: usize| {
-                new.clone()
-                    .narrow(0, p, 1)
-                    .reshape([batch, 1, w])
-                    .expand([batch, kept, w])
-            };
-            // s·new_right + (1 − cum)·old_j + (cum − s)·old_{j+1}, then new_left at i − 1.
-            let shifted = select_mix(
-                at_merge.clone(),
-                new_at(1),
-                old.clone().narrow(1, 0, kept),
-                old.narrow(1, 1, kept),
-            );
-            select_mix(left_of_merge.clone(), new_at(0), shifted.clone(), shifted)
-        };
         let candidates = LstmState::new(
-            place(parent.h.clone(), fresh.h),
-            place(parent.c.clone(), fresh.c),
+            Self::place(parent.h.clone(), fresh.h, s),
+            Self::place(parent.c.clone(), fresh.c, s),
         );
-        let logits = place(logits.reshape([batch, k, 1]), fresh_logits).reshape([batch, kept]);
+        let logits =
+            Self::place(logits.reshape([batch, k, 1]), fresh_logits, s).reshape([batch, k - 1]);
         (candidates, logits)
     }
 
-    /// The bottom-up layers. With `carry_over` (only sound when the selection has no gradient
-    /// path, i.e. argmax decisions), layer `t + 1`'s candidate parents are layer `t`'s, shifted
-    /// past the merge, plus the two new pairs around the merged node: 2 compositions per layer
-    /// instead of `m − 1`, `O(n)` instead of `O(n²)` per sentence. The authors' code recomposes
-    /// every pair at every layer; the values are the same, because a candidate is a function of
-    /// its two nodes and the nodes away from the merge are copied unchanged, and so are the
-    /// gradients, because a constant one-hot selection copies them as the identity.
+    /// The next layer's gate pre-activations from this layer's (`Carry::Gates`, see `run`):
+    /// the products of the two new pairs (`2·batch` rows), the rest placed; all constants for
+    /// autodiff.
+    ///
+    /// # Shapes
+    /// - `gates`: `[batch, K, 5D]` this layer's; `s`, `index`, `next` as in `carry_values`
+    /// - output: `[batch, K − 1, 5D]`
+    fn carry_gates(
+        &self,
+        gates: Tensor<B, 3>,
+        s: &Tensor<B, 2>,
+        index: Tensor<B, 1, Int>,
+        next: &LstmState<B, 3>,
+    ) -> Tensor<B, 3> {
+        let next = LstmState::new(next.h.clone().detach(), next.c.clone().detach());
+        let around = Self::merge_neighbours(&next, index);
+        let fresh = self
+            .composition
+            .gates_of(around.h.clone().narrow(0, 0, 2), around.h.narrow(0, 1, 2));
+        Self::place(gates.detach(), fresh, &s.clone().detach())
+    }
+
+    /// The bottom-up layers.
+    ///
+    /// `carry` says how layer `t + 1` gets its candidate parents (the authors' code recomposes
+    /// every pair at every layer, [`CandidateSchedule::Recompose`]). A candidate is a function
+    /// of its two nodes, and the nodes away from the merge are copied unchanged (the
+    /// selection's forward value is one-hot), so layer `t + 1`'s candidates are layer `t`'s,
+    /// shifted past the merge, plus the two new pairs around the merged node:
+    /// - `Carry::Values` (argmax decisions, whose selection has no gradient path): the
+    ///   candidates' `h`, `c` and scores are carried; 2 compositions per layer instead of
+    ///   `m − 1`, `O(n)` instead of `O(n²)` per sentence, and the gradients are the same,
+    ///   because a constant one-hot selection copies them as the identity;
+    /// - `Carry::Gates` (sampled decisions): the straight-through selection sends gradient
+    ///   into every next-layer node, so each layer's backward pass must still run through
+    ///   every candidate. The gate pre-activations `[h_k; h_{k+1}]·W + b` are carried (and the
+    ///   two new pairs' computed) instead of the product, and the product's autodiff node is
+    ///   recorded with them ([`BinaryTreeLstm::forward_adjacent_given`]): the forward products
+    ///   are skipped, the gradients are those of recomposition.
     fn run(
         &self,
         embeddings: Tensor<B, 3>,
         lengths: &[usize],
-        carry_over: bool,
+        carry: Carry,
         mut select: impl FnMut(usize, Tensor<B, 2>, Tensor<B, 2, Bool>) -> Selection<B>,
     ) -> GumbelTreeOutput<B> {
         let [batch, time, _] = embeddings.dims();
@@ -582,14 +680,23 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
         }
         // Layer t's candidate parents and their scores, when carried over from layer t − 1.
         let mut carried: Option<(LstmState<B, 3>, Tensor<B, 2>)> = None;
+        // Layer t's gate pre-activations, when carried over from layer t − 1.
+        let mut known_gates: Option<Tensor<B, 3>> = None;
         let query = self.query_row();
         for t in 0..n.saturating_sub(1) {
             let m = n - t;
             // Layer t: example b has lengths[b] − t real nodes while it is incomplete.
             let valid = host_mask::<B>(batch, m - 1, |b, k| k + t + 1 < lengths[b], &device);
             let done = host_mask::<B>(batch, 1, |b, _| lengths[b] < t + 2, &device);
+            let mut gates = None;
             let (parent, logits) = carried.take().unwrap_or_else(|| {
-                let parent = self.composition.forward_adjacent(&layer);
+                let (parent, g) = match (carry, known_gates.take()) {
+                    (Carry::Gates, Some(known)) => {
+                        self.composition.forward_adjacent_given(&layer, known)
+                    }
+                    _ => self.composition.forward_adjacent_with_gates(&layer),
+                };
+                gates = Some(g);
                 let logits = self.scores_with(parent.h.clone(), &query);
                 (parent, logits)
             });
@@ -607,9 +714,25 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
                 select_mix(s.clone(), parent.h.clone(), left.h, right.h),
                 select_mix(s.clone(), parent.c.clone(), left.c, right.c),
             );
-            if carry_over && m > 2 {
-                carried =
-                    Some(self.carry_over(&parent, logits, &s, sel.index.clone(), &layer, &query));
+            if m > 2 {
+                match carry {
+                    Carry::Values => {
+                        carried = Some(self.carry_values(
+                            &parent,
+                            logits,
+                            &s,
+                            sel.index.clone(),
+                            &layer,
+                            &query,
+                        ));
+                    }
+                    Carry::Gates => {
+                        if let Some(g) = gates {
+                            known_gates = Some(self.carry_gates(g, &s, sel.index.clone(), &layer));
+                        }
+                    }
+                    Carry::Nothing => {}
+                }
             }
             if attend {
                 // The selected parent, read from the new layer as the release does:
@@ -635,6 +758,43 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
             selected,
             probabilities,
             lengths: lengths.to_vec(),
+        }
+    }
+}
+
+/// What `GumbelTreeLstm::run` carries from one layer to the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Carry {
+    /// Nothing: every pair is recomposed at every layer.
+    Nothing,
+    /// The candidates' `h`, `c` and scores (argmax decisions only).
+    Values,
+    /// The candidates' gate pre-activations (any decisions; the gradients of recomposition).
+    Gates,
+}
+
+/// How each layer of a [`GumbelTreeLstm`] gets its candidate parents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CandidateSchedule {
+    /// Only the two pairs around the last merge are composed; every other candidate is carried
+    /// from the previous layer. Evaluation (argmax) carries the candidates themselves: `O(n)`
+    /// compositions per sentence. Training carries their gate pre-activations, so the forward
+    /// products are `O(n)` and the backward pass, which must reach every candidate, is the
+    /// same as recomposition's. The same values and gradients as [`Recompose`](Self::Recompose),
+    /// to rounding. The default.
+    #[default]
+    Carry,
+    /// Every adjacent pair composed at every layer, as the authors' code does: the reference
+    /// path, `O(n²)` compositions per sentence.
+    Recompose,
+}
+
+impl CandidateSchedule {
+    fn carry(self, argmax: bool) -> Carry {
+        match (self, argmax) {
+            (CandidateSchedule::Recompose, _) => Carry::Nothing,
+            (CandidateSchedule::Carry, true) => Carry::Values,
+            (CandidateSchedule::Carry, false) => Carry::Gates,
         }
     }
 }
@@ -748,97 +908,163 @@ mod tests {
     use burn::module::Param;
     use burn::tensor::Distribution;
 
-    /// Argmax decisions with candidates carried over from layer to layer equal the authors'
-    /// schedule (every pair recomposed at every layer) in the trees, the selection
-    /// probabilities, the root, the intra-attention mix, and every gradient.
-    fn carry_over_matches_recomposition<
+    /// Every float parameter's gradient in `grads`, flattened, in the module's visiting order
+    /// (`None` for a parameter without one).
+    fn parameter_grads<B: burn::tensor::backend::AutodiffBackend>(
+        m: &GumbelTreeLstm<B>,
+        grads: &B::Gradients,
+    ) -> Vec<(usize, Option<Vec<f64>>)> {
+        use burn::module::ModuleVisitor;
+        struct Collect<'a, B: burn::tensor::backend::AutodiffBackend> {
+            grads: &'a B::Gradients,
+            out: Vec<(usize, Option<Vec<f64>>)>,
+        }
+        impl<B: burn::tensor::backend::AutodiffBackend> ModuleVisitor<B> for Collect<'_, B> {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+                let g = param
+                    .grad(self.grads)
+                    .map(|g| g.into_data().convert::<f64>().to_vec().unwrap());
+                self.out.push((param.val().shape().num_elements(), g));
+            }
+        }
+        let mut c = Collect::<B> {
+            grads,
+            out: Vec::new(),
+        };
+        m.visit(&mut c);
+        c.out
+    }
+
+    /// Carried candidates (the default schedule) equal the authors' schedule (every pair
+    /// recomposed at every layer) in the trees, the selection probabilities, the root, the
+    /// intra-attention mix, and the gradients of every parameter and of the embeddings: with
+    /// argmax decisions (carried `h`, `c` and scores) and with straight-through Gumbel
+    /// decisions from the same noise (carried gate pre-activations).
+    fn carried_candidates_match_recomposition<
         B: burn::tensor::backend::AutodiffBackend + ArborBackend,
     >(
         tol: f64,
     ) {
         let device = Default::default();
-        // Lengths 1 to 9 in one batch, so that examples complete at different layers and
-        // merges happen at both edges and inside.
+        // Lengths 1 to 9 in one batch (1-3-token sentences included), so that examples
+        // complete at different layers and merges happen at both edges and inside.
         let lengths = [9, 1, 2, 7, 3, 9, 5, 8, 4, 6];
-        for (seed, leaf, attend) in [
-            (1, LeafKind::Affine, false),
-            (2, LeafKind::Lstm, true),
-            (3, LeafKind::Affine, true),
-            (4, LeafKind::BiLstm, false),
-        ] {
-            B::seed(&device, seed);
-            let mut m = GumbelTreeLstmConfig::new(4, 6)
-                .with_leaf(leaf)
-                .with_intra_attention(Some(attend))
-                .init::<B>(&device);
-            // Unit-scale query entries, so that the scores decide among many candidates.
-            m.query =
-                Param::from_tensor(Tensor::random([6], Distribution::Normal(0.0, 1.0), &device));
-            let x = Tensor::<B, 3>::random([lengths.len(), 10, 4], Distribution::Default, &device)
-                .require_grad();
-            let run = |carry: bool| {
-                m.run(x.clone(), &lengths, carry, |_, logits, mask| {
-                    argmax_select(logits, Some(mask))
-                })
-            };
-            let (a, b) = (run(true), run(false));
-            assert_eq!(a.layer_indices(), b.layer_indices(), "seed {seed}: trees");
-            assert!(
-                a.layer_indices().iter().flatten().any(|&k| k > 0),
-                "seed {seed}: some merge away from the left edge"
-            );
-            let close =
-                |p: Tensor<B::InnerBackend, 2>, q: Tensor<B::InnerBackend, 2>, what: &str| {
-                    let (p, q): (Vec<f64>, Vec<f64>) = (
-                        p.into_data().convert::<f64>().to_vec().unwrap(),
-                        q.into_data().convert::<f64>().to_vec().unwrap(),
-                    );
-                    assert_eq!(p.len(), q.len(), "{what}");
-                    for (i, (u, v)) in p.iter().zip(&q).enumerate() {
-                        assert!((u - v).abs() <= tol, "seed {seed}: {what}[{i}]: {u} vs {v}");
+        let n = 9;
+        for sampled in [false, true] {
+            for (seed, leaf, attend) in [
+                (1, LeafKind::Affine, false),
+                (2, LeafKind::Lstm, true),
+                (3, LeafKind::Affine, true),
+                (4, LeafKind::BiLstm, false),
+                (5, LeafKind::Lstm, false),
+            ] {
+                let what = format!("seed {seed}, sampled {sampled}");
+                B::seed(&device, seed);
+                let mut m = GumbelTreeLstmConfig::new(4, 6)
+                    .with_leaf(leaf)
+                    .with_intra_attention(Some(attend))
+                    .init::<B>(&device);
+                // Unit-scale query entries, so that the scores decide among many candidates.
+                m.query = Param::from_tensor(Tensor::random(
+                    [6],
+                    Distribution::Normal(0.0, 1.0),
+                    &device,
+                ));
+                let x =
+                    Tensor::<B, 3>::random([lengths.len(), 10, 4], Distribution::Default, &device)
+                        .require_grad();
+                let noise: Vec<Tensor<B, 2>> = (0..n - 1)
+                    .map(|t| {
+                        Tensor::random(
+                            [lengths.len(), n - 1 - t],
+                            Distribution::Normal(0.0, 1.0),
+                            &device,
+                        )
+                    })
+                    .collect();
+                let run = |schedule: CandidateSchedule| {
+                    if sampled {
+                        m.forward_with_noise_scheduled(x.clone(), &lengths, &noise, schedule)
+                    } else {
+                        m.forward_scheduled(x.clone(), &lengths, Decisions::Argmax, schedule)
                     }
                 };
-            for (pa, pb) in a.probabilities.iter().zip(&b.probabilities) {
-                close(pa.clone().inner(), pb.clone().inner(), "probabilities");
-            }
-            close(a.root.c.clone().inner(), b.root.c.clone().inner(), "root c");
-            close(
-                a.sentence.clone().inner(),
-                b.sentence.clone().inner(),
-                "sentence",
-            );
-            // Gradients of a loss that reads every root unit with its own weight.
-            let w = Tensor::<B, 2>::random([lengths.len(), 6], Distribution::Default, &device);
-            let loss = |o: &GumbelTreeOutput<B>| {
-                o.sentence.clone().mul(w.clone()).sum() + o.root.c.clone().mul(w.clone()).sum()
-            };
-            let (ga, gb) = (loss(&a).backward(), loss(&b).backward());
-            let flat3 = |t: Tensor<B::InnerBackend, 3>| {
-                let [p, q, r] = t.dims();
-                t.reshape([p * q, r])
-            };
-            close(
-                flat3(x.grad(&ga).unwrap()),
-                flat3(x.grad(&gb).unwrap()),
-                "d embeddings",
-            );
-            let weight = |g: &B::Gradients| m.composition.children.weight.grad(g).unwrap();
-            close(weight(&ga), weight(&gb), "d composition weight");
-            let query = |g: &B::Gradients| m.query.grad(g).map(|q| q.reshape([1, 6]));
-            match (query(&ga), query(&gb)) {
-                (Some(p), Some(q)) => close(p, q, "d query"),
-                (p, q) => assert_eq!(p.is_some(), q.is_some(), "seed {seed}: d query"),
+                let (a, b) = (
+                    run(CandidateSchedule::Carry),
+                    run(CandidateSchedule::Recompose),
+                );
+                assert_eq!(a.layer_indices(), b.layer_indices(), "{what}: trees");
+                assert!(
+                    a.layer_indices().iter().flatten().any(|&k| k > 0),
+                    "{what}: some merge away from the left edge"
+                );
+                let close = |p: Vec<f64>, q: Vec<f64>, part: &str| {
+                    assert_eq!(p.len(), q.len(), "{what}: {part}");
+                    for (i, (u, v)) in p.iter().zip(&q).enumerate() {
+                        assert!((u - v).abs() <= tol, "{what}: {part}[{i}]: {u} vs {v}");
+                    }
+                };
+                let flat = |t: Tensor<B::InnerBackend, 2>| -> Vec<f64> {
+                    t.into_data().convert::<f64>().to_vec().unwrap()
+                };
+                for (pa, pb) in a.probabilities.iter().zip(&b.probabilities) {
+                    close(
+                        flat(pa.clone().inner()),
+                        flat(pb.clone().inner()),
+                        "probabilities",
+                    );
+                }
+                close(
+                    flat(a.root.c.clone().inner()),
+                    flat(b.root.c.clone().inner()),
+                    "root c",
+                );
+                close(
+                    flat(a.sentence.clone().inner()),
+                    flat(b.sentence.clone().inner()),
+                    "sentence",
+                );
+                // Gradients of a loss that reads every root unit with its own weight.
+                let w = Tensor::<B, 2>::random([lengths.len(), 6], Distribution::Default, &device);
+                let loss = |o: &GumbelTreeOutput<B>| {
+                    o.sentence.clone().mul(w.clone()).sum() + o.root.c.clone().mul(w.clone()).sum()
+                };
+                let (ga, gb) = (loss(&a).backward(), loss(&b).backward());
+                let dx = |g: &B::Gradients| {
+                    x.grad(g)
+                        .unwrap()
+                        .into_data()
+                        .convert::<f64>()
+                        .to_vec()
+                        .unwrap()
+                };
+                close(dx(&ga), dx(&gb), "d embeddings");
+                let (pa, pb) = (parameter_grads(&m, &ga), parameter_grads(&m, &gb));
+                assert_eq!(pa.len(), pb.len());
+                for (k, ((size, p), (_, q))) in pa.into_iter().zip(pb).enumerate() {
+                    match (p, q) {
+                        (Some(p), Some(q)) => close(p, q, &format!("d parameter {k} ({size})")),
+                        (p, q) => {
+                            assert_eq!(p.is_some(), q.is_some(), "{what}: d parameter {k} ({size})")
+                        }
+                    }
+                }
+                // The composition weight and, when sampled, the query do get gradients.
+                assert!(m.composition.children.weight.grad(&ga).is_some(), "{what}");
+                if sampled {
+                    assert!(m.query.grad(&ga).is_some(), "{what}: d query");
+                }
             }
         }
     }
 
     #[test]
     fn carried_candidates_match_recomposition_flex_f32() {
-        carry_over_matches_recomposition::<Autodiff<Flex>>(2e-5);
+        carried_candidates_match_recomposition::<Autodiff<Flex>>(2e-5);
     }
 
     #[test]
     fn carried_candidates_match_recomposition_ndarray_f64() {
-        carry_over_matches_recomposition::<Autodiff<NdArray<f64>>>(1e-12);
+        carried_candidates_match_recomposition::<Autodiff<NdArray<f64>>>(1e-12);
     }
 }

@@ -18,8 +18,8 @@ mod transformer;
 
 pub use any::{Encoder, EncoderConfig, EncoderKind};
 pub use gumbel_tree_lstm::{
-    BiLstmLeaf, GumbelSettings, GumbelTreeLstm, GumbelTreeLstmConfig, GumbelTreeOutput, Leaf,
-    LeafKind,
+    BiLstmLeaf, CandidateSchedule, GumbelSettings, GumbelTreeLstm, GumbelTreeLstmConfig,
+    GumbelTreeOutput, Leaf, LeafKind,
 };
 pub use lstm::{default_chunk_size, LstmEncoder, LstmEncoderConfig, Pooling};
 pub use r2d2::{R2d2, R2d2Config, R2d2Lm, R2d2LmConfig};

@@ -313,6 +313,35 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
         }
     }
 
+    fn affine_given(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        b: Option<FloatTensor<Self>>,
+        known: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        // `affine`'s node with the given value: `known`'s own node is not a parent.
+        let out = known.primitive;
+        let state = (x.primitive, w.primitive);
+        match b {
+            Some(b) => match Linear
+                .prepare::<C>([x.node, w.node, b.node])
+                .compute_bound()
+                .stateful()
+            {
+                OpsKind::Tracked(prep) => prep.finish(state, out),
+                OpsKind::UnTracked(prep) => prep.finish(out),
+            },
+            None => match Linear
+                .prepare::<C>([x.node, w.node])
+                .compute_bound()
+                .stateful()
+            {
+                OpsKind::Tracked(prep) => prep.finish(state, out),
+                OpsKind::UnTracked(prep) => prep.finish(out),
+            },
+        }
+    }
+
     fn layer_norm_rows(
         x: FloatTensor<Self>,
         affine: Option<(FloatTensor<Self>, FloatTensor<Self>)>,

@@ -308,6 +308,19 @@ pub trait ArborBackend: Backend {
         reference::linear::<Self>(x, w, b)
     }
 
+    /// `known` in the forward pass, the gradient of [`ArborBackend::affine`] at `x`, `w`, `b`
+    /// in the backward pass; see [`linear_given`]. Without autodiff there is no backward pass,
+    /// so every backend returns `known` (the autodiff backend records the product's node).
+    fn affine_given(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        b: Option<FloatTensor<Self>>,
+        known: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let _ = (x, w, b);
+        known
+    }
+
     /// Layer normalisation of the rows of a `[rows, d]` tensor, with an optional affine map
     /// (`gamma` and `beta` both, or neither); see [`layer_norm`].
     fn layer_norm_rows(
@@ -735,6 +748,40 @@ pub fn linear<B: ArborBackend>(
         x.into_primitive().tensor(),
         weight.into_primitive().tensor(),
         bias.map(|b| b.into_primitive().tensor()),
+    )))
+}
+
+/// [`linear`] whose value is already known: returns `known` (which must equal `x·w + b`, e.g.
+/// computed at an earlier step for the same rows and carried over) and records the product's
+/// autodiff node, so that the backward pass is exactly [`linear`]'s at `x`, `w` and `b`: the
+/// forward product is skipped, the gradients are not changed.
+///
+/// `known` is a constant for autodiff: no gradient reaches it or anything it was computed
+/// from. That it equals `x·w + b` is the caller's promise, and the caller's tests' to check
+/// (checking here would read the device back inside a training step).
+///
+/// # Shapes
+/// - `x`: `[m, k]`
+/// - `weight`: `[k, n]`
+/// - `bias`: `[n]`
+/// - `known`, output: `[m, n]`
+pub fn linear_given<B: ArborBackend>(
+    x: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+    bias: Option<Tensor<B, 1>>,
+    known: Tensor<B, 2>,
+) -> Tensor<B, 2> {
+    let ([m, k], [kw, n]) = (x.dims(), weight.dims());
+    assert_eq!(k, kw, "linear_given: x [m, {k}] and weight [{kw}, {n}]");
+    assert_eq!(known.dims(), [m, n], "linear_given: known for [{m}, {n}]");
+    if let Some(b) = &bias {
+        assert_eq!(b.dims(), [n], "linear_given: bias for {n} outputs");
+    }
+    Tensor::from_primitive(TensorPrimitive::Float(B::affine_given(
+        x.into_primitive().tensor(),
+        weight.into_primitive().tensor(),
+        bias.map(|b| b.into_primitive().tensor()),
+        known.into_primitive().tensor(),
     )))
 }
 
