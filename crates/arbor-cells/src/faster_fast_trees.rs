@@ -109,9 +109,12 @@ impl<B: ArborBackend> RecurrentCell<B> for FasterFastTreesCell<B> {
     fn scan(
         &self,
         x: Tensor<B, 3>,
-        c0: Tensor<B, 2>,
+        init: &LstmState<B, 2>,
         pad: Option<Tensor<B, 3, Bool>>,
+        _lengths: Option<&[usize]>,
     ) -> Option<ScanOutput<B>> {
+        // No recurrence through `h`: only the initial cell state matters.
+        let c0 = init.c.clone();
         let [b, t, d_in] = x.dims();
         let (h, c) = (self.d_hidden, self.n_chunks);
         // The master-gate and gate columns as two products on the weight's columns, so that

@@ -4,9 +4,13 @@
 
 mod common;
 
-use arbor_cells::{run_sequence, SequenceOutput};
-use arbor_cells::{ArborBackend, FasterFastTreesCell, FasterFastTreesCellConfig, LstmState};
+use arbor_cells::{run_sequence, CellStep, RecurrentCell, ScanOutput, SequenceOutput};
+use arbor_cells::{
+    ArborBackend, FasterFastTreesCell, FasterFastTreesCellConfig, LstmCell, LstmCellConfig,
+    LstmState,
+};
 use burn::backend::{Autodiff, Flex};
+use burn::prelude::*;
 use common::{assert_close, tensor, to_vec, StepByStep};
 
 fn flat<B: ArborBackend>(out: SequenceOutput<B>) -> Vec<Vec<f64>> {
@@ -81,5 +85,99 @@ fn scan_gradients_equal_the_step_loop() {
     let (scanned, looped) = (grads(true), grads(false));
     for (k, name) in ["d x", "d c0", "d weight"].iter().enumerate() {
         assert_close(&scanned[k], &looped[k], 1e-4, name);
+    }
+}
+
+/// The LSTM with its fused sequence op (`LstmCell::sequence`) as its scan, on every input,
+/// padded ones included.
+struct AlwaysFused<'a>(&'a LstmCell<Autodiff<Flex>>);
+
+impl RecurrentCell<Autodiff<Flex>> for AlwaysFused<'_> {
+    fn d_input(&self) -> usize {
+        self.0.d_input()
+    }
+    fn d_hidden(&self) -> usize {
+        self.0.d_hidden()
+    }
+    fn n_chunks(&self) -> Option<usize> {
+        None
+    }
+    fn precompute(&self, x: Tensor<Autodiff<Flex>, 3>) -> Tensor<Autodiff<Flex>, 3> {
+        self.0.precompute(x)
+    }
+    fn step(
+        &self,
+        xp: Tensor<Autodiff<Flex>, 2>,
+        state: LstmState<Autodiff<Flex>, 2>,
+    ) -> CellStep<Autodiff<Flex>> {
+        self.0.step(xp, state)
+    }
+    fn scan(
+        &self,
+        x: Tensor<Autodiff<Flex>, 3>,
+        init: &LstmState<Autodiff<Flex>, 2>,
+        _pad: Option<Tensor<Autodiff<Flex>, 3, Bool>>,
+        lengths: Option<&[usize]>,
+    ) -> Option<ScanOutput<Autodiff<Flex>>> {
+        let s = self
+            .0
+            .sequence(x, Some(init.clone()), lengths.unwrap_or(&[]));
+        Some(ScanOutput {
+            h: s.h,
+            c: s.c,
+            master_forget: None,
+        })
+    }
+}
+
+/// The LSTM's fused sequence op (`LstmCell::sequence`) computes what its step loop
+/// computes: outputs, last states and the gradients of the input, the initial state and both
+/// weights, with padding (an empty example included) and an initial state.
+#[test]
+fn lstm_sequence_equals_the_step_loop_in_values_and_gradients() {
+    type A = Autodiff<Flex>;
+    let device = Default::default();
+    let cell: LstmCell<A> = LstmCellConfig::new(5, 8).init(&device);
+    for lengths in [None, Some(&[6, 3, 0, 1][..]), Some(&[6, 6, 6, 6][..])] {
+        let run = |scan: bool| {
+            let x = tensor::<A, 3>([4, 6, 5], 1.5, 1, &device).require_grad();
+            let h0 = tensor::<A, 2>([4, 8], 1.0, 2, &device).require_grad();
+            let c0 = tensor::<A, 2>([4, 8], 1.0, 3, &device).require_grad();
+            let init = Some(LstmState {
+                h: h0.clone(),
+                c: c0.clone(),
+            });
+            let out = if scan {
+                run_sequence(&AlwaysFused(&cell), x.clone(), lengths, init)
+            } else {
+                run_sequence(&StepByStep(&cell), x.clone(), lengths, init)
+            };
+            let values = vec![
+                to_vec(out.outputs.clone()),
+                to_vec(out.last.h.clone()),
+                to_vec(out.last.c.clone()),
+            ];
+            let w = tensor::<A, 3>([4, 6, 8], 1.0, 4, &device);
+            let loss =
+                out.outputs.mul(w).sum() + out.last.h.sum() + out.last.c.mul_scalar(0.5).sum();
+            let g = loss.backward();
+            let grads = vec![
+                to_vec(x.grad(&g).unwrap()),
+                to_vec(h0.grad(&g).unwrap()),
+                to_vec(c0.grad(&g).unwrap()),
+                to_vec(cell.input.weight.grad(&g).unwrap()),
+                to_vec(cell.input.bias.as_ref().unwrap().grad(&g).unwrap()),
+                to_vec(cell.hidden.weight.grad(&g).unwrap()),
+            ];
+            (values, grads)
+        };
+        let ((sv, sg), (lv, lg)) = (run(true), run(false));
+        for (k, name) in ["outputs", "last h", "last c"].iter().enumerate() {
+            assert_close(&sv[k], &lv[k], 1e-5, &format!("{name}, {lengths:?}"));
+        }
+        let names = ["d x", "d h0", "d c0", "d W", "d b", "d U"];
+        for (k, name) in names.iter().enumerate() {
+            assert_close(&sg[k], &lg[k], 1e-4, &format!("{name}, {lengths:?}"));
+        }
     }
 }

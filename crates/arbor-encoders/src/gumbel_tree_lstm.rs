@@ -391,7 +391,7 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
         lengths: &[usize],
         decisions: Decisions<'_>,
     ) -> GumbelTreeOutput<B> {
-        self.forward_scheduled(embeddings, lengths, decisions, CandidateSchedule::Carry)
+        self.forward_scheduled(embeddings, lengths, decisions, CandidateSchedule::default())
     }
 
     /// [`forward`](Self::forward) with the given candidate schedule
@@ -442,7 +442,7 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
         lengths: &[usize],
         noise: &[Tensor<B, 2>],
     ) -> GumbelTreeOutput<B> {
-        self.forward_with_noise_scheduled(embeddings, lengths, noise, CandidateSchedule::Carry)
+        self.forward_with_noise_scheduled(embeddings, lengths, noise, CandidateSchedule::default())
     }
 
     /// [`forward_with_noise`](Self::forward_with_noise) with the given candidate schedule.
@@ -774,15 +774,23 @@ enum Carry {
 }
 
 /// How each layer of a [`GumbelTreeLstm`] gets its candidate parents.
+///
+/// Every schedule gives the same values and gradients, to rounding; they differ in time and
+/// memory. Measured on the 2-core AMD EPYC VM (docs/bench.md, "Gumbel Tree-LSTM: carried gate
+/// pre-activations in training"): carrying the gates in training made d300 training 1.2–1.4×
+/// faster, left d100 unchanged, made the n = 128 sweep point 0.83–0.90× as fast, and raised
+/// the training peak memory by about one `[batch, K, 5D]` tensor per layer (+47% at n = 128),
+/// so training recomposes by default until that is understood.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CandidateSchedule {
-    /// Only the two pairs around the last merge are composed; every other candidate is carried
-    /// from the previous layer. Evaluation (argmax) carries the candidates themselves: `O(n)`
-    /// compositions per sentence. Training carries their gate pre-activations, so the forward
-    /// products are `O(n)` and the backward pass, which must reach every candidate, is the
-    /// same as recomposition's. The same values and gradients as [`Recompose`](Self::Recompose),
-    /// to rounding. The default.
+    /// Argmax decisions carry the candidates themselves from layer to layer (`O(n)`
+    /// compositions per sentence); sampled decisions recompose every pair. The default.
     #[default]
+    CarryInEvaluation,
+    /// Only the two pairs around the last merge are composed; every other candidate is carried
+    /// from the previous layer. Evaluation (argmax) carries the candidates themselves. Training
+    /// carries their gate pre-activations, so the forward products are `O(n)` and the backward
+    /// pass, which must reach every candidate, is the same as recomposition's.
     Carry,
     /// Every adjacent pair composed at every layer, as the authors' code does: the reference
     /// path, `O(n²)` compositions per sentence.
@@ -792,8 +800,12 @@ pub enum CandidateSchedule {
 impl CandidateSchedule {
     fn carry(self, argmax: bool) -> Carry {
         match (self, argmax) {
-            (CandidateSchedule::Recompose, _) => Carry::Nothing,
-            (CandidateSchedule::Carry, true) => Carry::Values,
+            (CandidateSchedule::Recompose, _) | (CandidateSchedule::CarryInEvaluation, false) => {
+                Carry::Nothing
+            }
+            (CandidateSchedule::Carry | CandidateSchedule::CarryInEvaluation, true) => {
+                Carry::Values
+            }
             (CandidateSchedule::Carry, false) => Carry::Gates,
         }
     }
@@ -992,6 +1004,13 @@ mod tests {
                 let (a, b) = (
                     run(CandidateSchedule::Carry),
                     run(CandidateSchedule::Recompose),
+                );
+                // The default carries at evaluation only: the same as one of the two.
+                let c = run(CandidateSchedule::default());
+                assert_eq!(
+                    c.layer_indices(),
+                    b.layer_indices(),
+                    "{what}: default's trees"
                 );
                 assert_eq!(a.layer_indices(), b.layer_indices(), "{what}: trees");
                 assert!(

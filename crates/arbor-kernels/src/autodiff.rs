@@ -27,6 +27,29 @@ impl<B: ArborBackend, const N: usize> Backward<B, N> for GatedCell<N> {
     }
 }
 
+/// The backward step of `lstm_sequence` (parents `xp`, `u`, `h0`, `c0`): backpropagation
+/// through time from the saved output and activated gates.
+#[derive(Debug)]
+struct LstmSequence;
+
+/// `u`, `h0`, `c0`, the output, the activated gates and the lengths.
+type LstmSequenceState<B> = (
+    [FloatTensor<B>; 3],
+    FloatTensor<B>,
+    FloatTensor<B>,
+    Vec<usize>,
+);
+
+impl<B: ArborBackend> Backward<B, 4> for LstmSequence {
+    type State = LstmSequenceState<B>;
+
+    fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, _: &mut Checkpointer) {
+        backward_with::<B, _, 4, _>(ops, grads, |([u, h0, c0], out, gates, lengths), grad| {
+            B::lstm_sequence_backward(u, h0, c0, out, gates, &lengths, grad)
+        });
+    }
+}
+
 /// The backward step of `linear` (`N = 3` with a bias, 2 without): `dx = g·wᵀ`,
 /// `dw = xᵀ·g`, `db = Σ_rows g`, each computed only for an input that needs it.
 #[derive(Debug)]
@@ -339,6 +362,34 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
                 OpsKind::Tracked(prep) => prep.finish(state, out),
                 OpsKind::UnTracked(prep) => prep.finish(out),
             },
+        }
+    }
+
+    fn lstm_sequence_tracked(
+        xp: FloatTensor<Self>,
+        u: FloatTensor<Self>,
+        h0: FloatTensor<Self>,
+        c0: FloatTensor<Self>,
+        lengths: &[usize],
+    ) -> FloatTensor<Self> {
+        let nodes = [
+            xp.node.clone(),
+            u.node.clone(),
+            h0.node.clone(),
+            c0.node.clone(),
+        ];
+        let (xp, u, h0, c0) = (xp.primitive, u.primitive, h0.primitive, c0.primitive);
+        match LstmSequence.prepare::<C>(nodes).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let (out, gates) =
+                    B::lstm_sequence(xp, u.clone(), h0.clone(), c0.clone(), lengths, true);
+                let gates = gates.expect("lstm_sequence keeps the gates when asked");
+                let state = ([u, h0, c0], out.clone(), gates, lengths.to_vec());
+                prep.finish(state, out)
+            }
+            OpsKind::UnTracked(prep) => {
+                prep.finish(B::lstm_sequence(xp, u, h0, c0, lengths, false).0)
+            }
         }
     }
 

@@ -589,6 +589,88 @@ fn ordered_backward(
 }
 
 /// `out[b, k] = [x[b, k] ; x[b, k + 1]]` for `x` `[b, m, d]`.
+/// One LSTM step for `pre.len() / 4h` rows: from pre-activations `[i, f, g, o]` (each `h`
+/// wide) and `c_prev`, writes the activated gates `σ(i), σ(f), tanh(g), σ(o)` into `act`,
+/// `c = σ(f) c_prev + σ(i) tanh(g)` into `c` and `h = σ(o) tanh(c)` into `h_out`.
+pub fn lstm_step(
+    pre: &[f32],
+    c_prev: &[f32],
+    h: usize,
+    act: &mut [f32],
+    h_out: &mut [f32],
+    c: &mut [f32],
+) {
+    let w = 4 * h;
+    for ((pre, act), (cp, (ho, cn))) in pre.chunks_exact(w).zip(act.chunks_exact_mut(w)).zip(
+        c_prev
+            .chunks_exact(h)
+            .zip(h_out.chunks_exact_mut(h).zip(c.chunks_exact_mut(h))),
+    ) {
+        sigmoid(&mut act[..2 * h], &pre[..2 * h]);
+        tanh(&mut act[2 * h..3 * h], &pre[2 * h..3 * h]);
+        sigmoid(&mut act[3 * h..], &pre[3 * h..]);
+        let (i, rest) = act.split_at(h);
+        let (f, rest) = rest.split_at(h);
+        let (g, o) = rest.split_at(h);
+        for j in 0..h {
+            cn[j] = f[j] * cp[j] + i[j] * g[j];
+        }
+        tanh(ho, cn);
+        for (hv, ov) in ho.iter_mut().zip(o) {
+            *hv *= ov;
+        }
+    }
+}
+
+/// The backward pass of [`lstm_step`] for `act.len() / 4h` rows, given the gradients `g_h`,
+/// `g_c` reaching the step's `h` and `c`: writes the pre-activations' gradient into `d_pre`
+/// and `c_prev`'s into `d_c_prev`. `scratch` holds `h` values.
+#[allow(clippy::too_many_arguments)]
+pub fn lstm_step_backward(
+    act: &[f32],
+    c: &[f32],
+    c_prev: &[f32],
+    g_h: &[f32],
+    g_c: &[f32],
+    h: usize,
+    d_pre: &mut [f32],
+    d_c_prev: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let w = 4 * h;
+    let tc = &mut scratch[..h];
+    for (row, (act, d_pre)) in act
+        .chunks_exact(w)
+        .zip(d_pre.chunks_exact_mut(w))
+        .enumerate()
+    {
+        let span = row * h..(row + 1) * h;
+        let (c, cp, gh, gc) = (
+            &c[span.clone()],
+            &c_prev[span.clone()],
+            &g_h[span.clone()],
+            &g_c[span.clone()],
+        );
+        let dcp = &mut d_c_prev[span];
+        tanh(tc, c);
+        let (i, rest) = act.split_at(h);
+        let (f, rest) = rest.split_at(h);
+        let (g, o) = rest.split_at(h);
+        let (di, rest) = d_pre.split_at_mut(h);
+        let (df, rest) = rest.split_at_mut(h);
+        let (dg, d_o) = rest.split_at_mut(h);
+        for j in 0..h {
+            let t = tc[j];
+            let dc = gc[j] + gh[j] * o[j] * (1.0 - t * t);
+            d_o[j] = gh[j] * t * o[j] * (1.0 - o[j]);
+            di[j] = dc * g[j] * i[j] * (1.0 - i[j]);
+            dg[j] = dc * i[j] * (1.0 - g[j] * g[j]);
+            df[j] = dc * cp[j] * f[j] * (1.0 - f[j]);
+            dcp[j] = dc * f[j];
+        }
+    }
+}
+
 pub fn adjacent_pairs(x: &[f32], (b, m, d): (usize, usize, usize), out: &mut [f32]) {
     for bi in 0..b {
         for k in 0..m - 1 {

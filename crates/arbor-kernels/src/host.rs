@@ -681,6 +681,260 @@ pub(crate) fn linear_scan_backward<T: HostTensor>(
     ])
 }
 
+/// `dst (+)= lhs·rhs` on slices: `dst` is `m × n` with row stride `dst_rs` (columns
+/// contiguous), `lhs` is `m × k` and `rhs` is `k × n` with the given (row, column) strides, all
+/// in elements. With `accumulate` the product is added to `dst`, else it overwrites it.
+///
+/// # Panics
+/// When a stride or length would let the product read or write outside a slice.
+#[allow(clippy::too_many_arguments)]
+fn gemm_slices(
+    (m, n, k): (usize, usize, usize),
+    dst: &mut [f32],
+    dst_rs: usize,
+    accumulate: bool,
+    lhs: &[f32],
+    (l_rs, l_cs): (usize, usize),
+    rhs: &[f32],
+    (r_rs, r_cs): (usize, usize),
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    let last = |rows: usize, rs: usize, cols: usize, cs: usize| (rows - 1) * rs + (cols - 1) * cs;
+    assert!(
+        dst.len() > last(m, dst_rs, n, 1),
+        "gemm_slices: dst too short"
+    );
+    if k == 0 {
+        if !accumulate {
+            for r in 0..m {
+                dst[r * dst_rs..r * dst_rs + n].fill(0.0);
+            }
+        }
+        return;
+    }
+    assert!(
+        lhs.len() > last(m, l_rs, k, l_cs),
+        "gemm_slices: lhs too short"
+    );
+    assert!(
+        rhs.len() > last(k, r_rs, n, r_cs),
+        "gemm_slices: rhs too short"
+    );
+    let parallelism = if m * n * k >= PARALLEL_PRODUCT {
+        gemm::Parallelism::Rayon(0)
+    } else {
+        gemm::Parallelism::None
+    };
+    // SAFETY: the asserts above keep every element the product reads (lhs, rhs) or reads and
+    // writes (dst) inside its slice; `dst` is borrowed mutably and does not alias the inputs.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            dst_rs as isize,
+            accumulate,
+            lhs.as_ptr(),
+            l_cs as isize,
+            l_rs as isize,
+            rhs.as_ptr(),
+            r_cs as isize,
+            r_rs as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+}
+
+/// Whether row `b` is frozen at step `s` (past its length; no lengths: never).
+fn frozen(lengths: &[usize], b: usize, s: usize) -> bool {
+    lengths.get(b).is_some_and(|&len| s >= len)
+}
+
+/// The LSTM recurrence over a sequence ([`crate::lstm_sequence`]): per step one product
+/// `h_{t−1}·U` accumulated into the step's rows of `xp`, then the fused update of every row.
+/// Returns `[b, t, 2h]` (`h`, then `c`, per step) and, with `keep_gates`, the activated gates
+/// `[b, t, 4h]`.
+pub(crate) fn lstm_sequence<T: HostTensor>(
+    xp: &T,
+    u: &T,
+    h0: &T,
+    c0: &T,
+    lengths: &[usize],
+    keep_gates: bool,
+) -> Option<(T, Option<T>)> {
+    let (xx, uu, hh0, cc0) = (xp.host()?, u.host()?, h0.host()?, c0.host()?);
+    let (b, t, w) = dims3(xp);
+    let h = w / 4;
+    let mut hs = hh0.to_vec();
+    let mut cs = cc0.to_vec();
+    let (mut h_new, mut c_new) = (vec![0f32; b * h], vec![0f32; b * h]);
+    let mut pre = vec![0f32; b * w];
+    let mut act = vec![0f32; b * w];
+    let mut out = vec![0f32; b * t * 2 * h];
+    let mut gates = if keep_gates {
+        vec![0f32; b * t * w]
+    } else {
+        Vec::new()
+    };
+    for s in 0..t {
+        for r in 0..b {
+            let at = (r * t + s) * w;
+            pre[r * w..(r + 1) * w].copy_from_slice(&xx[at..at + w]);
+        }
+        gemm_slices((b, w, h), &mut pre, w, true, &hs, (h, 1), &uu, (w, 1));
+        let (pre_ref, cs_ref) = (&pre, &cs);
+        par::rows(
+            b,
+            12 * h,
+            vec![(&mut act, w), (&mut h_new, h), (&mut c_new, h)],
+            &|r, o| {
+                let [act, ho, cn] = o else {
+                    unreachable!("three outputs")
+                };
+                cpu::lstm_step(
+                    par::at(pre_ref, &r, w),
+                    par::at(cs_ref, &r, h),
+                    h,
+                    act,
+                    ho,
+                    cn,
+                );
+            },
+        );
+        for r in 0..b {
+            let row = r * h..(r + 1) * h;
+            if !frozen(lengths, r, s) {
+                hs[row.clone()].copy_from_slice(&h_new[row.clone()]);
+                cs[row.clone()].copy_from_slice(&c_new[row.clone()]);
+            }
+            let at = (r * t + s) * 2 * h;
+            out[at..at + h].copy_from_slice(&hs[row.clone()]);
+            out[at + h..at + 2 * h].copy_from_slice(&cs[row]);
+            if keep_gates && !frozen(lengths, r, s) {
+                let at = (r * t + s) * w;
+                gates[at..at + w].copy_from_slice(&act[r * w..(r + 1) * w]);
+            }
+        }
+    }
+    let gates = keep_gates.then(|| T::from_f32(gates, Shape::new([b, t, w])));
+    Some((T::from_f32(out, Shape::new([b, t, 2 * h])), gates))
+}
+
+/// The gradients of [`lstm_sequence`] with respect to `xp`, `u`, `h0` and `c0`, from the
+/// saved output and activated gates: backpropagation through time, one product `δ_t·Uᵀ` per
+/// step, and `dU = Σ_t h_{t−1}ᵀ·δ_t` as one product at the end.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn lstm_sequence_backward<T: HostTensor>(
+    u: &T,
+    h0: &T,
+    c0: &T,
+    out: &T,
+    gates: &T,
+    lengths: &[usize],
+    grad: &T,
+) -> Option<[T; 4]> {
+    let (uu, hh0, cc0) = (u.host()?, h0.host()?, c0.host()?);
+    let (oo, gg, dd) = (out.host()?, gates.host()?, grad.host()?);
+    let (b, t, w) = dims3(gates);
+    let h = w / 4;
+    let mut d_xp = vec![0f32; b * t * w];
+    let mut h_prev = vec![0f32; b * t * h];
+    let (mut dh, mut dc) = (vec![0f32; b * h], vec![0f32; b * h]);
+    let (mut g_h, mut g_c) = (vec![0f32; b * h], vec![0f32; b * h]);
+    let (mut c_here, mut c_before) = (vec![0f32; b * h], vec![0f32; b * h]);
+    let mut act = vec![0f32; b * w];
+    let mut d_pre = vec![0f32; b * w];
+    let mut d_c_prev = vec![0f32; b * h];
+    for s in (0..t).rev() {
+        for r in 0..b {
+            let row = r * h..(r + 1) * h;
+            let at = (r * t + s) * 2 * h;
+            for (j, k) in row.clone().enumerate() {
+                g_h[k] = dd[at + j] + dh[k];
+                g_c[k] = dd[at + h + j] + dc[k];
+            }
+            c_here[row.clone()].copy_from_slice(&oo[at + h..at + 2 * h]);
+            if s > 0 {
+                let before = (r * t + s - 1) * 2 * h;
+                c_before[row.clone()].copy_from_slice(&oo[before + h..before + 2 * h]);
+                h_prev[(r * t + s) * h..(r * t + s + 1) * h]
+                    .copy_from_slice(&oo[before..before + h]);
+            } else {
+                c_before[row.clone()].copy_from_slice(&cc0[row.clone()]);
+                h_prev[(r * t) * h..(r * t + 1) * h].copy_from_slice(&hh0[row.clone()]);
+            }
+            let at = (r * t + s) * w;
+            act[r * w..(r + 1) * w].copy_from_slice(&gg[at..at + w]);
+        }
+        let (act_ref, c_ref, cb_ref, gh_ref, gc_ref) = (&act, &c_here, &c_before, &g_h, &g_c);
+        par::rows(
+            b,
+            20 * h,
+            vec![(&mut d_pre, w), (&mut d_c_prev, h)],
+            &|r, o| {
+                let [dp, dcp] = o else {
+                    unreachable!("two outputs")
+                };
+                let mut scratch = vec![0f32; h];
+                cpu::lstm_step_backward(
+                    par::at(act_ref, &r, w),
+                    par::at(c_ref, &r, h),
+                    par::at(cb_ref, &r, h),
+                    par::at(gh_ref, &r, h),
+                    par::at(gc_ref, &r, h),
+                    h,
+                    dp,
+                    dcp,
+                    &mut scratch,
+                );
+            },
+        );
+        // Frozen rows pass their gradients to the state before them unchanged.
+        for r in 0..b {
+            let row = r * h..(r + 1) * h;
+            if frozen(lengths, r, s) {
+                d_pre[r * w..(r + 1) * w].fill(0.0);
+                dh[row.clone()].copy_from_slice(&g_h[row.clone()]);
+                dc[row.clone()].copy_from_slice(&g_c[row]);
+            } else {
+                dh[row.clone()].fill(0.0);
+                dc[row.clone()].copy_from_slice(&d_c_prev[row]);
+            }
+            let at = (r * t + s) * w;
+            d_xp[at..at + w].copy_from_slice(&d_pre[r * w..(r + 1) * w]);
+        }
+        // dh_{t−1} += δ_t·Uᵀ (`U` is `[h, w]` row-major, so `Uᵀ` has strides (1, w)).
+        gemm_slices((b, h, w), &mut dh, h, true, &d_pre, (w, 1), &uu, (1, w));
+    }
+    // dU = Σ_t h_{t−1}ᵀ·δ_t: `[h, b·t]·[b·t, w]`.
+    let mut d_u = vec![0f32; h * w];
+    gemm_slices(
+        (h, w, b * t),
+        &mut d_u,
+        w,
+        false,
+        &h_prev,
+        (1, h),
+        &d_xp,
+        (w, 1),
+    );
+    Some([
+        T::from_f32(d_xp, Shape::new([b, t, w])),
+        T::from_f32(d_u, Shape::new([h, w])),
+        T::from_f32(dh, Shape::new([b, h])),
+        T::from_f32(dc, Shape::new([b, h])),
+    ])
+}
+
 /// The body of an `impl ArborBackend for …` header (the macro's input) for a CPU backend whose
 /// float primitive implements [`HostTensor`]: the fused kernels for `f32`, the plain-op defaults otherwise.
 macro_rules! host_backend {
@@ -706,6 +960,37 @@ macro_rules! host_backend {
                 match host::gated_cell_backward(&gates, &children, &grad, layout) {
                     Some(out) => out,
                     None => reference::gated_cell_backward::<Self>(gates, children, grad, layout),
+                }
+            }
+
+            fn lstm_sequence(
+                xp: FloatTensor<Self>,
+                u: FloatTensor<Self>,
+                h0: FloatTensor<Self>,
+                c0: FloatTensor<Self>,
+                lengths: &[usize],
+                keep_gates: bool,
+            ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>) {
+                match host::lstm_sequence(&xp, &u, &h0, &c0, lengths, keep_gates) {
+                    Some(out) => out,
+                    None => reference::lstm_sequence::<Self>(xp, u, h0, c0, lengths, keep_gates),
+                }
+            }
+
+            fn lstm_sequence_backward(
+                u: FloatTensor<Self>,
+                h0: FloatTensor<Self>,
+                c0: FloatTensor<Self>,
+                out: FloatTensor<Self>,
+                gates: FloatTensor<Self>,
+                lengths: &[usize],
+                grad: FloatTensor<Self>,
+            ) -> [FloatTensor<Self>; 4] {
+                match host::lstm_sequence_backward(&u, &h0, &c0, &out, &gates, lengths, &grad) {
+                    Some(out) => out,
+                    None => reference::lstm_sequence_backward::<Self>(
+                        u, h0, c0, out, gates, lengths, grad,
+                    ),
                 }
             }
 

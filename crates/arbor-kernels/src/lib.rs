@@ -368,6 +368,47 @@ pub trait ArborBackend: Backend {
         reference::zeros::<Self>(shape, device)
     }
 
+    /// [`lstm_sequence`]'s entry point: the autodiff backend records one node (and keeps the
+    /// gates for it); every other backend runs [`ArborBackend::lstm_sequence`] without them.
+    fn lstm_sequence_tracked(
+        xp: FloatTensor<Self>,
+        u: FloatTensor<Self>,
+        h0: FloatTensor<Self>,
+        c0: FloatTensor<Self>,
+        lengths: &[usize],
+    ) -> FloatTensor<Self> {
+        Self::lstm_sequence(xp, u, h0, c0, lengths, false).0
+    }
+
+    /// The LSTM recurrence over a sequence; see [`lstm_sequence`]. Returns the `[b, t, 2H]`
+    /// output and, with `keep_gates`, the activated gates `[b, t, 4H]` that the backward pass
+    /// reads (rows at frozen steps hold unused values).
+    fn lstm_sequence(
+        xp: FloatTensor<Self>,
+        u: FloatTensor<Self>,
+        h0: FloatTensor<Self>,
+        c0: FloatTensor<Self>,
+        lengths: &[usize],
+        keep_gates: bool,
+    ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>) {
+        reference::lstm_sequence::<Self>(xp, u, h0, c0, lengths, keep_gates)
+    }
+
+    /// The gradients of [`ArborBackend::lstm_sequence`] with respect to `xp`, `u`, `h0` and
+    /// `c0`, from its output and activated gates.
+    #[allow(clippy::too_many_arguments)]
+    fn lstm_sequence_backward(
+        u: FloatTensor<Self>,
+        h0: FloatTensor<Self>,
+        c0: FloatTensor<Self>,
+        out: FloatTensor<Self>,
+        gates: FloatTensor<Self>,
+        lengths: &[usize],
+        grad: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 4] {
+        reference::lstm_sequence_backward::<Self>(u, h0, c0, out, gates, lengths, grad)
+    }
+
     /// The linear recurrence `c_t = a_t ⊙ c_{t−1} + u_t` over every step; see [`linear_scan`].
     fn linear_scan(
         a: FloatTensor<Self>,
@@ -529,6 +570,57 @@ pub fn ordered_cell<B: ArborBackend>(
         p(master_forget),
         p(master_input),
         p(c_prev),
+    )))
+}
+
+/// The LSTM recurrence over a whole sequence as one op and one autodiff node: with the input
+/// projections `xp_t = W x_t + b` precomputed for every step (one large product, by the
+/// caller), each step is `[i, f, g, o] = xp_t + U h_{t−1}` (gate order `i, f, g, o`, as
+/// [`GateLayout::lstm`]), `c_t = σ(f) c_{t−1} + σ(i) tanh(g)`, `h_t = σ(o) tanh(c_t)`.
+///
+/// On the CPU backends the step loop runs inside the op: one product per step accumulated into
+/// the step's rows of `xp` (no per-step graph node, no per-step gradient of `U`), the fused
+/// update of every row in parallel. The backward pass is backpropagation through time in one
+/// node: one product `δ_t·Uᵀ` per step and `dU = Σ_t h_{t−1}ᵀ δ_t` as one product at the end
+/// (where the step loop of separate nodes computes one `dU` product per step and sums them).
+///
+/// `lengths` (one entry per example, each `≤ time`, or empty for all `time` steps): an
+/// example's state is frozen after its last real step, so its output rows there repeat its last
+/// state and its final state is the one after its own last step.
+///
+/// # Shapes
+/// - `xp`: `[batch, time, 4H]`
+/// - `u`: `[H, 4H]` (the recurrent weight, `h_{t−1}·u`)
+/// - `h0`, `c0`: `[batch, H]`
+/// - output: `[batch, time, 2H]`, `h_t` in columns `0..H` and `c_t` in `H..2H`
+///
+/// # Panics
+/// If the shapes disagree or `lengths` has another count than `batch` or an entry over `time`.
+pub fn lstm_sequence<B: ArborBackend>(
+    xp: Tensor<B, 3>,
+    u: Tensor<B, 2>,
+    h0: Tensor<B, 2>,
+    c0: Tensor<B, 2>,
+    lengths: &[usize],
+) -> Tensor<B, 3> {
+    let [b, t, w] = xp.dims();
+    let h = w / 4;
+    assert_eq!(w, 4 * h, "lstm_sequence: xp's width {w} is not 4H");
+    assert_eq!(u.dims(), [h, w], "lstm_sequence: u must be [{h}, {w}]");
+    assert_eq!(h0.dims(), [b, h], "lstm_sequence: h0 must be [{b}, {h}]");
+    assert_eq!(c0.dims(), [b, h], "lstm_sequence: c0 must be [{b}, {h}]");
+    assert!(
+        lengths.is_empty() || (lengths.len() == b && lengths.iter().all(|&l| l <= t)),
+        "lstm_sequence: {} lengths for {b} rows of {t} steps",
+        lengths.len()
+    );
+    let p2 = |x: Tensor<B, 2>| x.into_primitive().tensor();
+    Tensor::from_primitive(TensorPrimitive::Float(B::lstm_sequence_tracked(
+        xp.into_primitive().tensor(),
+        p2(u),
+        p2(h0),
+        p2(c0),
+        lengths,
     )))
 }
 

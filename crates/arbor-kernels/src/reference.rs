@@ -646,3 +646,172 @@ pub fn layer_norm_backward<B: Backend>(
         .mul(rstd);
     (dx.into_primitive().tensor(), affine)
 }
+
+/// Row `b`'s state is frozen at step `s` (past its length), as a `[b, 1]` mask; `None` when no
+/// row is.
+fn frozen_rows<B: Backend>(
+    lengths: &[usize],
+    b: usize,
+    s: usize,
+    device: &B::Device,
+) -> Option<Tensor<B, 2, burn::tensor::Bool>> {
+    let rows: Vec<bool> = (0..b)
+        .map(|r| lengths.get(r).is_some_and(|&len| s >= len))
+        .collect();
+    rows.iter().any(|&f| f).then(|| {
+        Tensor::<B, 2, burn::tensor::Bool>::from_data(
+            burn::tensor::TensorData::new(rows, [b, 1]),
+            device,
+        )
+    })
+}
+
+/// The LSTM recurrence over a sequence in plain ops, one step per time step; see
+/// [`crate::lstm_sequence`].
+pub fn lstm_sequence<B: Backend>(
+    xp: FloatTensor<B>,
+    u: FloatTensor<B>,
+    h0: FloatTensor<B>,
+    c0: FloatTensor<B>,
+    lengths: &[usize],
+    keep_gates: bool,
+) -> (FloatTensor<B>, Option<FloatTensor<B>>) {
+    let (xp, u, mut h, mut c) = (t3::<B>(xp), t2::<B>(u), t2::<B>(h0), t2::<B>(c0));
+    let [b, t, w] = xp.dims();
+    let hd = w / 4;
+    let device = xp.device();
+    let mut outs = Vec::with_capacity(t);
+    let mut gates = Vec::with_capacity(t);
+    for s in 0..t {
+        let pre = xp.clone().narrow(1, s, 1).reshape([b, w]) + h.clone().matmul(u.clone());
+        let block = |k: usize| pre.clone().narrow(1, k * hd, hd);
+        // `1 / (1 + e^(−x))` in the float type itself: Burn 0.21's `sigmoid` computes in
+        // `f32` whatever the type, which would make this reference too coarse for f64 checks.
+        let sig = |x: Tensor<B, 2>| x.neg().exp().add_scalar(1.0).recip();
+        let (i, f, g, o) = (sig(block(0)), sig(block(1)), block(2).tanh(), sig(block(3)));
+        let c_new = f.clone().mul(c.clone()) + i.clone().mul(g.clone());
+        let h_new = o.clone().mul(c_new.clone().tanh());
+        match frozen_rows::<B>(lengths, b, s, &device) {
+            Some(frozen) => {
+                let frozen = frozen.expand([b, hd]);
+                h = h_new.mask_where(frozen.clone(), h);
+                c = c_new.mask_where(frozen, c);
+            }
+            None => {
+                h = h_new;
+                c = c_new;
+            }
+        }
+        outs.push(Tensor::cat(vec![h.clone(), c.clone()], 1).unsqueeze_dim::<3>(1));
+        if keep_gates {
+            gates.push(Tensor::cat(vec![i, f, g, o], 1).unsqueeze_dim::<3>(1));
+        }
+    }
+    let out = if t == 0 {
+        Tensor::<B, 3>::zeros([b, 0, 2 * hd], &device)
+    } else {
+        Tensor::cat(outs, 1)
+    };
+    let gates = keep_gates.then(|| {
+        if t == 0 {
+            Tensor::<B, 3>::zeros([b, 0, w], &device)
+        } else {
+            Tensor::cat(gates, 1)
+        }
+        .into_primitive()
+        .tensor()
+    });
+    (out.into_primitive().tensor(), gates)
+}
+
+/// The gradients of [`lstm_sequence`] with respect to `xp`, `u`, `h0` and `c0` in plain ops
+/// (backpropagation through time); see [`crate::lstm_sequence`].
+pub fn lstm_sequence_backward<B: Backend>(
+    u: FloatTensor<B>,
+    h0: FloatTensor<B>,
+    c0: FloatTensor<B>,
+    out: FloatTensor<B>,
+    gates: FloatTensor<B>,
+    lengths: &[usize],
+    grad: FloatTensor<B>,
+) -> [FloatTensor<B>; 4] {
+    let (u, h0, c0) = (t2::<B>(u), t2::<B>(h0), t2::<B>(c0));
+    let (out, gates, grad) = (t3::<B>(out), t3::<B>(gates), t3::<B>(grad));
+    let [b, t, w] = gates.dims();
+    let hd = w / 4;
+    let device = gates.device();
+    let at = |x: &Tensor<B, 3>, s: usize, k: usize, width: usize| {
+        x.clone()
+            .narrow(1, s, 1)
+            .narrow(2, k, width)
+            .reshape([b, width])
+    };
+    let (mut dh, mut dc) = (h0.zeros_like(), c0.zeros_like());
+    let mut d_pre = vec![None; t];
+    let mut d_u = u.zeros_like();
+    for s in (0..t).rev() {
+        let g_h = at(&grad, s, 0, hd) + dh.clone();
+        let g_c = at(&grad, s, hd, hd) + dc.clone();
+        let c = at(&out, s, hd, hd);
+        let (c_prev, h_prev) = if s > 0 {
+            (at(&out, s - 1, hd, hd), at(&out, s - 1, 0, hd))
+        } else {
+            (c0.clone(), h0.clone())
+        };
+        let (i, f, g, o) = (
+            at(&gates, s, 0, hd),
+            at(&gates, s, hd, hd),
+            at(&gates, s, 2 * hd, hd),
+            at(&gates, s, 3 * hd, hd),
+        );
+        let tc = c.tanh();
+        let one = |x: &Tensor<B, 2>| x.ones_like();
+        let d_c = g_c.clone()
+            + g_h
+                .clone()
+                .mul(o.clone())
+                .mul(one(&tc) - tc.clone().powi_scalar(2));
+        let d_o = g_h.clone().mul(tc).mul(o.clone()).mul(one(&o) - o);
+        let d_i = d_c
+            .clone()
+            .mul(g.clone())
+            .mul(i.clone())
+            .mul(one(&i) - i.clone());
+        let d_g = d_c.clone().mul(i).mul(one(&g) - g.powi_scalar(2));
+        let d_f = d_c
+            .clone()
+            .mul(c_prev)
+            .mul(f.clone())
+            .mul(one(&f) - f.clone());
+        let mut dp = Tensor::cat(vec![d_i, d_f, d_g, d_o], 1);
+        let frozen = frozen_rows::<B>(lengths, b, s, &device);
+        if let Some(frozen) = &frozen {
+            dp = dp.mask_fill(frozen.clone().expand([b, w]), 0.0);
+        }
+        let through = dp.clone().matmul(u.clone().transpose());
+        match frozen {
+            Some(frozen) => {
+                let frozen = frozen.expand([b, hd]);
+                dh = through.mask_where(frozen.clone(), g_h);
+                dc = d_c.mul(f).mask_where(frozen, g_c);
+            }
+            None => {
+                dh = through;
+                dc = d_c.mul(f);
+            }
+        }
+        d_u = d_u + h_prev.transpose().matmul(dp.clone());
+        d_pre[s] = Some(dp.unsqueeze_dim::<3>(1));
+    }
+    let d_xp = if t == 0 {
+        Tensor::<B, 3>::zeros([b, 0, w], &device)
+    } else {
+        Tensor::cat(d_pre.into_iter().flatten().collect(), 1)
+    };
+    [
+        d_xp.into_primitive().tensor(),
+        d_u.into_primitive().tensor(),
+        dh.into_primitive().tensor(),
+        dc.into_primitive().tensor(),
+    ]
+}

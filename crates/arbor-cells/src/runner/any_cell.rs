@@ -66,9 +66,10 @@ impl<B: ArborBackend> RecurrentCell<B> for AnyCell<B> {
     fn scan(
         &self,
         x: Tensor<B, 3>,
-        c0: Tensor<B, 2>,
+        init: &LstmState<B, 2>,
         pad: Option<Tensor<B, 3, Bool>>,
+        lengths: Option<&[usize]>,
     ) -> Option<ScanOutput<B>> {
-        dispatch!(self, c => c.scan(x, c0, pad))
+        dispatch!(self, c => c.scan(x, init, pad, lengths))
     }
 }

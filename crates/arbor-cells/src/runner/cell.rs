@@ -96,14 +96,16 @@ pub trait RecurrentCell<B: ArborBackend> {
     ///
     /// # Shapes
     /// - `x`: `[batch, time, d_input]`, the input
-    /// - `c0`: `[batch, H]`, the initial cell state
-    /// - `pad`: `[batch, time, 1]`, true at padded steps (`None`: no padding)
+    /// - `init`: `[batch, H]` each, the initial state
+    /// - `pad`: `[batch, time, 1]`, true at padded steps (`None`: no padding), and the same as
+    ///   `lengths` (each example's real steps, at the start; `None`: no padding)
     /// - output: see [`ScanOutput`]
     fn scan(
         &self,
         _x: Tensor<B, 3>,
-        _c0: Tensor<B, 2>,
+        _init: &LstmState<B, 2>,
         _pad: Option<Tensor<B, 3, Bool>>,
+        _lengths: Option<&[usize]>,
     ) -> Option<ScanOutput<B>> {
         None
     }

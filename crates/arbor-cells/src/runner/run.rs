@@ -73,7 +73,7 @@ pub fn run_sequence<B: ArborBackend, C: RecurrentCell<B> + ?Sized>(
                 .bool_not()
                 .unsqueeze_dim::<3>(2)
         });
-        if let Some(scan) = cell.scan(x.clone(), state.c.clone(), pad.clone()) {
+        if let Some(scan) = cell.scan(x.clone(), &state, pad.clone(), padded) {
             return from_scan(scan, state, lengths, pad);
         }
     }
