@@ -776,8 +776,8 @@ enum Carry {
 /// How each layer of a [`GumbelTreeLstm`] gets its candidate parents.
 ///
 /// Every schedule gives the same values and gradients, to rounding; they differ in time and
-/// memory. Measured on the 2-core AMD EPYC VM (docs/bench.md, "Gumbel Tree-LSTM: carried gate
-/// pre-activations in training"): carrying the gates in training made d300 training 1.2–1.4×
+/// memory. Measured on the 2-core AMD EPYC VM (docs/bench.md, "Issue 33, round 1":
+/// carried gate pre-activations): carrying the gates in training made d300 training 1.2–1.4×
 /// faster, left d100 unchanged, made the n = 128 sweep point 0.83–0.90× as fast, and raised
 /// the training peak memory by about one `[batch, K, 5D]` tensor per layer (+47% at n = 128),
 /// so training recomposes by default until that is understood.
