@@ -158,29 +158,18 @@ def import_package_modules(folder, dotted_names):
     return modules
 
 
-# --------------------------------------------------------------------------------------------
-# Runs: the same policy as twins.input_run (forward: eval + no_grad + sum read back;
-# forward+backward: train, input leaf, backward of the sum, the input's gradient read back)
-# --------------------------------------------------------------------------------------------
+def seeded(fwd):
+    """`fwd` with `torch.manual_seed(0)` first, so that the authors' modules, which draw their
+    Gumbel noise from the global generator, make the same decisions at every run."""
 
-
-def input_run(model, x, fwd):
-    def run(mode):
+    def run(m, xa):
         torch.manual_seed(0)
-        if mode == "forward":
-            model.eval()
-            with torch.no_grad():
-                return fwd(model, x).sum().item()
-        model.train()
-        model.zero_grad(set_to_none=True)
-        xa = x.detach().requires_grad_()
-        fwd(model, xa).sum().backward()
-        return xa.grad.sum().item()
+        return fwd(m, xa)
 
     return run
 
 
-def cells_run(p, device, uniform):
+def cells_run(p, device, uniform, input_run):
     """billptw/FastTrees' `LSTMStack([d_in, d_h], chunk)` (one layer, dropout and dropconnect
     0), time-major as its scripts run it."""
     module = load_file("FastTrees", FASTTREES_FILES[p["cell"]])
@@ -199,7 +188,7 @@ def cells_run(p, device, uniform):
     return input_run(model, x, fwd)
 
 
-def gumbel_run(p, device, uniform):
+def gumbel_run(p, device, uniform, input_run):
     """jihunchoi/unsupervised-treelstm's `BinaryTreeLSTM` (leaf LSTM or affine leaves, no
     intra-attention, unidirectional): the root `h`."""
     (treelstm,) = import_package_modules("unsupervised-treelstm", ["model.treelstm"])
@@ -212,7 +201,7 @@ def gumbel_run(p, device, uniform):
     ).to(device)
     x = uniform((len(lengths), max(lengths), p["d_input"]), 1).to(device)
     lens = torch.tensor(lengths, device=device)
-    return input_run(model, x, lambda m, xa: m(xa, lens)[0])
+    return input_run(model, x, seeded(lambda m, xa: m(xa, lens)[0]))
 
 
 def r2d2_run(p, device, tokens):
@@ -250,8 +239,8 @@ def r2d2_run(p, device, tokens):
 
 def adapter(name, params):
     """The checkout folder and builder of the authors' module for workload `name`, or `None`.
-    The builder takes `(params, device, helpers)` with `helpers` the twins' `uniform` and
-    `splitmix_tokens`."""
+    The builder takes `(params, device, helpers)` with `helpers` the twins' `uniform`,
+    `splitmix_tokens` and `input_run` (the timing policy's run closure)."""
     group = name.split("/")[0]
     found = _adapter(group, params)
     if found is None:
@@ -269,9 +258,10 @@ def adapter(name, params):
 
 def _adapter(group, params):
     if group == "cells" and params.get("cell") in FASTTREES_FILES:
-        return "FastTrees", lambda p, dev, h: cells_run(p, dev, h["uniform"])
+        return "FastTrees", lambda p, dev, h: cells_run(p, dev, h["uniform"], h["input_run"])
     if group == "gumbel":
-        return "unsupervised-treelstm", lambda p, dev, h: gumbel_run(p, dev, h["uniform"])
+        return "unsupervised-treelstm", lambda p, dev, h: gumbel_run(
+            p, dev, h["uniform"], h["input_run"])
     if group == "r2d2":
         return "StructuredLM_RTDT", lambda p, dev, h: r2d2_run(
             p, dev, h["splitmix_tokens"](p["batch"], p["length"], p["vocab"], 0))

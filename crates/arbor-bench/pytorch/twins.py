@@ -990,7 +990,7 @@ def run_suite(entries, settings, threads, device, with_authors=True):
     set_threads(threads)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     failed = 0
-    helpers = {"uniform": uniform, "splitmix_tokens": splitmix_tokens}
+    helpers = {"uniform": uniform, "splitmix_tokens": splitmix_tokens, "input_run": input_run}
     missing = set()
     for (name, group, params, items, unit, build), modes, inputs, reps in entries:
         p = {**params, **(inputs or {})}
@@ -1126,7 +1126,7 @@ def self_test():
     names = [w[0] for w in suite()]
     assert len(names) == len(set(names)) == 28, len(names)
     # The authors' modules, at small shapes, where their checkouts are present.
-    helpers = {"uniform": uniform, "splitmix_tokens": splitmix_tokens}
+    helpers = {"uniform": uniform, "splitmix_tokens": splitmix_tokens, "input_run": input_run}
     small = {
         "cells/t/on-lstm": {"cell": "on-lstm", "d_input": 6, "d_hidden": 8, "chunk_size": 2,
                             "batch": 3, "length": 5},

@@ -315,25 +315,7 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
             w.primitive.clone(),
             b.as_ref().map(|b| b.primitive.clone()),
         );
-        let state = (x.primitive, w.primitive);
-        match b {
-            Some(b) => match Linear
-                .prepare::<C>([x.node, w.node, b.node])
-                .compute_bound()
-                .stateful()
-            {
-                OpsKind::Tracked(prep) => prep.finish(state, out),
-                OpsKind::UnTracked(prep) => prep.finish(out),
-            },
-            None => match Linear
-                .prepare::<C>([x.node, w.node])
-                .compute_bound()
-                .stateful()
-            {
-                OpsKind::Tracked(prep) => prep.finish(state, out),
-                OpsKind::UnTracked(prep) => prep.finish(out),
-            },
-        }
+        linear_node::<B, C>(x, w, b, out)
     }
 
     fn affine_given(
@@ -343,26 +325,7 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
         known: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
         // `affine`'s node with the given value: `known`'s own node is not a parent.
-        let out = known.primitive;
-        let state = (x.primitive, w.primitive);
-        match b {
-            Some(b) => match Linear
-                .prepare::<C>([x.node, w.node, b.node])
-                .compute_bound()
-                .stateful()
-            {
-                OpsKind::Tracked(prep) => prep.finish(state, out),
-                OpsKind::UnTracked(prep) => prep.finish(out),
-            },
-            None => match Linear
-                .prepare::<C>([x.node, w.node])
-                .compute_bound()
-                .stateful()
-            {
-                OpsKind::Tracked(prep) => prep.finish(state, out),
-                OpsKind::UnTracked(prep) => prep.finish(out),
-            },
-        }
+        linear_node::<B, C>(x, w, b, known.primitive)
     }
 
     fn lstm_sequence_tracked(
@@ -620,6 +583,35 @@ fn backward_with<B, S, const N: usize, I>(
         if let Some(node) = parent {
             grads.register::<B>(node.id, d);
         }
+    }
+}
+
+/// Records `out` as the value of `x·w (+ b)`: one `Linear` node whose backward pass is the
+/// product's (`affine`, and `affine_given` whose value was computed elsewhere).
+fn linear_node<B: ArborBackend, C: CheckpointStrategy>(
+    x: FloatTensor<Autodiff<B, C>>,
+    w: FloatTensor<Autodiff<B, C>>,
+    b: Option<FloatTensor<Autodiff<B, C>>>,
+    out: FloatTensor<B>,
+) -> FloatTensor<Autodiff<B, C>> {
+    let state = (x.primitive, w.primitive);
+    match b {
+        Some(b) => match Linear
+            .prepare::<C>([x.node, w.node, b.node])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish(state, out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        },
+        None => match Linear
+            .prepare::<C>([x.node, w.node])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish(state, out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        },
     }
 }
 
