@@ -188,13 +188,21 @@ impl<B: ArborBackend> BinaryTreeLstm<B> {
         h_left: Tensor<B, N>,
         h_right: Tensor<B, N>,
     ) -> Tensor<B, N> {
+        // `set_require_grad(false)` as well as `detach`: Burn 0.21's `detach` keeps a
+        // parameter's `require_grad`, so the product would still be a tracked node (a branch of
+        // the graph that no gradient reaches, but whose saved inputs live until the backward
+        // pass: one `[batch, K, 5D]` tensor per Gumbel layer).
+        let constant = |t: Tensor<B, 2>| t.detach().set_require_grad(false);
         let hh = Tensor::cat(vec![h_left.detach(), h_right.detach()], N - 1);
         let dims = hh.dims();
         let rows = dims[..N - 1].iter().product::<usize>();
         let g = arbor_kernels::linear(
             hh.reshape([rows, dims[N - 1]]),
-            self.children.weight.val().detach(),
-            self.children.bias.as_ref().map(|b| b.val().detach()),
+            constant(self.children.weight.val()),
+            self.children
+                .bias
+                .as_ref()
+                .map(|b| b.val().detach().set_require_grad(false)),
         );
         let mut out = dims;
         out[N - 1] = g.dims()[1];

@@ -776,22 +776,22 @@ enum Carry {
 /// How each layer of a [`GumbelTreeLstm`] gets its candidate parents.
 ///
 /// Every schedule gives the same values and gradients, to rounding; they differ in time and
-/// memory. Measured on the 2-core AMD EPYC VM (docs/bench.md, "Issue 33, round 1":
-/// carried gate pre-activations): carrying the gates in training made d300 training 1.2–1.4×
-/// faster, left d100 unchanged, made the n = 128 sweep point 0.83–0.90× as fast, and raised
-/// the training peak memory by about one `[batch, K, 5D]` tensor per layer (+47% at n = 128),
-/// so training recomposes by default until that is understood.
+/// memory. Measured on the 2-core AMD EPYC VM (docs/bench.md, "Issue 33, round 1": carried
+/// gate pre-activations), carrying the gates in training against recomposing: d300 training
+/// 1.19× faster (two rounds), d100 and the length sweep level (0.95–1.05×), the same peak
+/// memory (+2–4 MiB).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CandidateSchedule {
-    /// Argmax decisions carry the candidates themselves from layer to layer (`O(n)`
-    /// compositions per sentence); sampled decisions recompose every pair. The default.
-    #[default]
-    CarryInEvaluation,
     /// Only the two pairs around the last merge are composed; every other candidate is carried
-    /// from the previous layer. Evaluation (argmax) carries the candidates themselves. Training
-    /// carries their gate pre-activations, so the forward products are `O(n)` and the backward
-    /// pass, which must reach every candidate, is the same as recomposition's.
+    /// from the previous layer. Evaluation (argmax) carries the candidates themselves: `O(n)`
+    /// compositions per sentence. Training carries their gate pre-activations, so the forward
+    /// products are `O(n)` and the backward pass, which must reach every candidate, is the same
+    /// as recomposition's. The default.
+    #[default]
     Carry,
+    /// Argmax decisions carry the candidates themselves; sampled decisions recompose every
+    /// pair (the default before training carried its gates).
+    CarryInEvaluation,
     /// Every adjacent pair composed at every layer, as the authors' code does: the reference
     /// path, `O(n²)` compositions per sentence.
     Recompose,
