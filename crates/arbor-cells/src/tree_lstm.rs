@@ -115,58 +115,41 @@ impl<B: ArborBackend> BinaryTreeLstm<B> {
     /// - `nodes.h`, `nodes.c`: `[batch, m, D]`, `m ≥ 2`
     /// - output `h`, `c`: `[batch, m − 1, D]`
     pub fn forward_adjacent(&self, nodes: &LstmState<B, 3>) -> LstmState<B, 3> {
-        self.forward_adjacent_with_gates(nodes).0
+        self.forward_adjacent_with_gates(nodes, None).0
     }
 
     /// [`forward_adjacent`](Self::forward_adjacent), also returning the gate pre-activations
-    /// `[h_k; h_{k+1}]·W + b` of every pair, which a caller can carry to the next layer (see
-    /// [`forward_adjacent_given`](Self::forward_adjacent_given)).
+    /// `[h_k; h_{k+1}]·W + b` of every pair, which a caller can carry to the next layer.
     ///
-    /// # Shapes
-    /// - `nodes.h`, `nodes.c`: `[batch, m, D]`, `m ≥ 2`
-    /// - output `h`, `c`: `[batch, m − 1, D]`; gates `[batch, m − 1, 5D]`
-    pub fn forward_adjacent_with_gates(
-        &self,
-        nodes: &LstmState<B, 3>,
-    ) -> (LstmState<B, 3>, Tensor<B, 3>) {
-        let m = nodes.h.dims()[1];
-        let pairs = arbor_kernels::adjacent_pairs(nodes.h.clone());
-        let gates = crate::linear_rows(&self.children, pairs);
-        let c = nodes.c.clone();
-        let state = compose(
-            gates.clone(),
-            c.clone().narrow(1, 0, m - 1),
-            c.narrow(1, 1, m - 1),
-        );
-        (state, gates)
-    }
-
-    /// [`forward_adjacent`](Self::forward_adjacent) when the gate pre-activations of the pairs
-    /// are already known (carried from an earlier layer whose pairs had the same children):
-    /// the product is not computed, and the gradients are exactly `forward_adjacent`'s
-    /// ([`arbor_kernels::linear_given`]). `known_gates` is a constant for autodiff; it must
+    /// With `known_gates` (carried from an earlier layer whose pairs had the same children) the
+    /// product is not computed and the gradients are exactly those of computing it
+    /// ([`arbor_kernels::linear_given`]); `known_gates` is a constant for autodiff and must
     /// equal `[h_k; h_{k+1}]·W + b` for the values of `nodes`.
     ///
     /// # Shapes
     /// - `nodes.h`, `nodes.c`: `[batch, m, D]`, `m ≥ 2`
     /// - `known_gates`: `[batch, m − 1, 5D]`
-    /// - output `h`, `c`: `[batch, m − 1, D]`; the gates as given
-    pub fn forward_adjacent_given(
+    /// - output `h`, `c`: `[batch, m − 1, D]`; gates `[batch, m − 1, 5D]`
+    pub fn forward_adjacent_with_gates(
         &self,
         nodes: &LstmState<B, 3>,
-        known_gates: Tensor<B, 3>,
+        known_gates: Option<Tensor<B, 3>>,
     ) -> (LstmState<B, 3>, Tensor<B, 3>) {
         let [batch, m, d] = nodes.h.dims();
-        let pairs =
-            arbor_kernels::adjacent_pairs(nodes.h.clone()).reshape([batch * (m - 1), 2 * d]);
-        let width = known_gates.dims()[2];
-        let gates = arbor_kernels::linear_given(
-            pairs,
-            self.children.weight.val(),
-            self.children.bias.as_ref().map(|b| b.val()),
-            known_gates.reshape([batch * (m - 1), width]),
-        )
-        .reshape([batch, m - 1, width]);
+        let pairs = arbor_kernels::adjacent_pairs(nodes.h.clone());
+        let gates = match known_gates {
+            None => crate::linear_rows(&self.children, pairs),
+            Some(known) => {
+                let width = known.dims()[2];
+                arbor_kernels::linear_given(
+                    pairs.reshape([batch * (m - 1), 2 * d]),
+                    self.children.weight.val(),
+                    self.children.bias.as_ref().map(|b| b.val()),
+                    known.reshape([batch * (m - 1), width]),
+                )
+                .reshape([batch, m - 1, width])
+            }
+        };
         let c = nodes.c.clone();
         let state = compose(
             gates.clone(),
@@ -178,7 +161,7 @@ impl<B: ArborBackend> BinaryTreeLstm<B> {
 
     /// The gate pre-activations `[h_l; h_r]·W + b` of given pairs, with no autodiff node (the
     /// inputs and the weights are read as constants): for values that
-    /// [`forward_adjacent_given`](Self::forward_adjacent_given) is then given.
+    /// [`forward_adjacent_with_gates`](Self::forward_adjacent_with_gates) is then given.
     ///
     /// # Shapes
     /// - `h_left`, `h_right`: `[..., D]`
@@ -188,21 +171,13 @@ impl<B: ArborBackend> BinaryTreeLstm<B> {
         h_left: Tensor<B, N>,
         h_right: Tensor<B, N>,
     ) -> Tensor<B, N> {
-        // `set_require_grad(false)` as well as `detach`: Burn 0.21's `detach` keeps a
-        // parameter's `require_grad`, so the product would still be a tracked node (a branch of
-        // the graph that no gradient reaches, but whose saved inputs live until the backward
-        // pass: one `[batch, K, 5D]` tensor per Gumbel layer).
-        let constant = |t: Tensor<B, 2>| t.detach().set_require_grad(false);
-        let hh = Tensor::cat(vec![h_left.detach(), h_right.detach()], N - 1);
+        let hh = Tensor::cat(vec![constant(h_left), constant(h_right)], N - 1);
         let dims = hh.dims();
         let rows = dims[..N - 1].iter().product::<usize>();
         let g = arbor_kernels::linear(
             hh.reshape([rows, dims[N - 1]]),
             constant(self.children.weight.val()),
-            self.children
-                .bias
-                .as_ref()
-                .map(|b| b.val().detach().set_require_grad(false)),
+            self.children.bias.as_ref().map(|b| constant(b.val())),
         );
         let mut out = dims;
         out[N - 1] = g.dims()[1];
@@ -220,4 +195,12 @@ fn compose<B: ArborBackend, const N: usize>(
     let c = gated_cell(gates.clone(), vec![c_left, c_right], &layout);
     let h = gated_output(gates, c.clone(), &layout);
     LstmState { h, c }
+}
+
+/// `t` as a constant for autodiff. `detach` alone is not enough: Burn 0.21's `detach` keeps a
+/// parameter's `require_grad`, so a product of detached weights would still be a tracked node
+/// (a branch of the graph that no gradient reaches, but whose saved inputs live until the
+/// backward pass: one `[batch, K, 5D]` tensor per Gumbel layer).
+fn constant<B: Backend, const D: usize>(t: Tensor<B, D>) -> Tensor<B, D> {
+    t.detach().set_require_grad(false)
 }

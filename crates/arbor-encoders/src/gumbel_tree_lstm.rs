@@ -500,19 +500,19 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
             .div_scalar((d as f64).sqrt())
     }
 
-    /// The `h` and `c` of the next layer's nodes `i − 1`, `i`, `i + 1` around the merged node
-    /// `i` (`index`), as `[3, batch, D]` each: the children of the next layer's two new pairs.
-    /// Indices are clamped into the layer; at the edges the clamped pair is never placed.
+    /// The rows of the next layer's nodes `i − 1`, `i`, `i + 1` around the merged node `i`
+    /// (`index`) in the layer's `[batch·K, D]` view, in that order (`3·batch` rows): the
+    /// children of the next layer's two new pairs. Indices are clamped into the layer; at the
+    /// edges the clamped pair is never placed.
     ///
     /// # Shapes
-    /// - `next`: `[batch, K, D]` the next layer's nodes; `index`: `[batch]`
-    /// - output `h`, `c`: `[3, batch, D]`
-    fn merge_neighbours(next: &LstmState<B, 3>, index: Tensor<B, 1, Int>) -> LstmState<B, 3> {
-        let [batch, k, d] = next.h.dims();
-        let device = next.h.device();
-        // Rows of the next layer's nodes i − 1, i, i + 1 in its `[batch·K, D]` view.
+    /// - `index`: `[batch]`; `k`: the next layer's node count
+    /// - output: `[3·batch]`
+    fn merge_neighbour_rows(index: Tensor<B, 1, Int>, k: usize) -> Tensor<B, 1, Int> {
+        let [batch] = index.dims();
+        let device = index.device();
         let offsets = Tensor::<B, 1, Int>::arange(0..batch as i64, &device).mul_scalar(k as i64);
-        let rows = Tensor::cat(
+        Tensor::cat(
             [-1i64, 0, 1]
                 .map(|shift| {
                     index
@@ -523,14 +523,17 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
                 })
                 .to_vec(),
             0,
-        );
-        let gather = |x: &Tensor<B, 3>| {
-            x.clone()
-                .reshape([batch * k, d])
-                .select(0, rows.clone())
-                .reshape([3, batch, d])
-        };
-        LstmState::new(gather(&next.h), gather(&next.c))
+        )
+    }
+
+    /// The rows `rows` ([`merge_neighbour_rows`](Self::merge_neighbour_rows)) of a layer's
+    /// `[batch, K, D]` values, as `[3, batch, D]`.
+    fn gather_neighbours(x: &Tensor<B, 3>, rows: &Tensor<B, 1, Int>) -> Tensor<B, 3> {
+        let [batch, k, d] = x.dims();
+        x.clone()
+            .reshape([batch * k, d])
+            .select(0, rows.clone())
+            .reshape([3, batch, d])
     }
 
     /// The next layer's values of a per-candidate quantity from this layer's and the two new
@@ -586,14 +589,15 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
         query: &Tensor<B, 3>,
     ) -> (LstmState<B, 3>, Tensor<B, 2>) {
         let [batch, k, _] = parent.h.dims();
-        let around = Self::merge_neighbours(next, index);
+        let rows = Self::merge_neighbour_rows(index, k);
+        let (h, c) = (
+            Self::gather_neighbours(&next.h, &rows),
+            Self::gather_neighbours(&next.c, &rows),
+        );
         // Pair i − 1 is (node i − 1, node i), pair i is (node i, node i + 1).
         let fresh = self.composition.forward(
-            LstmState::new(
-                around.h.clone().narrow(0, 0, 2),
-                around.c.clone().narrow(0, 0, 2),
-            ),
-            LstmState::new(around.h.narrow(0, 1, 2), around.c.narrow(0, 1, 2)),
+            LstmState::new(h.clone().narrow(0, 0, 2), c.clone().narrow(0, 0, 2)),
+            LstmState::new(h.narrow(0, 1, 2), c.narrow(0, 1, 2)),
             None,
         );
         let fresh_logits = self
@@ -613,20 +617,22 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
     /// autodiff.
     ///
     /// # Shapes
-    /// - `gates`: `[batch, K, 5D]` this layer's; `s`, `index`, `next` as in `carry_values`
+    /// - `gates`: `[batch, K, 5D]` this layer's; `s`, `index` as in `carry_values`
+    /// - `next_h`: `[batch, K, D]` the next layer's `h`
     /// - output: `[batch, K − 1, 5D]`
     fn carry_gates(
         &self,
         gates: Tensor<B, 3>,
         s: &Tensor<B, 2>,
         index: Tensor<B, 1, Int>,
-        next: &LstmState<B, 3>,
+        next_h: &Tensor<B, 3>,
     ) -> Tensor<B, 3> {
-        let next = LstmState::new(next.h.clone().detach(), next.c.clone().detach());
-        let around = Self::merge_neighbours(&next, index);
+        let rows = Self::merge_neighbour_rows(index, next_h.dims()[1]);
+        let h = Self::gather_neighbours(next_h, &rows);
+        // `gates_of` reads its inputs and weights as constants.
         let fresh = self
             .composition
-            .gates_of(around.h.clone().narrow(0, 0, 2), around.h.narrow(0, 1, 2));
+            .gates_of(h.clone().narrow(0, 0, 2), h.narrow(0, 1, 2));
         Self::place(gates.detach(), fresh, &s.clone().detach())
     }
 
@@ -645,7 +651,7 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
     ///   into every next-layer node, so each layer's backward pass must still run through
     ///   every candidate. The gate pre-activations `[h_k; h_{k+1}]·W + b` are carried (and the
     ///   two new pairs' computed) instead of the product, and the product's autodiff node is
-    ///   recorded with them ([`BinaryTreeLstm::forward_adjacent_given`]): the forward products
+    ///   recorded with them ([`BinaryTreeLstm::forward_adjacent_with_gates`]): the forward products
     ///   are skipped, the gradients are those of recomposition.
     fn run(
         &self,
@@ -678,28 +684,24 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
         if attend {
             nodes.push(leaves.h.clone());
         }
-        // Layer t's candidate parents and their scores, when carried over from layer t − 1.
-        let mut carried: Option<(LstmState<B, 3>, Tensor<B, 2>)> = None;
-        // Layer t's gate pre-activations, when carried over from layer t − 1.
-        let mut known_gates: Option<Tensor<B, 3>> = None;
+        // What layer t has from layer t − 1 (`None`: every pair is composed).
+        let mut carried: Option<Carried<B>> = None;
         let query = self.query_row();
         for t in 0..n.saturating_sub(1) {
             let m = n - t;
             // Layer t: example b has lengths[b] − t real nodes while it is incomplete.
             let valid = host_mask::<B>(batch, m - 1, |b, k| k + t + 1 < lengths[b], &device);
             let done = host_mask::<B>(batch, 1, |b, _| lengths[b] < t + 2, &device);
-            let mut gates = None;
-            let (parent, logits) = carried.take().unwrap_or_else(|| {
-                let (parent, g) = match (carry, known_gates.take()) {
-                    (Carry::Gates, Some(known)) => {
-                        self.composition.forward_adjacent_given(&layer, known)
-                    }
-                    _ => self.composition.forward_adjacent_with_gates(&layer),
-                };
-                gates = Some(g);
+            let compose = |known: Option<Tensor<B, 3>>| {
+                let (parent, gates) = self.composition.forward_adjacent_with_gates(&layer, known);
                 let logits = self.scores_with(parent.h.clone(), &query);
-                (parent, logits)
-            });
+                (parent, logits, Some(gates))
+            };
+            let (parent, logits, gates) = match carried.take() {
+                Some(Carried::Values(parent, logits)) => (parent, logits, None),
+                Some(Carried::Gates(known)) => compose(Some(known)),
+                None => compose(None),
+            };
             let left = LstmState::new(
                 layer.h.clone().narrow(1, 0, m - 1),
                 layer.c.clone().narrow(1, 0, m - 1),
@@ -715,24 +717,27 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
                 select_mix(s.clone(), parent.c.clone(), left.c, right.c),
             );
             if m > 2 {
-                match carry {
-                    Carry::Values => {
-                        carried = Some(self.carry_values(
+                carried = match (carry, gates) {
+                    (Carry::Values, _) => {
+                        let (parent, logits) = self.carry_values(
                             &parent,
                             logits,
                             &s,
                             sel.index.clone(),
                             &layer,
                             &query,
-                        ));
+                        );
+                        Some(Carried::Values(parent, logits))
                     }
-                    Carry::Gates => {
-                        if let Some(g) = gates {
-                            known_gates = Some(self.carry_gates(g, &s, sel.index.clone(), &layer));
-                        }
-                    }
-                    Carry::Nothing => {}
-                }
+                    (Carry::Gates, Some(g)) => Some(Carried::Gates(self.carry_gates(
+                        g,
+                        &s,
+                        sel.index.clone(),
+                        &layer.h,
+                    ))),
+                    // (`Gates` with no gates cannot occur: a `Gates` layer always composes.)
+                    (Carry::Gates, None) | (Carry::Nothing, _) => None,
+                };
             }
             if attend {
                 // The selected parent, read from the new layer as the release does:
@@ -760,6 +765,14 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
             lengths: lengths.to_vec(),
         }
     }
+}
+
+/// What one layer of `GumbelTreeLstm::run` got from the layer before it.
+enum Carried<B: Backend> {
+    /// The candidate parents and their scores (`Carry::Values`).
+    Values(LstmState<B, 3>, Tensor<B, 2>),
+    /// The candidates' gate pre-activations (`Carry::Gates`).
+    Gates(Tensor<B, 3>),
 }
 
 /// What `GumbelTreeLstm::run` carries from one layer to the next.
