@@ -901,6 +901,20 @@ def input_run(model, x, fwd):
     return run
 
 
+# What the authors' adapters (`authors.py`) borrow from here: the same inputs and run policy.
+AUTHORS_HELPERS = {"uniform": uniform, "splitmix_tokens": splitmix_tokens,
+                   "input_run": input_run}
+
+
+def report_failure(name, source, label, error):
+    """One `error` result line (with the authors' module's `source`, if any) and a log line."""
+    rec = {"name": name, "error": error}
+    if source:
+        rec["source"] = source
+    print(PREFIX + json.dumps(rec), flush=True)
+    log(f"pytorch {label}: failed: {error}")
+
+
 def suite():
     """[(name, group, params, items, unit, builder(params, device))], in arbor's order.
     A spec's `inputs` (arbor's exact lengths, trees) are merged into `params`."""
@@ -990,7 +1004,6 @@ def run_suite(entries, settings, threads, device, with_authors=True):
     set_threads(threads)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     failed = 0
-    helpers = {"uniform": uniform, "splitmix_tokens": splitmix_tokens, "input_run": input_run}
     missing = set()
     for (name, group, params, items, unit, build), modes, inputs, reps in entries:
         p = {**params, **(inputs or {})}
@@ -1000,13 +1013,12 @@ def run_suite(entries, settings, threads, device, with_authors=True):
             folder, make = found
             try:
                 source = authors.source_of(folder)
-                sides.append((source, lambda p=p, make=make: make(p, device, helpers)))
+                sides.append((source,
+                              lambda p=p, make=make: make(p, device, AUTHORS_HELPERS)))
             except FileNotFoundError as e:
                 if folder not in missing:
                     missing.add(folder)
-                    print(PREFIX + json.dumps({"name": name, "source": folder,
-                                               "error": str(e)}), flush=True)
-                    log(f"pytorch: the authors' modules of {folder} are skipped: {e}")
+                    report_failure(name, folder, f"the authors' modules of {folder}", str(e))
         runs = []
         for source, make in sides:
             label = f"{name} ({source})" if source else name
@@ -1015,11 +1027,7 @@ def run_suite(entries, settings, threads, device, with_authors=True):
                 runs.append((source, label, make()))
             except Exception as e:  # noqa: BLE001 - reported per workload, the others still run
                 failed += 1
-                rec = {"name": name, "error": f"{type(e).__name__}: {e}"}
-                if source:
-                    rec["source"] = source
-                print(PREFIX + json.dumps(rec), flush=True)
-                log(f"pytorch {label}: failed: {type(e).__name__}: {e}")
+                report_failure(name, source, label, f"{type(e).__name__}: {e}")
         for mode in modes:
             mode_settings = settings
             if reps and reps.get(mode):
@@ -1031,11 +1039,7 @@ def run_suite(entries, settings, threads, device, with_authors=True):
                     times = measure(run, mode, mode_settings, sync)
                 except Exception as e:  # noqa: BLE001
                     failed += 1
-                    rec = {"name": name, "error": f"{mode}: {type(e).__name__}: {e}"}
-                    if source:
-                        rec["source"] = source
-                    print(PREFIX + json.dumps(rec), flush=True)
-                    log(f"pytorch {label}: failed: {type(e).__name__}: {e}")
+                    report_failure(name, source, label, f"{mode}: {type(e).__name__}: {e}")
                     runs.remove((source, label, run))
                     continue
                 med = statistics.median(times)
@@ -1126,7 +1130,6 @@ def self_test():
     names = [w[0] for w in suite()]
     assert len(names) == len(set(names)) == 28, len(names)
     # The authors' modules, at small shapes, where their checkouts are present.
-    helpers = {"uniform": uniform, "splitmix_tokens": splitmix_tokens, "input_run": input_run}
     small = {
         "cells/t/on-lstm": {"cell": "on-lstm", "d_input": 6, "d_hidden": 8, "chunk_size": 2,
                             "batch": 3, "length": 5},
@@ -1147,7 +1150,7 @@ def self_test():
         except FileNotFoundError as e:
             log(f"twins.py self-test: authors' {folder} skipped ({e})")
             continue
-        run = build(p, "cpu", helpers)
+        run = build(p, "cpu", AUTHORS_HELPERS)
         assert math.isfinite(run("forward")) and math.isfinite(run("forward+backward")), name
         ran.append(name)
     print(f"twins.py self-test: ok (authors' modules run: {', '.join(ran) or 'none'})")
