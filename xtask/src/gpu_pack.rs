@@ -8,8 +8,10 @@
 //!   most of it Burn's CUDA and CPU backends monomorphised for every model; xz makes it 7–8 MiB);
 //! - `data/propositional_logic/*.xz`: the logic data the gold-tree training run reads (from
 //!   `--logic-data`), compressed the same way;
-//! - `twins.py` and `authors.py`: the bench's PyTorch twins and the adapters of the authors'
-//!   own modules (whose checkouts are not packed: on the GPU machine they are skipped with a note);
+//! - every file of `crates/arbor-bench/pytorch/` (`twins.py`, `authors.py` and the
+//!   `references.json` pins `authors.py` reads at import): the bench's PyTorch twins and the
+//!   adapters of the authors' own modules (whose checkouts are not packed: on the GPU machine
+//!   they are skipped with a note unless `$ARBOR_REFERENCE_DIR` names them);
 //! - `gpu-check`: the launcher, a POSIX shell script that unpacks the pack once into a cache
 //!   folder (`xz`, or Python's `lzma`) and runs `arbor-gpu-check` there;
 //! - `manifest.json`: commit, features, CUDA API version, rustc, every file's packed size, the
@@ -137,13 +139,7 @@ pub fn run(root: &Path, args: &GpuPackArgs) -> Result<serde_json::Value> {
         unpacked += std::fs::metadata(&dest)?.len();
         xz(&dest)?;
     }
-    for script in ["twins.py", "authors.py"] {
-        std::fs::copy(
-            root.join("crates/arbor-bench/pytorch").join(script),
-            out.join(script),
-        )
-        .with_context(|| format!("copying the PyTorch script {script}"))?;
-    }
+    copy_pytorch(&root.join(PYTORCH_DIR), &out)?;
     let launcher = out.join("gpu-check");
     std::fs::write(&launcher, LAUNCHER)?;
     make_executable(&launcher)?;
@@ -189,6 +185,28 @@ pub fn run(root: &Path, args: &GpuPackArgs) -> Result<serde_json::Value> {
 
 /// The launcher script (`gpu-check` in the pack).
 pub const LAUNCHER: &str = include_str!("../assets/gpu-check.sh");
+
+/// The bench's PyTorch side, relative to the workspace root.
+const PYTORCH_DIR: &str = "crates/arbor-bench/pytorch";
+
+/// Copies every regular file of the PyTorch folder (the scripts import and read each other, so
+/// the folder goes whole: packing a list of names once left out `references.json`, and
+/// `twins.py` could not import on the GPU machine). Returns the names copied.
+fn copy_pytorch(from: &Path, out: &Path) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !entry.file_type()?.is_file() || name.starts_with('.') || name.ends_with(".pyc") {
+            continue;
+        }
+        std::fs::copy(entry.path(), out.join(&name))
+            .with_context(|| format!("copying the PyTorch file {}", entry.path().display()))?;
+        names.push(name);
+    }
+    names.sort();
+    Ok(names)
+}
 
 fn make_executable(path: &Path) -> Result<()> {
     #[cfg(unix)]
@@ -322,6 +340,42 @@ mod tests {
         assert_eq!(m["cuda_version"], "13000");
         assert_eq!(m["features"][0], "arbor/cuda");
         check_size(&m).unwrap();
+    }
+
+    #[test]
+    fn the_pytorch_side_is_packed_whole_and_imports_on_its_own() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let names = copy_pytorch(&root.join(PYTORCH_DIR), out.path()).unwrap();
+        for needed in ["authors.py", "references.json", "twins.py"] {
+            assert!(
+                names.iter().any(|n| n == needed),
+                "{needed} not packed: {names:?}"
+            );
+        }
+        // Importing the packed scripts from the pack's folder alone (no workspace around it)
+        // is what the GPU machine does; it needs PyTorch here.
+        let has_torch = Command::new("python3")
+            .args(["-c", "import torch"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !has_torch {
+            eprintln!("import check skipped: no python3 with torch on this machine");
+            return;
+        }
+        let refs = tempfile::tempdir().unwrap();
+        let imported = Command::new("python3")
+            .args(["-c", "import twins, authors; print(sorted(authors.REPOS))"])
+            .current_dir(out.path())
+            .env("PYTHONPATH", out.path())
+            .env("ARBOR_REFERENCE_DIR", refs.path())
+            .output()
+            .unwrap();
+        assert!(
+            imported.status.success(),
+            "the packed twins.py does not import: {}",
+            String::from_utf8_lossy(&imported.stderr)
+        );
     }
 
     #[test]
