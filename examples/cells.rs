@@ -116,6 +116,34 @@ impl BackendJob for RunCell<'_> {
     }
 }
 
+/// Checks every flag before any work, naming the flag and the rule (a zero size or a chunk
+/// that does not divide the width would otherwise panic deep in a kernel).
+fn check(args: &Args, cells: &[CellKind]) -> Result<()> {
+    for (flag, v) in [("--batch", args.batch), ("--len", args.len)] {
+        if v == 0 {
+            anyhow::bail!("{flag} must be at least 1");
+        }
+    }
+    for &kind in cells {
+        RecurrentStackConfig::new(kind, args.d_input, args.d_hidden)
+            .with_chunk_size(args.chunk)
+            .with_n_layers(args.layers)
+            .validate()
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "invalid flags for {kind:?}: {}",
+                    e.named(&[
+                        ("d_input", "--d-input"),
+                        ("d_hidden", "--d-hidden"),
+                        ("chunk_size", "--chunk"),
+                        ("n_layers", "--layers"),
+                    ])
+                )
+            })?;
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let args = Args::parse();
     let cells = if args.cells.is_empty() {
@@ -123,6 +151,7 @@ fn main() -> Result<()> {
     } else {
         args.cells.clone()
     };
+    check(&args, &cells)?;
     let (x, lengths) = inputs(&args);
     let shape = [args.batch, args.len, args.d_input];
     println!(

@@ -401,7 +401,8 @@ pub fn recipe_dir(out: &Path, name: &str, budget_minutes: Option<f64>) -> PathBu
 
 /// The program's arguments for `seed`, writing to `out`: the recipe's flags, then `--seed`,
 /// `--out`, `--device`, the `--test` files, `--max-minutes` for a budget, `--quiet`, and
-/// `--resume` when `out/last.ckpt` exists.
+/// `--resume` when `out/last.ckpt` exists, `--overwrite` when `out` holds a run that died before
+/// writing it.
 pub fn seed_args(recipe: &Recipe, seed: u64, out: &Path, opts: &RunOptions) -> Result<Vec<String>> {
     let skip: &[&str] = if opts.budget_minutes.is_some() {
         &["max-minutes"]
@@ -434,8 +435,19 @@ pub fn seed_args(recipe: &Recipe, seed: u64, out: &Path, opts: &RunOptions) -> R
     }
     if out.join("last.ckpt").is_file() {
         args.push("--resume".to_string());
+    } else if died_before_its_first_checkpoint(out) {
+        // The programs refuse a folder holding a run unless told what to do with it
+        // (arbor_train::outdir); with no checkpoint there is nothing to keep.
+        args.push("--overwrite".to_string());
     }
     Ok(args)
+}
+
+/// Whether `out` holds a run that left no `last.ckpt`: a metrics log with records or a best
+/// checkpoint (the files by which `arbor_train::outdir` tells that a folder holds a run).
+fn died_before_its_first_checkpoint(out: &Path) -> bool {
+    let metrics = std::fs::metadata(out.join("metrics.jsonl")).is_ok_and(|m| m.len() > 0);
+    !out.join("last.ckpt").exists() && (metrics || out.join("best.ckpt").exists())
 }
 
 /// `word` quoted for a POSIX shell where it needs quoting.
@@ -1466,11 +1478,17 @@ source = "Bowman et al. (2015), Table 3"
             tail,
             ["--seed", "1", "--out", &out_s, "--device", "flex", "--quiet"]
         );
+        assert!(!args.iter().any(|a| a == "--resume" || a == "--overwrite"));
+        // A run that died before its first checkpoint starts again, replacing its log.
+        std::fs::write(out.join("metrics.jsonl"), b"{}\n").unwrap();
+        let args = seed_args(&r, 1, &out, &opts()).unwrap();
+        assert_eq!(args.last().unwrap(), "--overwrite");
         assert!(!args.iter().any(|a| a == "--resume"));
         std::fs::write(out.join("last.ckpt"), b"x").unwrap();
         let args = seed_args(&r, 1, &out, &opts()).unwrap();
         assert_eq!(args.last().unwrap(), "--resume");
         assert_eq!(args.iter().filter(|a| *a == "--resume").count(), 1);
+        assert!(!args.iter().any(|a| a == "--overwrite"));
     }
 
     #[test]

@@ -89,20 +89,33 @@ pub struct EngineArgs {
     /// Output directory for checkpoints and the metrics log.
     #[arg(long, default_value = "runs/default")]
     pub out: PathBuf,
-    /// Continue from OUT/last.ckpt.
+    /// Continue the run OUT holds, from OUT/last.ckpt (refused when there is none).
     #[arg(long)]
     pub resume: bool,
     /// With --resume: continue even if the checkpoint was written with other settings (batch,
     /// seed, optimizer, learning-rate schedule…) or other training data; the differences are
     /// printed as a warning.
-    #[arg(long)]
+    #[arg(long, requires = "resume")]
     pub force: bool,
+    /// Replace the run OUT holds: its checkpoints, metrics log, curves and result are deleted
+    /// first. Without it (or --resume), a folder holding a run is refused.
+    #[arg(long, conflicts_with = "resume")]
+    pub overwrite: bool,
     /// No progress bars.
     #[arg(long)]
     pub quiet: bool,
 }
 
 impl EngineArgs {
+    /// Claims OUT for this run ([`arbor_train::outdir`]): refused when another run holds it,
+    /// when it holds a run and neither --resume nor --overwrite was given, or when --resume
+    /// finds no last.ckpt; --overwrite deletes the old run's files. Hold the lock until the
+    /// program's last write there.
+    pub fn claim_out(&self) -> anyhow::Result<arbor_train::RunLock> {
+        let mode = arbor_train::StartMode::from_flags(self.resume, self.overwrite)?;
+        Ok(arbor_train::claim(&self.out, mode)?)
+    }
+
     /// The engine configuration these flags describe, with `optimizer`.
     pub fn train_config(&self, optimizer: OptimizerKind) -> TrainConfig {
         let mut c = TrainConfig::new(&self.out);
@@ -131,6 +144,7 @@ impl EngineArgs {
         c.seed = self.seed;
         c.resume = self.resume;
         c.force_resume = self.force;
+        c.overwrite = self.overwrite;
         c.quiet = self.quiet;
         c
     }
@@ -300,11 +314,18 @@ impl TrainArgs {
 }
 
 /// Checks the engine flags every training program shares before any work: a batch of at
-/// least one example, a finite positive learning rate, finite non-negative weight decay and
-/// clipping, and a positive `--max-minutes`.
+/// least one example, at least one epoch and step, a finite positive learning rate, finite
+/// non-negative weight decay and clipping, a positive `--max-minutes`, a `--min-lr` the
+/// schedule can use, and the temperature annealing.
 pub fn check_engine(e: &EngineArgs) -> anyhow::Result<()> {
     if e.batch_size == 0 {
         anyhow::bail!("--batch-size must be at least 1");
+    }
+    if e.epochs == 0 {
+        anyhow::bail!("--epochs must be at least 1 (a run of no epochs trains nothing)");
+    }
+    if e.max_steps == Some(0) {
+        anyhow::bail!("--max-steps must be at least 1 (a run of no steps trains nothing)");
     }
     if !(e.lr.is_finite() && e.lr > 0.0) {
         anyhow::bail!("--lr {} must be a finite number > 0", e.lr);

@@ -516,6 +516,7 @@ mod tests {
                 examples: 10,
                 evals_since_best: 0,
                 stopped_early: false,
+                run_id: "test-run".into(),
             },
             evals,
             last_checkpoint: "out/last.ckpt".into(),

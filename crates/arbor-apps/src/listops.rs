@@ -151,6 +151,9 @@ pub fn generate(args: &GenerateArgs) -> Result<Vec<String>> {
     generator
         .check()
         .map_err(|e| anyhow::anyhow!("--min-length/--max-length/--max-depth: {e}"))?;
+    if args.train_size == 0 && args.valid_size == 0 && args.test_size == 0 {
+        bail!("--train-size, --valid-size and --test-size are all 0: nothing to generate");
+    }
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let mut seen = HashSet::new();
@@ -377,6 +380,8 @@ impl BackendJob for TrainJob {
     fn run<B: ArborBackend>(self, device: B::Device) -> Result<()> {
         type Ad<B> = Autodiff<B>;
         let a = &self.args.common;
+        // This run's output folder, held until its result is written (arbor_train::outdir).
+        let _lock = a.engine.claim_out()?;
         let vocab = arbor_data::vocab::word_vocab(self.train.iter().map(|e| &e.tokens[..]), false);
         let labels = Labels {
             names: (0..10).map(|d| d.to_string()).collect(),

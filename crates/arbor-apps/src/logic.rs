@@ -304,6 +304,8 @@ impl BackendJob for Job {
         type Ad<B> = Autodiff<B>;
         let Job { args, splits } = self;
         let a = &args.common;
+        // This run's output folder, held until its result is written (arbor_train::outdir).
+        let _lock = a.engine.claim_out()?;
         let input = LogicInput::choose(a.encoder, args.no_brackets);
         let vocab = logic_vocab(&splits.train, input);
         let labels = Labels {
@@ -423,6 +425,14 @@ impl BackendJob for Job {
 /// Runs the program.
 pub fn run(mut args: LogicArgs) -> Result<()> {
     args.common.check()?;
+    if !(args.valid_fraction.is_finite() && args.valid_fraction > 0.0 && args.valid_fraction < 1.0)
+    {
+        anyhow::bail!(
+            "--valid-fraction {} must be a number in (0, 1): the share of the training pairs \
+             held out for validation",
+            args.valid_fraction
+        );
+    }
     args.common.device = resolve(&args.common.device)?.to_string();
     let splits = load_splits(&args)?;
     let device = args.common.device.clone();

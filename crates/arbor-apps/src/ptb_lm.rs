@@ -139,6 +139,14 @@ impl PtbLmArgs {
         if self.bptt == 0 {
             bail!("--bptt must be at least 1");
         }
+        if self.eval_batch_size == 0 {
+            bail!("--eval-batch-size must be at least 1");
+        }
+        for (flag, v) in [("--alpha", self.alpha), ("--beta", self.beta)] {
+            if !(v.is_finite() && v >= 0.0) {
+                bail!("{flag} {v} must be a finite number ≥ 0");
+            }
+        }
         // The vocabulary is not read yet: any size ≥ 1 checks the widths and dropouts.
         self.model_config(1).validate().map_err(|e| {
             anyhow::anyhow!(
@@ -212,6 +220,9 @@ impl Job {
         if let Some(n) = a.valid_tokens {
             valid_ids.truncate(n + 1);
         }
+        // This run's output folder (the data read first, so that a bad path creates nothing),
+        // held until its result is written (arbor_train::outdir).
+        let _lock = a.engine.claim_out()?;
         let config = a.model_config(vocab.len());
         let model: RnnLm<Ad<B>> = config.init(&device);
         let meta = serde_json::json!({
@@ -269,6 +280,15 @@ impl Job {
         let (model, vocab, _, path) = load_trained::<B>(&dir, &device)?;
         let ids = read_token_stream(file, &vocab)?;
         let data = Batchified::new(&ids, a.eval_batch_size, a.bptt);
+        if data.num_targets() == 0 {
+            bail!(
+                "{}: no token to predict ({} tokens; --eval needs at least --eval-batch-size {} \
+                 columns of 2 tokens)",
+                file.display(),
+                ids.len(),
+                a.eval_batch_size
+            );
+        }
         let started = Instant::now();
         let r = evaluate_stream(&model, &data, &device);
         println!(
@@ -288,6 +308,14 @@ impl Job {
         let dir = a.checkpoint.clone().unwrap_or_else(|| a.engine.out.clone());
         let (model, vocab, _, path) = load_trained::<B>(&dir, &device)?;
         let gold = load_gold(file, &parse_prep(), None)?;
+        if gold.sentences.is_empty() {
+            bail!(
+                "{}: no sentence to parse ({} trees, {} without a word after preprocessing)",
+                file.display(),
+                gold.total_trees,
+                gold.dropped_empty
+            );
+        }
         let n_layers = model.stack.layers.len();
         if model
             .stack

@@ -169,6 +169,15 @@ pub enum Prep {
     Reference,
 }
 
+/// A count flag's parser: a whole number of at least 1 (clap names the flag in its error).
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Pieces at which the reference splits a line into sentences.
 pub const REFERENCE_SPLIT_AT: usize = 128;
 
@@ -205,7 +214,7 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = 0)]
     pub max_sentences: usize,
     /// Sentences whose contexts are encoded together.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = at_least_one)]
     pub batch_size: usize,
     /// Backend and device: auto (the first CUDA GPU when built with `cuda` and one answers, else
     /// the default CPU backend), flex, ndarray, cuda, cuda:N.
@@ -240,7 +249,7 @@ pub struct ParseArgs {
     #[arg(long)]
     pub output: Option<PathBuf>,
     /// Sentences per batch.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = at_least_one)]
     pub batch_size: usize,
     /// Backend and device: auto (the first CUDA GPU when built with `cuda` and one answers, else
     /// the default CPU backend), flex, ndarray, cuda, cuda:N.
@@ -279,10 +288,11 @@ impl BackendJob for PretrainJob {
     fn run<B: ArborBackend>(self, device: B::Device) -> Result<()> {
         type Ad<B> = Autodiff<B>;
         let a = &self.args;
-        std::fs::create_dir_all(&a.engine.out)
-            .with_context(|| format!("creating {}", a.engine.out.display()))?;
         let train_text = read_text(&a.train)?;
         let valid_text = read_text(&a.valid)?;
+        // This run's output folder (created by the claim, after the data were read), held
+        // from before the vocabulary is written until the result is (arbor_train::outdir).
+        let _lock = a.engine.claim_out()?;
         // arbor's sentences can train the vocabulary; the reference's need the given one first
         // (`check` requires `--vocab` for them), so they are made after it.
         let arbor_sents =
@@ -464,7 +474,7 @@ impl BackendJob for EvalJob {
         }
         let mut pppl = PseudoPerplexity::default();
         let started = std::time::Instant::now();
-        for (k, chunk) in ids.chunks(a.batch_size.max(1)).enumerate() {
+        for (k, chunk) in ids.chunks(a.batch_size).enumerate() {
             let refs: Vec<&[u32]> = chunk.iter().map(Vec::as_slice).collect();
             for nll in model.pseudo_nll(&refs) {
                 pppl.add_sentence(&nll);
@@ -571,7 +581,7 @@ impl BackendJob for ParseJob {
             None => Box::new(std::io::stdout().lock()),
         };
         let started = std::time::Instant::now();
-        for (k, chunk) in sentences.chunks(a.batch_size.max(1)).enumerate() {
+        for (k, chunk) in sentences.chunks(a.batch_size).enumerate() {
             let mut ids = Vec::new();
             let mut word_of = Vec::new();
             for words in chunk {

@@ -113,6 +113,9 @@ pub struct RunResult {
     pub checkpoint: String,
     /// Why training stopped: `finished`, `max_steps`, `max_minutes` or `early_stopping`.
     pub stopped: String,
+    /// The id of the run that wrote this result (as in its metrics records and checkpoints).
+    #[serde(default)]
+    pub run: String,
     /// Optimizer steps done.
     pub steps: u64,
     /// Epochs completed.
@@ -144,6 +147,7 @@ impl RunResult {
             }
             .into(),
             stopped: outcome.stopped.name().into(),
+            run: outcome.state.run_id.clone(),
             steps: outcome.state.step,
             epochs: outcome.state.epoch,
             train_seconds: outcome.state.elapsed_sec,
@@ -190,7 +194,7 @@ impl RunResult {
 
     /// Where a run writing to `out_dir` puts its result.
     pub fn path(out_dir: &Path) -> PathBuf {
-        out_dir.join("result.json")
+        out_dir.join(arbor_train::outdir::RESULT_FILE)
     }
 
     /// Writes `OUT/result.json` atomically (a temporary file in the same directory, synced,
@@ -227,6 +231,7 @@ mod tests {
             device: "flex".into(),
             checkpoint: "best".into(),
             stopped: "finished".into(),
+            run: "test-run".into(),
             steps: 10,
             epochs: 1,
             train_seconds: 1.5,

@@ -203,6 +203,8 @@ impl BackendJob for TrainJob {
         type Ad<B> = Autodiff<B>;
         let TrainJob { args, splits } = self;
         let a = &args.common;
+        // This run's output folder, held until its result is written (arbor_train::outdir).
+        let _lock = a.engine.claim_out()?;
         let vocab = arbor_data::vocab::word_vocab(
             splits
                 .train

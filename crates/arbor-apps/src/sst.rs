@@ -149,6 +149,8 @@ impl BackendJob for Job {
     fn run<B: ArborBackend>(self, device: B::Device) -> Result<()> {
         type Ad<B> = Autodiff<B>;
         let a = &self.args.common;
+        // This run's output folder, held until its result is written (arbor_train::outdir).
+        let _lock = a.engine.claim_out()?;
         let vocab = arbor_data::vocab::word_vocab(
             self.train.examples.iter().map(|e| &e.tokens[..]),
             LOWERCASE,
@@ -382,7 +384,7 @@ mod tests {
         let plain = crate::common::checkpoint_meta(&out.join("last.ckpt")).unwrap();
         assert!(plain.lowercase && !plain.case_fallback);
         let mut with = flags.to_vec();
-        with.extend(["--case-fallback", "--force"]);
+        with.extend(["--case-fallback", "--overwrite"]);
         run(SstArgs::try_parse_from(with).unwrap()).unwrap();
         let meta = crate::common::checkpoint_meta(&out.join("last.ckpt")).unwrap();
         assert!(meta.lowercase && meta.case_fallback);

@@ -129,6 +129,31 @@ fn classification_programs_check_their_flags() {
             NOWHERE,
         ]))
     });
+    refused(
+        "logic valid fraction",
+        &["--valid-fraction", "(0, 1)"],
+        || {
+            logic::run(logic::LogicArgs::parse_from([
+                "logic",
+                "--valid-fraction",
+                "NaN",
+                "--data-dir",
+                NOWHERE,
+            ]))
+        },
+    );
+    for (flag, value) in [("--epochs", "0"), ("--max-steps", "0")] {
+        refused(flag, &[flag, "at least 1"], || {
+            snli::run(snli::SnliArgs::parse_from([
+                "snli", flag, value, "--train", NOWHERE,
+            ]))
+        });
+    }
+    refused("min-lr above lr", &["--min-lr", "--lr", "plateau"], || {
+        sst::run(sst::SstArgs::parse_from([
+            "sst", "--lr", "0.001", "--min-lr", "1", "--train", NOWHERE,
+        ]))
+    });
     refused("listops clip", &["--clip"], || {
         listops::run(listops::ListOpsArgs::parse_from([
             "listops", "train", "--clip", "NaN", "--train", NOWHERE, "--valid", NOWHERE,
@@ -154,6 +179,24 @@ fn language_model_programs_check_their_flags() {
             ]))
         },
     );
+    refused(
+        "ptb eval batch",
+        &["--eval-batch-size", "at least 1"],
+        || {
+            ptb_lm::run(ptb_lm::PtbLmArgs::parse_from([
+                "ptb_lm",
+                "--eval-batch-size",
+                "0",
+                "--train",
+                NOWHERE,
+            ]))
+        },
+    );
+    refused("ptb alpha", &["--alpha", "finite"], || {
+        ptb_lm::run(ptb_lm::PtbLmArgs::parse_from([
+            "ptb_lm", "--alpha", "NaN", "--train", NOWHERE,
+        ]))
+    });
     refused("ptb dropout", &["--weight-drop"], || {
         ptb_lm::run(ptb_lm::PtbLmArgs::parse_from([
             "ptb_lm",
@@ -173,4 +216,17 @@ fn language_model_programs_check_their_flags() {
             "r2d2", "pretrain", "--dim", "10", "--heads", "4", "--train", NOWHERE,
         ]))
     });
+}
+
+#[test]
+fn r2d2_batch_sizes_are_at_least_one() {
+    use arbor_apps::r2d2::R2d2Args;
+    for sub in ["eval", "parse"] {
+        let e = R2d2Args::try_parse_from(["r2d2", sub, "--batch-size", "0"]).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("--batch-size") && msg.contains("at least 1"),
+            "{sub}: {msg}"
+        );
+    }
 }

@@ -211,3 +211,30 @@ fn max_train_length_keeps_only_short_training_expressions() {
         "{err}"
     );
 }
+
+#[test]
+fn generating_nothing_is_refused_naming_the_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("none");
+    let arbor_apps::listops::Command::Generate(g) = parse(&[
+        "generate",
+        "--out",
+        out.to_str().unwrap(),
+        "--train-size",
+        "0",
+        "--valid-size",
+        "0",
+        "--test-size",
+        "0",
+    ])
+    .command
+    else {
+        panic!("generate parses as Generate");
+    };
+    let e = generate(&g).unwrap_err().to_string();
+    assert!(
+        e.contains("--train-size") && e.contains("nothing to generate"),
+        "{e}"
+    );
+    assert!(!out.exists());
+}

@@ -15,7 +15,10 @@
 //! - robustness: a NaN or infinite loss or gradient stops the run with an error naming the
 //!   step and batch (one read-back per step covers both), `last.ckpt` can also be written on a
 //!   step or time schedule, and a resume is refused when the checkpoint was written with other
-//!   settings or data.
+//!   settings or data;
+//! - one run per output folder ([`outdir`]): a lock refuses a second run, a folder holding a
+//!   run is refused unless the run resumes or overwrites it, every metrics record and
+//!   checkpoint carries the run's id.
 //!
 //! Burn's own `Learner` evaluates once per epoch, does not checkpoint atomically, and cannot
 //! resume in the middle of an epoch or restore the Gumbel noise stream; this engine uses Burn's
@@ -29,6 +32,7 @@ mod clip;
 pub mod device;
 mod engine;
 mod log;
+pub mod outdir;
 
 pub use checkpoint::{CheckpointError, CheckpointFile};
 pub use clip::{
@@ -40,3 +44,4 @@ pub use engine::{
     Task, TauAnneal, TrainConfig, TrainError, TrainOutcome, TrainState, DEFAULT_LOG_EVERY,
 };
 pub use log::{MetricsLog, MetricsRecord};
+pub use outdir::{claim, OutDirError, RunLock, StartMode};

@@ -25,6 +25,10 @@ pub struct MetricsRecord {
     pub examples_per_sec: Option<f64>,
     /// Seconds of training so far (resumed runs include the time before the interruption).
     pub elapsed_sec: f64,
+    /// The id of the run that wrote the record ([`TrainState::run_id`](crate::TrainState)),
+    /// so the records of two runs can never pass for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
     /// Task-specific values (per-group accuracy, perplexity…).
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub extra: serde_json::Map<String, serde_json::Value>,

@@ -281,7 +281,7 @@ fn training_runs(pack: &Path, steps: u64) -> Vec<(&'static str, Vec<String>)> {
             "25",
             "--seed",
             "0",
-            "--force",
+            "--overwrite",
             "--quiet",
         ]
         .iter()

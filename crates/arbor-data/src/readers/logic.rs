@@ -201,23 +201,67 @@ pub struct LogicData {
     pub skipped: usize,
 }
 
-/// Reads every `train<K>` and `test<K>` file of `dir` (K = 0, 1, …, consecutive from 0 until a
-/// number is missing). Fails if there is no `train0`.
+/// Reads every `train<K>` and `test<K>` file of `dir` (K = 0, 1, …). Each series must be
+/// complete: `train0` must exist, and a number missing below the highest present one
+/// (`train3` absent while `train4` is there), or a series entry that is not a regular file (a
+/// directory, a FIFO), is an error naming it, never a silent stop that would train on part of
+/// the data.
 pub fn read_logic_dir(dir: impl AsRef<Path>, opts: ReadOptions) -> Result<LogicData, DataError> {
     let dir = dir.as_ref();
     let mut data = LogicData::default();
-    for (prefix, is_train) in [("train", true), ("test", false)] {
-        for k in 0.. {
+    let no_data = || {
+        DataError::Missing(format!(
+            "no logic data: expected {} (files train0..train6, test0..test6; see \
+             datasets/README.md)",
+            dir.join("train0").display()
+        ))
+    };
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(no_data()),
+        Err(source) => {
+            return Err(DataError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })
+        }
+    };
+    // The highest K of each series present in the folder (any kind of entry).
+    let mut highest: [Option<usize>; 2] = [None, None];
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        for (i, prefix) in ["train", "test"].into_iter().enumerate() {
+            let number = name
+                .strip_prefix(prefix)
+                .filter(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|k| k.parse::<usize>().ok());
+            if let Some(k) = number {
+                highest[i] = Some(highest[i].map_or(k, |h| h.max(k)));
+            }
+        }
+    }
+    for (i, (prefix, is_train)) in [("train", true), ("test", false)].into_iter().enumerate() {
+        let Some(last) = highest[i] else {
+            if is_train {
+                return Err(no_data());
+            }
+            continue;
+        };
+        for k in 0..=last {
             let path = dir.join(format!("{prefix}{k}"));
             if !path.is_file() {
-                if k == 0 && is_train {
-                    return Err(DataError::Missing(format!(
-                        "no logic data: expected {} (files train0..train6, test0..test6; see \
-                         datasets/README.md)",
-                        path.display()
-                    )));
-                }
-                break;
+                let what = if path.exists() {
+                    "is not a regular file"
+                } else {
+                    "is missing"
+                };
+                return Err(DataError::Missing(format!(
+                    "{} {what}, but the series goes on to {prefix}{last}: the logic files \
+                     {prefix}0..{prefix}{last} must all be there (reading on would silently \
+                     leave some out)",
+                    path.display()
+                )));
             }
             let loaded = read_logic(&path, opts)?;
             data.skipped += loaded.skipped;
@@ -251,6 +295,33 @@ pub fn train_valid_split<T>(mut items: Vec<T>, valid_fraction: f64, seed: u64) -
 mod tests {
     use super::*;
     use crate::tree::transitions_to_string;
+
+    #[test]
+    fn a_gap_or_a_non_file_in_a_series_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["train0", "train1", "train3", "test0"] {
+            std::fs::write(dir.path().join(name), "=\ta\ta\n").unwrap();
+        }
+        let e = read_logic_dir(dir.path(), ReadOptions::strict())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("train2 is missing") && e.contains("train0..train3"),
+            "{e}"
+        );
+        std::fs::create_dir(dir.path().join("train2")).unwrap();
+        let e = read_logic_dir(dir.path(), ReadOptions::strict())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("train2 is not a regular file"), "{e}");
+        std::fs::remove_dir(dir.path().join("train2")).unwrap();
+        std::fs::write(dir.path().join("train2"), "#\ta\tb\n").unwrap();
+        // Names that only start like the series are not part of it.
+        std::fs::write(dir.path().join("train_notes"), "x").unwrap();
+        std::fs::write(dir.path().join("test0.bak"), "x").unwrap();
+        let d = read_logic_dir(dir.path(), ReadOptions::strict()).unwrap();
+        assert_eq!((d.train.len(), d.test.len(), d.files.len()), (4, 1, 5));
+    }
 
     #[test]
     fn parses_lines() {
@@ -323,7 +394,6 @@ mod tests {
         std::fs::write(dir.path().join("train0"), "=\ta\ta\n<\ta\t( a ( or b ) )\n").unwrap();
         std::fs::write(dir.path().join("train1"), "^\ta\t( not a )\n").unwrap();
         std::fs::write(dir.path().join("test0"), "=\tb\tb\n").unwrap();
-        std::fs::write(dir.path().join("train3"), "bad\n").unwrap(); // not consecutive: ignored
         let d = read_logic_dir(dir.path(), ReadOptions::strict()).unwrap();
         assert_eq!((d.train.len(), d.test.len(), d.files.len()), (3, 1, 3));
         assert_eq!(d.train[1].operators, 1);

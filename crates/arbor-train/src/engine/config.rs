@@ -133,7 +133,7 @@ pub struct TrainConfig {
     pub checkpoint_every: Option<CheckpointEvery>,
     /// Where checkpoints and the metrics log go.
     pub out_dir: PathBuf,
-    /// Continue from `out_dir/last.ckpt` when it exists.
+    /// Continue from `out_dir/last.ckpt` (which must exist: see [`crate::outdir`]).
     pub resume: bool,
     /// Resume even when the checkpoint was saved with settings that change the run (batch,
     /// seed, optimizer, learning-rate schedule…) or with different data: the differences are
@@ -142,6 +142,11 @@ pub struct TrainConfig {
     /// [`TrainError::ResumeMismatch`]: crate::TrainError::ResumeMismatch
     #[serde(default)]
     pub force_resume: bool,
+    /// Replace the run `out_dir` holds (its checkpoints, metrics log, curves and result are
+    /// deleted first) instead of refusing to start there; contradicts `resume`. See
+    /// [`crate::outdir`].
+    #[serde(default)]
+    pub overwrite: bool,
     /// No progress bars (logs and the summary are still written).
     pub quiet: bool,
 }
@@ -175,6 +180,7 @@ impl TrainConfig {
             out_dir: out_dir.into(),
             resume: false,
             force_resume: false,
+            overwrite: false,
             quiet: false,
         }
     }

@@ -114,6 +114,7 @@ impl Window {
             lr,
             examples_per_sec: Some(self.examples as f64 / secs),
             elapsed_sec: state.elapsed_sec,
+            run: Some(state.run_id.clone()),
             extra,
         }
     }

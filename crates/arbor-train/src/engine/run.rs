@@ -50,6 +50,7 @@ use super::task::{EvalReport, StepContext, Task};
 use crate::checkpoint::{CheckpointError, CheckpointFile};
 use crate::clip::{clip_on_device, grad_norm_on_device};
 use crate::log::{MetricsLog, MetricsRecord};
+use crate::outdir::{self, new_run_id, OutDirError, StartMode};
 
 /// Where training stands; stored in every checkpoint.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -79,6 +80,11 @@ pub struct TrainState {
     /// Whether early stopping ended the run (a resumed run then does nothing more).
     #[serde(default)]
     pub stopped_early: bool,
+    /// The run's id ([`new_run_id`](crate::outdir::new_run_id)), kept across resumes and
+    /// written into every metrics record and checkpoint (empty in checkpoints from before ids:
+    /// such a run gets a new one when it resumes).
+    #[serde(default)]
+    pub run_id: String,
 }
 
 /// Why training stopped early.
@@ -147,6 +153,10 @@ pub enum TrainError {
     /// impossible settings).
     #[error("invalid training configuration: {0}")]
     Config(String),
+    /// The output folder is another run's, holds a run this one would mix with, or holds
+    /// nothing to resume (see [`crate::outdir`]).
+    #[error(transparent)]
+    OutDir(#[from] OutDirError),
 }
 
 /// Which value of a training step was NaN or infinite (see [`TrainError::NonFinite`]).
@@ -218,15 +228,41 @@ fn model_bytes<B: Backend, M: Module<B>>(model: &M) -> Vec<u8> {
 
 /// Runs `decode`, Burn's decoding of a record, turning a panic into an error: Burn panics on
 /// some malformed records (an invalid parameter id, for one), which a checkpoint with a valid
-/// checksum can still hold when it was written by other code or altered on purpose.
+/// checksum can still hold when it was written by other code or altered on purpose, and its
+/// derived enum modules panic on a record of another variant (a Gumbel run resumed with
+/// `--encoder lstm`). The panic's message becomes the error's, and is not also printed by the
+/// panic hook: see [`quiet_panics`].
 fn decode_record<R>(decode: impl FnOnce() -> Result<R, String>) -> Result<R, String> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode)).unwrap_or_else(|payload| {
-        let why = payload
+    quiet_panics(decode).unwrap_or_else(|why| Err(format!("malformed record: {why}")))
+}
+
+thread_local! {
+    /// Whether a panic on this thread is being caught as an error (not printed).
+    static CATCHING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f`, catching a panic on this thread as `Err(its message)` without the panic hook
+/// printing it: a hook installed once passes every other panic (other threads, or this one
+/// outside `f`) on to the hook that was there before it.
+fn quiet_panics<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !CATCHING.with(std::cell::Cell::get) {
+                previous(info);
+            }
+        }));
+    });
+    let was = CATCHING.with(|c| c.replace(true));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    CATCHING.with(|c| c.set(was));
+    result.map_err(|payload| {
+        payload
             .downcast_ref::<&str>()
             .map(|s| s.to_string())
             .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "the decoder panicked".into());
-        Err(format!("malformed record: {why}"))
+            .unwrap_or_else(|| "the decoder panicked".into())
     })
 }
 
@@ -324,6 +360,12 @@ where
     T: Task<B>,
 {
     validate(config).map_err(TrainError::Config)?;
+    // Held until training and its curves are done; a program that wrote into the folder
+    // before (and claimed it then) keeps holding it after.
+    let _lock = outdir::claim(
+        &config.out_dir,
+        StartMode::from_flags(config.resume, config.overwrite)?,
+    )?;
     let lengths = task.train_lengths();
     if lengths.is_empty() {
         return Err(TrainError::NoData);
@@ -440,9 +482,10 @@ fn start<B: AutodiffBackend, M: AutodiffModule<B>>(
         examples: 0,
         evals_since_best: 0,
         stopped_early: false,
+        run_id: new_run_id(),
     };
     let last_path = config.last_checkpoint();
-    if config.resume && last_path.exists() {
+    if config.resume {
         let file = CheckpointFile::load(&last_path)?;
         let check = resume::compare(&file.meta, config, fingerprint);
         for w in &check.warnings {
@@ -472,12 +515,16 @@ fn start<B: AutodiffBackend, M: AutodiffModule<B>>(
             Ok((model, optim))
         })
         .map_err(rec_err)?;
+        let run_id = std::mem::take(&mut state.run_id);
         state = serde_json::from_value(file.meta["state"].clone()).map_err(|e| {
             CheckpointError::Metadata {
                 path: last_path.clone(),
                 message: e.to_string(),
             }
         })?;
+        if state.run_id.is_empty() {
+            state.run_id = run_id;
+        }
         log.truncate_after(state.step)
             .map_err(log_error(log.path()))?;
         if !config.quiet {
@@ -489,8 +536,6 @@ fn start<B: AutodiffBackend, M: AutodiffModule<B>>(
                 state.batch_in_epoch
             );
         }
-    } else if config.resume && !config.quiet {
-        eprintln!("no checkpoint at {}; starting fresh", last_path.display());
     }
     Ok(Training {
         model,
@@ -873,6 +918,7 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
                 lr: state.lr,
                 examples_per_sec: None,
                 elapsed_sec: state.elapsed_sec,
+                run: Some(state.run_id.clone()),
                 extra,
             })
             .map_err(log_error(self.log.path()))?;
@@ -971,13 +1017,55 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
             }
             print_summary(&t.state, &t.evals, self.config);
         }
+        // Only a best checkpoint this run wrote (the folder's claim removed or refused any
+        // other run's).
+        let best_checkpoint = (t.state.best_step.is_some() && self.best_path.exists())
+            .then(|| self.best_path.clone());
         Ok(TrainOutcome {
             model: t.model,
             state: t.state,
             evals: t.evals,
             last_checkpoint: self.last_path.clone(),
-            best_checkpoint: self.best_path.exists().then_some(self.best_path.clone()),
+            best_checkpoint,
             stopped,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The child half of the test below: a caught decoding panic, in a process of its own so
+    /// that its stderr can be read.
+    #[test]
+    fn quiet_panics_child() {
+        if std::env::var_os("ARBOR_QUIET_PANICS_CHILD").is_none() {
+            return;
+        }
+        let e = decode_record::<()>(|| panic!("record of another variant")).unwrap_err();
+        eprintln!("error: {e}");
+    }
+
+    #[test]
+    fn a_caught_decoding_panic_is_an_error_and_prints_nothing_else() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "engine::run::tests::quiet_panics_child",
+                "--nocapture",
+            ])
+            .env("ARBOR_QUIET_PANICS_CHILD", "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("error: malformed record: record of another variant"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("panicked at"), "{stderr}");
+        // Outside a decode, panics still reach the previous hook.
+        assert!(quiet_panics(|| 1).is_ok());
+        assert!(!CATCHING.with(std::cell::Cell::get));
     }
 }

@@ -130,6 +130,12 @@ impl LrSchedule {
                 }
                 Ok(())
             }
+            // The plateau decay multiplies towards `min_lr` and stops there: a floor above the
+            // starting rate would make the first decay raise the rate (0.001 to 1.0 once).
+            LrSchedule::Plateau if min_lr > lr || min_lr.is_nan() => Err(format!(
+                "the plateau schedule decays towards the minimum learning rate, which must not \
+                 exceed the learning rate: got minimum {min_lr} above {lr}"
+            )),
             LrSchedule::Plateau | LrSchedule::Constant => Ok(()),
         }
     }
