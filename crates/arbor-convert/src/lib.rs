@@ -20,6 +20,7 @@
 mod error;
 pub mod gumbel;
 mod model;
+pub mod pickle_guard;
 pub mod r2d2;
 mod rnn_lm;
 mod safetensors;
@@ -32,6 +33,7 @@ pub use error::ConvertError;
 pub use model::{
     imported_meta, model_parameters, record_bytes, save_checkpoint, CheckpointModel, Imported,
 };
+pub use pickle_guard::PickleLimits;
 pub use rnn_lm::{
     import_rnn_lm, RnnLmFlavour, RnnLmImport, ABSENT_TOKEN_LOGIT, MAX_FULL_SOFTMAX_VOCAB,
     REFERENCE_WEIGHT_DROP,

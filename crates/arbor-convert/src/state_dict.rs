@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::{DType, TensorData};
 
+use crate::pickle_guard::{check_pytorch_file, PickleLimits};
 use crate::ConvertError;
 
 /// A dense `f32` array, row-major: what one state-dict tensor becomes on the host, and what the
@@ -215,15 +216,26 @@ impl StateDict {
     /// wrapper key (`state_dict.`, `model.`, `module.`, ...) is stripped.
     ///
     /// # Errors
-    /// When the file cannot be read or holds no tensors.
+    /// When the file cannot be read or holds no tensors, or its pickle passes the default
+    /// [`PickleLimits`] (see [`StateDict::read_with`]).
     pub fn read(path: &Path) -> Result<Self, ConvertError> {
+        Self::read_with(path, &PickleLimits::default())
+    }
+
+    /// [`StateDict::read`] with other bounds on an untrusted pickle: before Burn's reader
+    /// builds anything, the pickle program is walked without building objects and refused when
+    /// it would pass `limits` ([`crate::pickle_guard`]).
+    ///
+    /// # Errors
+    /// As [`StateDict::read`].
+    pub fn read_with(path: &Path, limits: &PickleLimits) -> Result<Self, ConvertError> {
         let is_safetensors = path
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"));
         let tensors = if is_safetensors {
             read_safetensors(path)?
         } else {
-            read_pytorch(path)?
+            read_pytorch(path, limits)?
         };
         if tensors.is_empty() {
             return Err(ConvertError::file(path, "holds no tensors"));
@@ -372,10 +384,14 @@ impl StateDict {
     }
 }
 
-fn read_pytorch(path: &Path) -> Result<BTreeMap<String, Array>, ConvertError> {
+fn read_pytorch(
+    path: &Path,
+    limits: &PickleLimits,
+) -> Result<BTreeMap<String, Array>, ConvertError> {
     if !path.exists() {
         return Err(ConvertError::file(path, "no such file"));
     }
+    check_pytorch_file(path, limits)?;
     let reader = burn_store::pytorch::PytorchReader::new(path).map_err(|e| {
         ConvertError::file(
             path,

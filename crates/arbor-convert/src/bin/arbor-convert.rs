@@ -8,6 +8,7 @@ use arbor_convert::gumbel::{
     import_gumbel_snli, import_gumbel_sst, with_reference_specials, GumbelImport, QueryScale,
 };
 use arbor_convert::r2d2::{import_r2d2, R2d2Import};
+use arbor_convert::PickleLimits;
 use arbor_convert::{
     export_safetensors, import_rnn_lm, import_safetensors, import_spinn, model_state_dict,
     CheckpointModel, ReferenceVocab, RnnLmFlavour, RnnLmImport, SpinnImport, StateDict,
@@ -38,6 +39,32 @@ struct ImportFiles {
     /// The arbor checkpoint to write.
     #[arg(long)]
     out: PathBuf,
+    #[command(flatten)]
+    limits: LimitArgs,
+}
+
+/// Bounds on reading an untrusted PyTorch pickle (arbor_convert::pickle_guard).
+#[derive(clap::Args, Debug)]
+struct LimitArgs {
+    /// Largest pickle program read (`data.pkl`, or a legacy file's pickles), MiB.
+    #[arg(long, default_value_t = PickleLimits::default().max_pickle_bytes >> 20)]
+    max_pickle_mib: u64,
+    /// Most memory the pickle's objects may take in the reader, MiB.
+    #[arg(long, default_value_t = PickleLimits::default().max_object_bytes >> 20)]
+    max_object_mib: u64,
+    /// Deepest nesting of containers in the pickle.
+    #[arg(long, default_value_t = PickleLimits::default().max_depth)]
+    max_depth: u32,
+}
+
+impl LimitArgs {
+    fn limits(&self) -> PickleLimits {
+        PickleLimits {
+            max_pickle_bytes: self.max_pickle_mib.saturating_mul(1 << 20),
+            max_object_bytes: self.max_object_mib.saturating_mul(1 << 20),
+            max_depth: self.max_depth,
+        }
+    }
 }
 
 /// The reference models `import` reads, one subcommand each.
@@ -226,6 +253,8 @@ enum Command {
     Inspect {
         /// The file: `.pt`/`.pth`/`.bin`, `.safetensors` or an arbor `.ckpt`.
         file: PathBuf,
+        #[command(flatten)]
+        limits: LimitArgs,
     },
     /// Writes an arbor checkpoint as `DIR/model.safetensors` plus `DIR/config.json`.
     Export {
@@ -256,7 +285,7 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Import { family } => import(family),
-        Command::Inspect { file } => inspect(&file),
+        Command::Inspect { file, limits } => inspect(&file, &limits.limits()),
         Command::Export { checkpoint, out } => {
             let e = export_safetensors(&checkpoint, &out)?;
             println!(
@@ -320,7 +349,7 @@ fn import_gumbel(a: GumbelArgs) -> Result<()> {
         },
         lowercase: a.lower,
     };
-    let sd = StateDict::read(&a.files.state_dict)?;
+    let sd = StateDict::read_with(&a.files.state_dict, &a.files.limits.limits())?;
     let device = Default::default();
     let task = match a.task {
         GumbelTask::Snli => {
@@ -380,7 +409,7 @@ fn import_r2d2_model(a: R2d2Args) -> Result<()> {
         tau: a.tau,
         tree_rule: a.tree_rule,
     };
-    let sd = StateDict::read(&a.files.state_dict)?;
+    let sd = StateDict::read_with(&a.files.state_dict, &a.files.limits.limits())?;
     let imported = import_r2d2::<Flex>(sd, &opts, &Default::default())?;
     imported.save::<Flex>(&a.files.out)?;
     let model = &imported.meta["task"]["model"];
@@ -429,7 +458,7 @@ fn import_lm(flavour: RnnLmFlavour, args: RnnLmArgs) -> Result<()> {
         vocab,
         eos_token: args.eos_token,
     };
-    let sd = StateDict::read(&args.files.state_dict)?;
+    let sd = StateDict::read_with(&args.files.state_dict, &args.files.limits.limits())?;
     let device = Default::default();
     let imported = import_rnn_lm::<Flex>(sd, &opts, &device)?;
     imported.save::<Flex>(&args.files.out)?;
@@ -456,7 +485,10 @@ fn import_lm(flavour: RnnLmFlavour, args: RnnLmArgs) -> Result<()> {
 }
 
 fn import_spinn_files(args: SpinnArgs) -> Result<()> {
-    let sd = model_state_dict(StateDict::read(&args.files.state_dict)?);
+    let sd = model_state_dict(StateDict::read_with(
+        &args.files.state_dict,
+        &args.files.limits.limits(),
+    )?);
     let vocab = args
         .files
         .vocab
@@ -502,7 +534,7 @@ fn import_spinn_files(args: SpinnArgs) -> Result<()> {
     Ok(())
 }
 
-fn inspect(file: &std::path::Path) -> Result<()> {
+fn inspect(file: &std::path::Path, limits: &PickleLimits) -> Result<()> {
     let is_ckpt = file.extension().is_some_and(|e| e == "ckpt");
     if is_ckpt {
         let ckpt = arbor_train::CheckpointFile::load(file)?;
@@ -516,7 +548,7 @@ fn inspect(file: &std::path::Path) -> Result<()> {
         }
         return Ok(());
     }
-    let sd = StateDict::read(file)?;
+    let sd = StateDict::read_with(file, limits)?;
     for (key, shape) in sd.entries() {
         println!("{key}\t{shape:?}");
     }
