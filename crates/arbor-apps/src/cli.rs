@@ -254,6 +254,20 @@ impl TrainArgs {
         if self.layers == 0 {
             anyhow::bail!("--layers must be at least 1");
         }
+        let stacks_layers = match EncoderConfig::of_kind(self.encoder, self.dim, self.dim) {
+            EncoderConfig::Recurrent(_)
+            | EncoderConfig::R2d2(_)
+            | EncoderConfig::Transformer(_) => true,
+            EncoderConfig::Gumbel(_) | EncoderConfig::Spinn(_) => false,
+        };
+        if self.layers > 1 && !stacks_layers {
+            anyhow::bail!(
+                "--layers {}: the {} encoder has no stacked layers (--layers applies to the LSTM \
+                 family, the Transformers and R2D2)",
+                self.layers,
+                self.encoder
+            );
+        }
         if self.heads > 0 && !self.dim.is_multiple_of(self.heads) {
             anyhow::bail!(
                 "--heads {} must divide --dim {} (the width of each head is dim / heads)",

@@ -139,10 +139,27 @@ pub fn print_parse<B: ArborBackend>(
 
 /// Prints trees for people: bracketed and as an indented drawing.
 pub fn print_tree(title: &str, tree: &BinaryTree, words: &[String]) {
-    println!("{title}: {}", tree.to_bracketed(words));
-    for line in tree.to_ascii(words).lines() {
+    // Words come from the user's input: control characters (ESC, BEL, a terminal's set-title
+    // sequence) are printed escaped, never sent to the terminal.
+    let words: Vec<String> = words.iter().map(|w| printable(w)).collect();
+    println!("{title}: {}", tree.to_bracketed(&words));
+    for line in tree.to_ascii(&words).lines() {
         println!("    {line}");
     }
+}
+
+/// `text` with every control character written as an escape (`\u{1b}`, `\n`), the rest as is.
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
 }
 
 /// How a program turns words into vocabulary ids: its own convention when training, the
@@ -477,6 +494,15 @@ pub fn checkpoint_meta(path: &Path) -> Result<arbor_tasks::ModelMeta> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_are_printed_escaped() {
+        assert_eq!(
+            printable("a\u{1b}]0;pwned\u{7}b"),
+            "a\\u{1b}]0;pwned\\u{7}b"
+        );
+        assert_eq!(printable("naïve word"), "naïve word");
+    }
 
     #[test]
     fn word_lookup_lowercases_or_falls_back_by_case() {

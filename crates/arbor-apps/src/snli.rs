@@ -48,10 +48,10 @@ pub struct SnliArgs {
     #[arg(long)]
     pub test: Option<PathBuf>,
     /// Hold out the last N training pairs as the validation split (when no --valid is given).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "valid")]
     pub holdout: Option<usize>,
     /// Only evaluate a trained model (see --checkpoint).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "parse")]
     pub eval_only: bool,
     /// Checkpoint file or run directory to load (default: --out).
     #[arg(long)]

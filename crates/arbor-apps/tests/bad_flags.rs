@@ -219,6 +219,32 @@ fn language_model_programs_check_their_flags() {
 }
 
 #[test]
+fn flags_that_contradict_or_do_not_apply_are_refused() {
+    use arbor_apps::snli::{self, SnliArgs};
+    for (a, b) in [("--holdout=5", "--valid=x"), ("--eval-only", "--parse=a b")] {
+        let e = SnliArgs::try_parse_from(["snli", a, b])
+            .unwrap_err()
+            .to_string();
+        let flag = b.split('=').next().unwrap();
+        assert!(
+            e.contains("cannot be used with") && e.contains(flag),
+            "{a} {b}: {e}"
+        );
+    }
+    refused("gumbel layers", &["--layers", "no stacked layers"], || {
+        snli::run(SnliArgs::parse_from([
+            "snli",
+            "--encoder",
+            "gumbel",
+            "--layers",
+            "2",
+            "--train",
+            NOWHERE,
+        ]))
+    });
+}
+
+#[test]
 fn r2d2_batch_sizes_are_at_least_one() {
     use arbor_apps::r2d2::R2d2Args;
     for sub in ["eval", "parse"] {
