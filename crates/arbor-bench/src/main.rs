@@ -74,6 +74,16 @@ struct Args {
     worker: Option<String>,
 }
 
+/// Checks, before anything is measured, that the report can be written into `out` (created if
+/// needed): a bench of minutes must not fail at its last step.
+fn check_out(out: &std::path::Path) -> Result<()> {
+    let probe = out.join(".arbor-bench-write-probe");
+    std::fs::create_dir_all(out)
+        .and_then(|()| std::fs::write(&probe, b""))
+        .and_then(|()| std::fs::remove_file(&probe))
+        .with_context(|| format!("--out {}: cannot write the report there", out.display()))
+}
+
 /// Warm-up runs on CUDA. Measured on an H100 (docs/gpu.md): with none, Gumbel Tree-LSTM d300's
 /// timed run took 3.1 s (NVRTC compiles and CubeCL's autotune still running); after 3, 114 ms.
 const CUDA_WARMUP: usize = 3;
@@ -316,6 +326,9 @@ fn host_probe<B: ArborBackend>(device: B::Device) -> Probe {
 
 fn main() -> Result<()> {
     let mut args = Args::parse();
+    if args.worker.is_none() {
+        check_out(&args.out)?;
+    }
     // `auto` becomes the device it picked, so the header, the workers and bench.json name it.
     let spec: DeviceSpec = arbor_train::device::resolve(&args.device)?;
     args.device = spec.to_string();

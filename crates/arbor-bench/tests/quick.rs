@@ -123,6 +123,34 @@ fn an_unknown_filter_is_an_error() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no workload matches"));
 }
 
+#[test]
+fn an_unwritable_out_is_refused_before_measuring() {
+    let dir = tempfile::tempdir().unwrap();
+    // A file where the folder should be: nothing can be written under it.
+    let blocked = dir.path().join("file");
+    std::fs::write(&blocked, "x").unwrap();
+    let started = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_arbor-bench"))
+        .args([
+            "--quick",
+            "--filter",
+            "gumbel/length/d100-affine-n8",
+            "--out",
+        ])
+        .arg(blocked.join("report"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--out") && stderr.contains("cannot write"),
+        "{stderr}"
+    );
+    // Nothing was measured: no workload's line.
+    assert!(!stderr.contains("d100-affine-n8:"), "{stderr}");
+    assert!(started.elapsed().as_secs() < 30);
+}
+
 /// `--versus pytorch` on the same two workloads: when `import torch` works, every record gains a
 /// finite PyTorch time and ratio, and the table its two columns; otherwise the comparison is
 /// skipped with a reason and the arbor results are still written. The authors' Gumbel

@@ -70,6 +70,17 @@ pub enum RecordError {
     /// A number that does not parse (embedding files).
     #[error("invalid number {0:?}")]
     Number(String),
+    /// A line longer than any record of the formats arbor reads (see
+    /// [`MAX_LINE_BYTES`](crate::MAX_LINE_BYTES)): refused before it is held in memory
+    /// whole or handed to a model whose cost grows with its length.
+    #[error(
+        "line longer than {limit} bytes: no record of this format is that long (a corrupt or \
+         hostile file?)"
+    )]
+    LineTooLong {
+        /// The limit.
+        limit: usize,
+    },
     /// Anything else, described in words.
     #[error("{0}")]
     Other(String),

@@ -30,4 +30,5 @@ pub mod vocab;
 pub mod wordpiece;
 
 pub use error::{DataError, Loaded, ReadOptions, RecordError, TreeError};
+pub use io::MAX_LINE_BYTES;
 pub use tree::{BinaryTree, Span, Transition, Tree};

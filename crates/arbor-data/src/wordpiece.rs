@@ -109,7 +109,12 @@ impl WordPieceTokenizer {
         let model = WordPiece::from_file(p)
             .unk_token(WP_UNK.into())
             .build()
-            .map_err(tk_err)?;
+            .map_err(|e| {
+                DataError::Invalid(format!(
+                    "{}: not a WordPiece vocabulary (one piece per line, UTF-8): {e}",
+                    path.display()
+                ))
+            })?;
         Ok(Self::from_model(model, lowercase))
     }
 
@@ -331,6 +336,16 @@ mod tests {
         save_vocab_txt(&pieces, &p).unwrap();
         let t = WordPieceTokenizer::from_vocab_file(&p, true).unwrap();
         assert_eq!(t.encode("the cat").unwrap().pieces, ["the", "cat"]);
+        let garbage = dir.path().join("garbage.bin");
+        std::fs::write(&garbage, [0xffu8, 0xfe, 0x00, 0x80, b'\n', 0xc3]).unwrap();
+        let e = WordPieceTokenizer::from_vocab_file(&garbage, true)
+            .err()
+            .expect("a binary file is not a vocabulary")
+            .to_string();
+        assert!(
+            e.contains("garbage.bin") && e.contains("not a WordPiece vocabulary"),
+            "{e}"
+        );
         let missing = WordPieceTokenizer::from_vocab_file(dir.path().join("nope.txt"), true);
         assert!(missing.unwrap_err().to_string().contains("nope.txt"));
     }
