@@ -338,10 +338,10 @@ mod tests {
         assert_eq!(t.encode("the cat").unwrap().pieces, ["the", "cat"]);
         let garbage = dir.path().join("garbage.bin");
         std::fs::write(&garbage, [0xffu8, 0xfe, 0x00, 0x80, b'\n', 0xc3]).unwrap();
-        let e = WordPieceTokenizer::from_vocab_file(&garbage, true)
-            .err()
-            .expect("a binary file is not a vocabulary")
-            .to_string();
+        let Err(e) = WordPieceTokenizer::from_vocab_file(&garbage, true) else {
+            panic!("a binary file is not a vocabulary");
+        };
+        let e = e.to_string();
         assert!(
             e.contains("garbage.bin") && e.contains("not a WordPiece vocabulary"),
             "{e}"
