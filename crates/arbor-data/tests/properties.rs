@@ -1,7 +1,7 @@
 //! Property tests: trees round-trip through brackets and transitions; every reader returns
 //! `Ok` or `Err` on arbitrary bytes, never panics.
 
-use arbor_data::readers::{lm, logic, snli, sst, treebank};
+use arbor_data::readers::{listops, lm, logic, snli, sst, treebank};
 use arbor_data::tree::{
     validate_transitions, Binarization, BinaryTree, BracketStyle, PieceBranching, Tree,
 };
@@ -102,6 +102,9 @@ proptest! {
             let _ = logic::parse_logic(&bytes[..], "f", opts);
             let _ = lm::parse_lm(&bytes[..], "f", opts);
             let _ = treebank::parse_treebank(&bytes[..], "f", BracketStyle::Auto, opts);
+            for check_labels in [false, true] {
+                let _ = listops::parse_listops(&bytes[..], "f", opts, check_labels);
+            }
         }
         let v = Vocab::build(["a", "b"], &VocabConfig::default());
         let _ = parse_text_vectors(&bytes[..], "f", &v, 0.1, 0);
@@ -118,5 +121,14 @@ proptest! {
         let l = logic::parse_logic(b, "f", o).unwrap();
         prop_assert_eq!(l.len() + l.skipped + l.filtered, text.lines().count());
         let _ = treebank::parse_treebank(b, "f", BracketStyle::Auto, o);
+        let _ = listops::parse_listops(b, "f", o, true);
+    }
+
+    #[test]
+    fn listops_garbage_never_panics(lines in prop::collection::vec("([0-9]\t|\\[MAX |\\[MIN |\\[MED |\\[SM |\\] |[0-9] |\\( |\\) ){0,24}", 0..6)) {
+        let text = lines.join("\n");
+        for check_labels in [false, true] {
+            let _ = listops::parse_listops(text.as_bytes(), "f", ReadOptions::lenient(), check_labels);
+        }
     }
 }
