@@ -254,6 +254,9 @@ impl TrainArgs {
         if self.layers == 0 {
             anyhow::bail!("--layers must be at least 1");
         }
+        // Every encoder has at least one dim × dim and one dim × embed-dim weight matrix.
+        let (d, e) = (self.dim as f64, self.embed_dim.unwrap_or(self.dim) as f64);
+        check_weights_fit("--dim/--embed-dim", d * d + d * e, &self.device)?;
         let stacks_layers = match EncoderConfig::of_kind(self.encoder, self.dim, self.dim) {
             EncoderConfig::Recurrent(_)
             | EncoderConfig::R2d2(_)
@@ -325,6 +328,31 @@ impl TrainArgs {
             },
         }
     }
+}
+
+/// Refuses sizes whose weights alone cannot fit before anything is allocated (an allocation
+/// that fails aborts the process instead of returning an error): `floats` is a lower bound on
+/// the model's parameter count, `flags` names the flags it grows with. Training keeps four
+/// copies (weights, gradients, Adam's two moments) of 4-byte floats. Devices that do not report
+/// their free memory (CUDA on Burn 0.21) are not checked.
+pub fn check_weights_fit(flags: &str, floats: f64, device: &str) -> anyhow::Result<()> {
+    let Ok(spec) = arbor_train::device::resolve(device) else {
+        return Ok(());
+    };
+    let Some(available) = spec.available_memory() else {
+        return Ok(());
+    };
+    let need = 16.0 * floats;
+    if need > available as f64 {
+        let gib = |b: f64| b / (1u64 << 30) as f64;
+        anyhow::bail!(
+            "{flags}: the weights alone, with their gradients and the optimizer's moments, would \
+             take at least {:.1} GiB, and {:.1} GiB of memory is available",
+            gib(need),
+            gib(available as f64)
+        );
+    }
+    Ok(())
 }
 
 /// Checks the engine flags every training program shares before any work: a batch of at

@@ -154,6 +154,21 @@ pub fn generate(args: &GenerateArgs) -> Result<Vec<String>> {
     if args.train_size == 0 && args.valid_size == 0 && args.test_size == 0 {
         bail!("--train-size, --valid-size and --test-size are all 0: nothing to generate");
     }
+    // The expressions are held in memory (to keep the splits apart) before they are written:
+    // at least 64 bytes each, whatever their length.
+    let count = args.train_size as f64 + args.valid_size as f64 + args.test_size as f64;
+    if let Some(available) = arbor_train::device::DeviceSpec::default_cpu()
+        .ok()
+        .and_then(|d| d.available_memory())
+    {
+        if count * 64.0 > available as f64 {
+            bail!(
+                "--train-size/--valid-size/--test-size: {count:.0} expressions would take more \
+                 than the {:.1} GiB of memory available",
+                available as f64 / (1u64 << 30) as f64
+            );
+        }
+    }
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let mut seen = HashSet::new();

@@ -142,6 +142,13 @@ impl PtbLmArgs {
         if self.eval_batch_size == 0 {
             bail!("--eval-batch-size must be at least 1");
         }
+        // Each layer has at least a hidden × hidden recurrent matrix; the top one emb × hidden.
+        let (h, e) = (self.hidden as f64, self.emb as f64);
+        crate::cli::check_weights_fit(
+            "--hidden/--emb/--layers",
+            h * h * self.layers.saturating_sub(1) as f64 + e * h + e * e,
+            &self.device,
+        )?;
         for (flag, v) in [("--alpha", self.alpha), ("--beta", self.beta)] {
             if !(v.is_finite() && v >= 0.0) {
                 bail!("{flag} {v} must be a finite number ≥ 0");

@@ -245,6 +245,60 @@ fn flags_that_contradict_or_do_not_apply_are_refused() {
 }
 
 #[test]
+fn sizes_that_cannot_fit_in_memory_are_refused_before_allocating() {
+    use arbor_apps::{logic, ptb_lm, snli};
+    refused("snli dim", &["--dim", "GiB"], || {
+        snli::run(snli::SnliArgs::parse_from([
+            "snli",
+            "--device",
+            "flex",
+            "--dim",
+            "100000000",
+            "--train",
+            NOWHERE,
+        ]))
+    });
+    refused("logic dim", &["--dim", "GiB"], || {
+        logic::run(logic::LogicArgs::parse_from([
+            "logic",
+            "--device",
+            "flex",
+            "--dim",
+            "4000000000",
+            "--data-dir",
+            NOWHERE,
+        ]))
+    });
+    refused("ptb emb", &["--emb", "GiB"], || {
+        ptb_lm::run(ptb_lm::PtbLmArgs::parse_from([
+            "ptb_lm",
+            "--device",
+            "flex",
+            "--emb",
+            "4000000000",
+            "--train",
+            NOWHERE,
+        ]))
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let arbor_apps::listops::ListOpsArgs {
+        command: arbor_apps::listops::Command::Generate(g),
+    } = arbor_apps::listops::ListOpsArgs::parse_from([
+        "listops",
+        "generate",
+        "--out",
+        dir.path().join("g").to_str().unwrap(),
+        "--train-size",
+        "100000000000",
+    ])
+    else {
+        panic!("generate parses as Generate");
+    };
+    let e = arbor_apps::listops::generate(&g).unwrap_err().to_string();
+    assert!(e.contains("--train-size") && e.contains("GiB"), "{e}");
+}
+
+#[test]
 fn r2d2_batch_sizes_are_at_least_one() {
     use arbor_apps::r2d2::R2d2Args;
     for sub in ["eval", "parse"] {
