@@ -251,6 +251,11 @@ pub struct ParseArgs {
     /// Sentences per batch.
     #[arg(long, default_value_t = 16, value_parser = at_least_one)]
     pub batch_size: usize,
+    /// Longest sentence parsed, in word pieces: a longer one is refused before parsing starts,
+    /// naming it (the chart's time and memory grow with the length; a 5,000-token line took
+    /// minutes). The longest WSJ sentence is about 200 pieces.
+    #[arg(long, default_value_t = 512, value_parser = at_least_one)]
+    pub max_len: usize,
     /// Backend and device: auto (the first CUDA GPU when built with `cuda` and one answers, else
     /// the default CPU backend), flex, ndarray, cuda, cuda:N.
     #[arg(long, default_value = arbor_train::device::DEFAULT_DEVICE)]
@@ -580,15 +585,33 @@ impl BackendJob for ParseJob {
             )),
             None => Box::new(std::io::stdout().lock()),
         };
-        let started = std::time::Instant::now();
-        for (k, chunk) in sentences.chunks(a.batch_size).enumerate() {
-            let mut ids = Vec::new();
-            let mut word_of = Vec::new();
-            for words in chunk {
-                let (i, w) = pieces_of_words(&tok, words)?;
-                ids.push(i);
-                word_of.push(w);
+        // Every sentence in pieces first, so that one too long stops the run before any work.
+        let mut pieces = Vec::with_capacity(sentences.len());
+        for (k, words) in sentences.iter().enumerate() {
+            let (i, w) = pieces_of_words(&tok, words)?;
+            if i.len() > a.max_len {
+                let source = match (&a.gold, &a.input) {
+                    (Some(p), _) | (None, Some(p)) => p.display().to_string(),
+                    (None, None) => "the input".to_string(),
+                };
+                bail!(
+                    "{source}: sentence {} has {} word pieces, over --max-len {}: raise --max-len \
+                     to parse it (its chart grows with its length)",
+                    k + 1,
+                    i.len(),
+                    a.max_len
+                );
             }
+            pieces.push((i, w));
+        }
+        let started = std::time::Instant::now();
+        for (k, (chunk, chunk_pieces)) in sentences
+            .chunks(a.batch_size)
+            .zip(pieces.chunks(a.batch_size))
+            .enumerate()
+        {
+            let ids: Vec<Vec<u32>> = chunk_pieces.iter().map(|(i, _)| i.clone()).collect();
+            let word_of: Vec<_> = chunk_pieces.iter().map(|(_, w)| w.clone()).collect();
             let refs: Vec<&[u32]> = ids.iter().map(Vec::as_slice).collect();
             let constraint = word_level.then_some(word_of.as_slice());
             let trees = model

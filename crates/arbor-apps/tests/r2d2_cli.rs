@@ -204,6 +204,26 @@ fn pretrain_resume_eval_and_parse() {
         assert_eq!(tree.num_leaves(), words.len());
     }
 
+    // A sentence over --max-len is refused before anything is parsed, naming it.
+    let refused_out = dir.path().join("refused.txt");
+    let e = run(args(&[
+        "parse",
+        "--checkpoint",
+        ckpt.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--max-len",
+        "4",
+        "--output",
+        refused_out.to_str().unwrap(),
+    ]))
+    .unwrap_err();
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains("input.txt: sentence 2") && msg.contains("over --max-len 4"),
+        "{msg}"
+    );
+
     // parse --gold: the treebank's sentences after evaluation preprocessing (punctuation
     // dropped), word level.
     let gold = dir.path().join("gold.txt");
