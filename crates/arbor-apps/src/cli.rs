@@ -191,6 +191,12 @@ pub struct TrainArgs {
     /// Stacked encoder layers (LSTM family and Transformer).
     #[arg(long, default_value_t = 1)]
     pub layers: usize,
+    /// Longest sentence read from any training or evaluation file, in tokens: a longer one is
+    /// an error naming its file and line (the models' time and memory grow with the length;
+    /// the longest sentences of SNLI, SST and the logic data are under 100 tokens, of the
+    /// released ListOps about 2,000).
+    #[arg(long, default_value_t = 10_000)]
+    pub max_sentence_len: usize,
     /// Transformer: attention heads (0: the largest divisor of --dim that is at most 4).
     #[arg(long, default_value_t = 0)]
     pub heads: usize,
@@ -254,6 +260,9 @@ impl TrainArgs {
         if self.layers == 0 {
             anyhow::bail!("--layers must be at least 1");
         }
+        if self.max_sentence_len == 0 {
+            anyhow::bail!("--max-sentence-len must be at least 1");
+        }
         // Every encoder has at least one dim × dim and one dim × embed-dim weight matrix.
         let (d, e) = (self.dim as f64, self.embed_dim.unwrap_or(self.dim) as f64);
         check_weights_fit("--dim/--embed-dim", d * d + d * e, &self.device)?;
@@ -296,6 +305,11 @@ impl TrainArgs {
                 )
             })?;
         Ok(())
+    }
+
+    /// How the program reads its data files: strict, with `--max-sentence-len`.
+    pub fn read_options(&self) -> arbor_data::ReadOptions {
+        arbor_data::ReadOptions::strict().with_max_tokens(Some(self.max_sentence_len))
     }
 
     /// The encoder configuration for word embeddings of width `d_embed`: the kind's defaults

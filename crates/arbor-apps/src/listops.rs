@@ -231,6 +231,11 @@ fn write_atomically(path: &Path, text: &str) -> Result<()> {
 
 /// Reads a ListOps file for training or evaluation, with a hint when it is missing.
 pub fn read_file(path: &Path) -> Result<Vec<ListOpsExample>> {
+    read_file_with(path, ReadOptions::strict())
+}
+
+/// [`read_file`] with other reading options (a training run's `--max-sentence-len`).
+pub fn read_file_with(path: &Path, opts: ReadOptions) -> Result<Vec<ListOpsExample>> {
     if !path.exists() {
         bail!(
             "{} not found: generate ListOps data with `cargo run --release --example listops -- \
@@ -240,7 +245,7 @@ pub fn read_file(path: &Path) -> Result<Vec<ListOpsExample>> {
                 .map_or("DIR".into(), |p| p.display().to_string())
         );
     }
-    let loaded = read_listops(path, ReadOptions::strict())?;
+    let loaded = read_listops(path, opts)?;
     if loaded.is_empty() {
         bail!("{}: no examples", path.display());
     }
@@ -511,12 +516,13 @@ pub fn run(args: ListOpsArgs) -> Result<()> {
             let mut t = *t;
             t.common.check()?;
             t.common.device = resolve(&t.common.device)?.to_string();
-            let mut train = read_file(&t.train)?;
-            let valid = read_file(&t.valid)?;
+            let opts = t.common.read_options();
+            let mut train = read_file_with(&t.train, opts)?;
+            let valid = read_file_with(&t.valid, opts)?;
             let tests = t
                 .test
                 .iter()
-                .map(|p| Ok((p.clone(), read_file(p)?)))
+                .map(|p| Ok((p.clone(), read_file_with(p, opts)?)))
                 .collect::<Result<Vec<_>>>()?;
             eprintln!("{}: {}", t.train.display(), describe(&train));
             if let Some(max) = t.max_train_length {

@@ -12,7 +12,6 @@ use arbor_data::readers::logic::{
     read_logic, read_logic_dir, train_valid_split, Formula, LogicPair, Relation,
 };
 use arbor_data::vocab::Vocab;
-use arbor_data::ReadOptions;
 use arbor_encoders::EncoderKind;
 use arbor_train::{train, EvalReport};
 use burn::backend::Autodiff;
@@ -84,7 +83,7 @@ pub struct LogicSplits {
 /// Reads the training files of `--data-dir` (pairs with ≤ `--max-train-operators`
 /// operators), splits off the validation pairs, and reads the test files.
 pub fn load_splits(args: &LogicArgs) -> Result<LogicSplits> {
-    let data = read_logic_dir(&args.data_dir, ReadOptions::strict())?;
+    let data = read_logic_dir(&args.data_dir, args.common.read_options())?;
     let pool: Vec<LogicPair> = data
         .train
         .into_iter()
@@ -127,7 +126,7 @@ pub fn load_splits(args: &LogicArgs) -> Result<LogicSplits> {
         let mut test = Vec::new();
         let mut files = Vec::new();
         for path in &args.test {
-            let records = read_logic(path, ReadOptions::strict())?.records;
+            let records = read_logic(path, args.common.read_options())?.records;
             files.push((name(path), records.len()));
             test.extend(records);
         }

@@ -84,8 +84,8 @@ pub struct SnliSplits {
     pub eval: Vec<(String, Vec<SnliPair>)>,
 }
 
-fn read(path: &PathBuf) -> Result<Vec<SnliPair>> {
-    let loaded = read_snli(path, ReadOptions::strict())?;
+fn read(path: &PathBuf, opts: ReadOptions) -> Result<Vec<SnliPair>> {
+    let loaded = read_snli(path, opts)?;
     if loaded.records.is_empty() {
         bail!("{}: no labelled pairs", path.display());
     }
@@ -115,13 +115,14 @@ pub fn load_splits(args: &SnliArgs) -> Result<SnliSplits> {
                 Err(e) => return Err(e.into()),
             }
         };
+    let opts = args.common.read_options();
     let mut splits = SnliSplits::default();
     if !args.eval_only {
         let path = train.context("no training file: pass --train FILE or --data-dir DIR")?;
-        splits.train = read(&path)?;
+        splits.train = read(&path, opts)?;
     }
     match (&valid, args.holdout) {
-        (Some(v), _) => splits.eval.push(("valid".into(), read(v)?)),
+        (Some(v), _) => splits.eval.push(("valid".into(), read(v, opts)?)),
         (None, Some(n)) if !args.eval_only => {
             if n == 0 || n >= splits.train.len() {
                 bail!("--holdout {n} must be between 1 and the number of training pairs - 1");
@@ -132,7 +133,7 @@ pub fn load_splits(args: &SnliArgs) -> Result<SnliSplits> {
         _ => {}
     }
     if let Some(t) = &test {
-        splits.eval.push(("test".into(), read(t)?));
+        splits.eval.push(("test".into(), read(t, opts)?));
     }
     if splits.eval.is_empty() {
         bail!("no evaluation split: pass --valid FILE, --test FILE or --holdout N");

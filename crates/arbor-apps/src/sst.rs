@@ -75,7 +75,7 @@ pub struct SstSplit {
 
 /// Reads an SST-2 file of either format: its sentences, or with `phrases` (tree files only) every
 /// labelled phrase of every tree ([`arbor_data::readers::sst::SstTree::phrases`]).
-pub fn read_split(path: &Path, phrases: bool) -> Result<SstSplit> {
+pub fn read_split(path: &Path, phrases: bool, opts: ReadOptions) -> Result<SstSplit> {
     if !path.exists() {
         bail!(
             "{} not found. Get SST-2 with `cargo run -p arbor-apps --bin arbor-download -- sst2` \
@@ -93,11 +93,11 @@ pub fn read_split(path: &Path, phrases: bool) -> Result<SstSplit> {
     }
     let split = if tsv {
         SstSplit {
-            examples: read_sst2_tsv(path, ReadOptions::strict())?.records,
+            examples: read_sst2_tsv(path, opts)?.records,
             transitions: None,
         }
     } else {
-        let mut trees = read_sst_trees(path, ReadOptions::strict())?.records;
+        let mut trees = read_sst_trees(path, opts)?.records;
         if phrases {
             trees = trees.iter().flat_map(|t| t.phrases()).collect();
         }
@@ -282,14 +282,20 @@ pub fn run(mut args: SstArgs) -> Result<()> {
             },
         )?;
     }
-    let mut eval = vec![("valid".to_string(), read_split(&args.valid, false)?)];
+    let mut eval = vec![(
+        "valid".to_string(),
+        read_split(&args.valid, false, args.common.read_options())?,
+    )];
     if let Some(t) = &args.test {
-        eval.push(("test".into(), read_split(t, false)?));
+        eval.push((
+            "test".into(),
+            read_split(t, false, args.common.read_options())?,
+        ));
     }
     if args.eval_only {
         return run_on(&device, EvalJob { args, eval })?;
     }
-    let train = read_split(&args.train, args.phrases)?;
+    let train = read_split(&args.train, args.phrases, args.common.read_options())?;
     if args.phrases {
         eprintln!(
             "--phrases: {} labelled non-neutral phrases from {}",
@@ -327,17 +333,17 @@ mod tests {
         )
         .unwrap();
         // Sentences: the neutral third one is dropped.
-        let s = read_split(&trees, false).unwrap();
+        let s = read_split(&trees, false, ReadOptions::strict()).unwrap();
         assert_eq!(s.examples.len(), 2);
         // Phrases: 4 non-neutral of the first tree's 7, 2 of the second's 3, none of the third's.
-        let p = read_split(&trees, true).unwrap();
+        let p = read_split(&trees, true, ReadOptions::strict()).unwrap();
         assert_eq!(p.examples.len(), 6);
         let labels: Vec<u8> = p.examples.iter().map(|e| e.label).collect();
         assert_eq!(labels, vec![1, 1, 1, 1, 0, 0]);
         assert_eq!(p.transitions.as_ref().unwrap().len(), 6);
         let tsv = dir.path().join("train.tsv");
         std::fs::write(&tsv, "sentence\tlabel\ngood fun\t1\n").unwrap();
-        let err = match read_split(&tsv, true) {
+        let err = match read_split(&tsv, true, ReadOptions::strict()) {
             Ok(_) => panic!("--phrases read a tsv"),
             Err(e) => e.to_string(),
         };

@@ -216,3 +216,19 @@ fn no_brackets_feeds_the_leaves_to_a_sequence_model() {
         serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
     assert_eq!(r["input"], "leaves");
 }
+
+#[test]
+fn a_sentence_over_max_sentence_len_is_refused_naming_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    write_fixture(dir.path());
+    // train1's line 2 has a 7-token bracketed formula: `( a ( and b ) )`.
+    let a = args(dir.path(), &["--max-sentence-len", "6"]);
+    let e = format!("{:#}", load_splits(&a).unwrap_err());
+    assert!(
+        e.contains("train1:2") && e.contains("over the limit of 6"),
+        "{e}"
+    );
+    let a = args(dir.path(), &["--max-sentence-len", "0"]);
+    let e = format!("{:#}", run(a).unwrap_err());
+    assert!(e.contains("--max-sentence-len"), "{e}");
+}

@@ -81,6 +81,14 @@ pub enum RecordError {
         /// The limit.
         limit: usize,
     },
+    /// A sentence longer than [`ReadOptions::max_tokens`].
+    #[error("a sentence of {tokens} tokens, over the limit of {max} (--max-sentence-len)")]
+    TooLong {
+        /// Its tokens.
+        tokens: usize,
+        /// The limit.
+        max: usize,
+    },
     /// Anything else, described in words.
     #[error("{0}")]
     Other(String),
@@ -170,17 +178,41 @@ impl DataError {
 pub struct ReadOptions {
     /// Skip malformed records and count them instead of failing on the first one.
     pub skip_bad: bool,
+    /// Refuse (or, with `skip_bad`, skip and count) a record whose sentence has more tokens
+    /// than this (`None`: no limit): the sentence readers (SNLI, SST, logic, ListOps,
+    /// treebanks) check it, naming file and line, so one huge sentence cannot reach a model
+    /// whose cost grows with its length.
+    pub max_tokens: Option<usize>,
 }
 
 impl ReadOptions {
     /// Fail on the first malformed record (the default).
     pub fn strict() -> Self {
-        ReadOptions { skip_bad: false }
+        ReadOptions {
+            skip_bad: false,
+            max_tokens: None,
+        }
     }
 
     /// Skip and count malformed records.
     pub fn lenient() -> Self {
-        ReadOptions { skip_bad: true }
+        ReadOptions {
+            skip_bad: true,
+            max_tokens: None,
+        }
+    }
+
+    /// These options with a sentence-length limit (see [`ReadOptions::max_tokens`]).
+    pub fn with_max_tokens(self, max_tokens: Option<usize>) -> Self {
+        ReadOptions { max_tokens, ..self }
+    }
+
+    /// The [`RecordError::TooLong`] of a sentence of `tokens` tokens, if over the limit.
+    pub(crate) fn check_tokens(&self, tokens: usize) -> Result<(), RecordError> {
+        match self.max_tokens {
+            Some(max) if tokens > max => Err(RecordError::TooLong { tokens, max }),
+            _ => Ok(()),
+        }
     }
 }
 

@@ -132,3 +132,79 @@ proptest! {
         }
     }
 }
+
+/// `ReadOptions::max_tokens` in every sentence reader: a longer sentence is an error naming
+/// file and line, or skipped and counted when lenient; the limit itself passes.
+#[test]
+fn every_sentence_reader_enforces_the_token_limit() {
+    let long = vec!["w"; 6].join(" ");
+    let tree6 = "(S (A a) (B b) (C c) (D d) (E e) (F f))";
+    let cases: Vec<(
+        &str,
+        String,
+        fn(&[u8], ReadOptions) -> Result<usize, String>,
+    )> = vec![
+        (
+            "snli",
+            format!(
+                "{{\"gold_label\": \"neutral\", \"sentence1\": \"{long}\", \"sentence2\": \"a b\"}}"
+            ),
+            |b, o| {
+                snli::parse_snli(b, "f", o)
+                    .map(|l| l.len())
+                    .map_err(|e| e.to_string())
+            },
+        ),
+        ("sst2", format!("{long}\t1"), |b, o| {
+            sst::parse_sst2_tsv(b, "f", o)
+                .map(|l| l.len())
+                .map_err(|e| e.to_string())
+        }),
+        (
+            "sst trees",
+            "(3 (2 a) (2 b) (2 c) (2 d) (2 e) (2 f))".to_string(),
+            |b, o| {
+                sst::parse_sst_trees(b, "f", o)
+                    .map(|l| l.len())
+                    .map_err(|e| e.to_string())
+            },
+        ),
+        ("logic", "=\t( a ( and b ) )\ta".to_string(), |b, o| {
+            logic::parse_logic(b, "f", o)
+                .map(|l| l.len())
+                .map_err(|e| e.to_string())
+        }),
+        ("listops", "0\t[MAX 1 2 3 4 ]".to_string(), |b, o| {
+            listops::parse_listops(b, "f", o, false)
+                .map(|l| l.len())
+                .map_err(|e| e.to_string())
+        }),
+        ("treebank", tree6.to_string(), |b, o| {
+            treebank::parse_treebank(b, "f", BracketStyle::Auto, o)
+                .map(|l| l.len())
+                .map_err(|e| e.to_string())
+        }),
+    ];
+    for (name, line, read) in cases {
+        // One good short line, then the 6-token one on line 2.
+        let short = match name {
+            "snli" => "{\"gold_label\": \"neutral\", \"sentence1\": \"a\", \"sentence2\": \"b\"}",
+            "sst2" => "a b\t0",
+            "sst trees" => "(1 (2 a) (2 b))",
+            "logic" => "=\ta\ta",
+            "listops" => "1\t1",
+            _ => "(S (A a))",
+        };
+        let text = format!("{short}\n{line}\n");
+        // Line 2 has 6 tokens (logic counts the bracketed formula: 7).
+        let n = if name == "logic" { 7 } else { 6 };
+        let strict = ReadOptions::strict().with_max_tokens(Some(n - 1));
+        let e = read(text.as_bytes(), strict).expect_err(name);
+        let limit = format!("over the limit of {}", n - 1);
+        assert!(e.contains("f:2") && e.contains(&limit), "{name}: {e}");
+        let lenient = ReadOptions::lenient().with_max_tokens(Some(n - 1));
+        assert_eq!(read(text.as_bytes(), lenient), Ok(1), "{name}");
+        let roomy = ReadOptions::strict().with_max_tokens(Some(n));
+        assert_eq!(read(text.as_bytes(), roomy), Ok(2), "{name}");
+    }
+}

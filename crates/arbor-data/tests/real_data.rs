@@ -30,7 +30,10 @@ fn data_dir() -> Option<PathBuf> {
     }
 }
 
-const STRICT: ReadOptions = ReadOptions { skip_bad: false };
+const STRICT: ReadOptions = ReadOptions {
+    skip_bad: false,
+    max_tokens: None,
+};
 
 #[test]
 fn snli_dev() {

@@ -310,7 +310,9 @@ pub fn parse_listops<R: BufRead>(
                 return Ok(LineOutcome::Filtered);
             }
         }
-        parse_listops_line(line, expression_first, check_labels).map(LineOutcome::Record)
+        let example = parse_listops_line(line, expression_first, check_labels)?;
+        opts.check_tokens(example.tokens.len())?;
+        Ok(LineOutcome::Record(example))
     })
 }
 

@@ -184,7 +184,10 @@ pub fn parse_logic<R: BufRead>(
         if line.trim().is_empty() {
             return Ok(LineOutcome::Filtered);
         }
-        parse_logic_line(line).map(LineOutcome::Record)
+        let pair = parse_logic_line(line)?;
+        // The bracketed form is the longest input a model may be fed.
+        opts.check_tokens(pair.left.bracketed.len().max(pair.right.bracketed.len()))?;
+        Ok(LineOutcome::Record(pair))
     })
 }
 

@@ -114,7 +114,13 @@ pub fn parse_snli<R: BufRead>(
     name: impl AsRef<Path>,
     opts: ReadOptions,
 ) -> Result<Loaded<SnliPair>, DataError> {
-    read_lines(reader, name.as_ref(), opts, |_, line| parse_line(line))
+    read_lines(reader, name.as_ref(), opts, |_, line| {
+        let out = parse_line(line)?;
+        if let LineOutcome::Record(p) = &out {
+            opts.check_tokens(p.premise.tokens.len().max(p.hypothesis.tokens.len()))?;
+        }
+        Ok(out)
+    })
 }
 
 fn sentence(obj: &serde_json::Map<String, Value>, which: u8) -> Result<SnliSentence, RecordError> {

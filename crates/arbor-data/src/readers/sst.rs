@@ -91,6 +91,7 @@ pub fn parse_sst2_tsv<R: BufRead>(
         if tokens.is_empty() {
             return Err(RecordError::EmptySentence);
         }
+        opts.check_tokens(tokens.len())?;
         Ok(LineOutcome::Record(Sst2Example {
             tokens,
             label: (label == "1") as u8,
@@ -194,6 +195,7 @@ pub fn parse_sst_trees<R: BufRead>(
             )));
         }
         check_labels(&tree)?;
+        opts.check_tokens(tree.num_leaves())?;
         let label = tree.label().parse::<u8>().expect("checked");
         Ok(LineOutcome::Record(SstTree { tree, label }))
     })

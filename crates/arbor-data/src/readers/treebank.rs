@@ -27,7 +27,9 @@ pub fn parse_treebank<R: BufRead>(
         if line.trim().is_empty() {
             return Err(RecordError::EmptySentence);
         }
-        Ok(LineOutcome::Record(Tree::parse_with(line, style)?))
+        let tree = Tree::parse_with(line, style)?;
+        opts.check_tokens(tree.num_leaves())?;
+        Ok(LineOutcome::Record(tree))
     })
 }
 
