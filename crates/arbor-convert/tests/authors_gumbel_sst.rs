@@ -151,7 +151,7 @@ fn label_itos(fx: &Fixture) -> String {
 fn program_view(dev: &Path, ckpt: &Path) -> (Model, ClassifyData, Vec<Vec<String>>) {
     let device = Default::default();
     let (model, meta, vocab) = load_sentence_classifier::<B>(ckpt, &device).unwrap();
-    let split = read_split(dev, false).unwrap();
+    let split = read_split(dev, false, arbor_data::ReadOptions::strict()).unwrap();
     let lookup = WordLookup::of(&meta);
     let tokens: Vec<Vec<String>> = split.examples.iter().map(|e| e.tokens.clone()).collect();
     let data = ClassifyData {
