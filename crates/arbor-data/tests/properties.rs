@@ -133,17 +133,16 @@ proptest! {
     }
 }
 
+/// A reader under test: bytes and options to the number of records, or the error's text.
+type Reader = fn(&[u8], ReadOptions) -> Result<usize, String>;
+
 /// `ReadOptions::max_tokens` in every sentence reader: a longer sentence is an error naming
 /// file and line, or skipped and counted when lenient; the limit itself passes.
 #[test]
 fn every_sentence_reader_enforces_the_token_limit() {
-    let long = vec!["w"; 6].join(" ");
+    let long = ["w"; 6].join(" ");
     let tree6 = "(S (A a) (B b) (C c) (D d) (E e) (F f))";
-    let cases: Vec<(
-        &str,
-        String,
-        fn(&[u8], ReadOptions) -> Result<usize, String>,
-    )> = vec![
+    let cases: Vec<(&str, String, Reader)> = vec![
         (
             "snli",
             format!(
