@@ -22,69 +22,69 @@ pub enum OptimizerArg {
 #[derive(Debug, Clone, Args)]
 pub struct EngineArgs {
     /// Examples per batch.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 64)]
     pub batch_size: usize,
     /// Epochs.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 5)]
     pub epochs: usize,
     /// Stop after this many optimizer steps in total.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub max_steps: Option<u64>,
     /// Stop after this many minutes of training (a checkpoint is written first).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub max_minutes: Option<f64>,
     /// Learning rate.
-    #[arg(long, default_value_t = 1e-3)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1e-3)]
     pub lr: f64,
     /// Weight decay (L2 for Adam, decoupled for AdamW).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0.0)]
     pub weight_decay: f64,
     /// Learning-rate schedule: plateau (decay when validation stalls), constant, cosine (to
     /// --min-lr over the whole run), cosine:STEPS, or step:EVERY:GAMMA.
     #[arg(long, default_value = "plateau", value_name = "SCHEDULE")]
     pub lr_schedule: LrSchedule,
     /// Linear learning-rate warm-up over this many optimizer steps (0: none).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
     pub warmup_steps: u64,
     /// Floor of the learning rate (plateau decay and cosine).
-    #[arg(long, default_value_t = 1e-6)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1e-6)]
     pub min_lr: f64,
     /// Plateau schedule: multiply the learning rate by this factor when validation stalls.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0.5)]
     pub plateau_factor: f64,
     /// Plateau schedule: evaluations without improvement tolerated before a decay.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
     pub plateau_patience: u32,
     /// Stop after this many evaluations in a row without a better validation metric (the best
     /// model is kept in OUT/best.ckpt). Default: never stop early.
-    #[arg(long, value_name = "EVALS")]
+    #[arg(long, allow_negative_numbers = true, value_name = "EVALS")]
     pub early_stopping: Option<u32>,
     /// Anneal the Gumbel-softmax temperature as the Gumbel Tree-LSTM reference does:
     /// τ = max(--tau-min, exp(−RATE · step)), set every --tau-anneal-every steps.
-    #[arg(long, value_name = "RATE")]
+    #[arg(long, allow_negative_numbers = true, value_name = "RATE")]
     pub tau_anneal_rate: Option<f64>,
     /// Steps between two temperature updates (with --tau-anneal-rate).
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1000)]
     pub tau_anneal_every: u64,
     /// Floor of the annealed temperature (with --tau-anneal-rate).
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0.5)]
     pub tau_min: f64,
     /// Clip the global gradient norm (0: no clipping).
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 5.0)]
     pub clip: f64,
     /// Evaluate and checkpoint every N steps (0: every epoch).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
     pub eval_every: u64,
     /// Read the training loss, accuracy and gradient norm back from the device (progress bar,
     /// non-finite check) every N steps; also before every evaluation, checkpoint and metrics
     /// record (0: only then). The steps in between read nothing back.
-    #[arg(long, default_value_t = arbor_train::DEFAULT_LOG_EVERY)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = arbor_train::DEFAULT_LOG_EVERY)]
     pub log_every: u64,
     /// Also write OUT/last.ckpt every N steps (`500`) or minutes (`10m`), between evaluations.
-    #[arg(long, value_name = "N|Mm")]
+    #[arg(long, allow_hyphen_values = true, value_name = "N|Mm")]
     pub checkpoint_every: Option<CheckpointEvery>,
     /// Seed of initialisation, data order, dropout and noise.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
     pub seed: u64,
     /// Output directory for checkpoints and the metrics log.
     #[arg(long, default_value = "runs/default")]
@@ -165,13 +165,13 @@ pub struct TrainArgs {
     #[arg(long, default_value = "gumbel", value_parser = parse_encoder)]
     pub encoder: EncoderKind,
     /// Hidden width of the encoder (and word-embedding width unless --embed-dim or --glove).
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 100)]
     pub dim: usize,
     /// Word-embedding width (default: --dim, or the GloVe width).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub embed_dim: Option<usize>,
     /// Hidden width of the classifier MLP (default: --dim).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub mlp_dim: Option<usize>,
     /// Leaves of Gumbel Tree-LSTM (bi-lstm: two directions of --dim / 2 each; --dim even).
     #[arg(long, value_enum, default_value = "lstm")]
@@ -189,32 +189,32 @@ pub struct TrainArgs {
     #[arg(long, default_value = "last", value_parser = parse_pooling)]
     pub pooling: Pooling,
     /// Stacked encoder layers (LSTM family and Transformer).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
     pub layers: usize,
     /// Longest sentence read from any training or evaluation file, in tokens: a longer one is
     /// an error naming its file and line (the models' time and memory grow with the length;
     /// the longest sentences of SNLI, SST and the logic data are under 100 tokens, of the
     /// released ListOps about 2,000).
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 10_000)]
     pub max_sentence_len: usize,
     /// Transformer: attention heads (0: the largest divisor of --dim that is at most 4).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
     pub heads: usize,
     /// Transformer: feed-forward inner width (0: 4 × --dim).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
     pub ff_dim: usize,
     /// Optimizer.
     #[arg(long, value_enum, default_value = "adam")]
     pub optimizer: OptimizerArg,
     /// Dropout on embeddings and in the classifier.
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0.1)]
     pub dropout: f64,
     /// Standard deviation of randomly initialised word embeddings, `N(0, std²)`. Default: the
     /// program's, which follows its reference code (1 for logic and ListOps, as SPINN's
     /// `nn.Embedding`; 0.01 for SST-2 and SNLI, as the Gumbel Tree-LSTM code; 1 for the
     /// Transformer encoders in every program); see docs/init.md.
     /// Not used with --glove.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub embed_init_std: Option<f64>,
     /// Pretrained word vectors (GloVe/word2vec text format).
     #[arg(long)]
