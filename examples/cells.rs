@@ -124,6 +124,14 @@ fn check(args: &Args, cells: &[CellKind]) -> Result<()> {
             anyhow::bail!("{flag} must be at least 1");
         }
     }
+    // Each layer holds at least a d_hidden × (d_input + d_hidden) gate matrix (twice: the CPU
+    // reference and the device copy); refused before allocating, which would abort.
+    let (h, i) = (args.d_hidden as f64, args.d_input as f64);
+    arbor::apps::cli::check_weights_fit(
+        "--d-hidden/--d-input/--layers",
+        h * (i + h) * args.layers as f64 / 2.0,
+        &args.device,
+    )?;
     for &kind in cells {
         RecurrentStackConfig::new(kind, args.d_input, args.d_hidden)
             .with_chunk_size(args.chunk)
@@ -142,6 +150,38 @@ fn check(args: &Args, cells: &[CellKind]) -> Result<()> {
             })?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(flags: &[&str], needle: &str) {
+        let args = Args::try_parse_from(["cells"].iter().chain(flags)).unwrap();
+        let e = check(&args, CellKind::value_variants())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(needle), "{flags:?}: {e}");
+    }
+
+    /// The cases that panicked (zero sizes, a chunk not dividing the width) or aborted (a width
+    /// whose weights cannot fit) are refused naming the flag.
+    #[test]
+    fn bad_sizes_are_refused_naming_the_flag() {
+        refused(&["--len", "0"], "--len");
+        refused(&["--batch", "0"], "--batch");
+        refused(&["--d-hidden", "0"], "--d-hidden");
+        refused(&["--d-input", "0"], "--d-input");
+        refused(&["--layers", "0"], "--layers");
+        refused(&["--chunk", "7"], "--chunk");
+        refused(&["--chunk", "0"], "--chunk");
+        refused(
+            &["--device", "flex", "--d-hidden", "4000000000"],
+            "--d-hidden",
+        );
+        let good = Args::try_parse_from(["cells"]).unwrap();
+        check(&good, CellKind::value_variants()).unwrap();
+    }
 }
 
 fn main() -> Result<()> {
