@@ -152,38 +152,6 @@ fn check(args: &Args, cells: &[CellKind]) -> Result<()> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn refused(flags: &[&str], needle: &str) {
-        let args = Args::try_parse_from(["cells"].iter().chain(flags)).unwrap();
-        let e = check(&args, CellKind::value_variants())
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains(needle), "{flags:?}: {e}");
-    }
-
-    /// The cases that panicked (zero sizes, a chunk not dividing the width) or aborted (a width
-    /// whose weights cannot fit) are refused naming the flag.
-    #[test]
-    fn bad_sizes_are_refused_naming_the_flag() {
-        refused(&["--len", "0"], "--len");
-        refused(&["--batch", "0"], "--batch");
-        refused(&["--d-hidden", "0"], "--d-hidden");
-        refused(&["--d-input", "0"], "--d-input");
-        refused(&["--layers", "0"], "--layers");
-        refused(&["--chunk", "7"], "--chunk");
-        refused(&["--chunk", "0"], "--chunk");
-        refused(
-            &["--device", "flex", "--d-hidden", "4000000000"],
-            "--d-hidden",
-        );
-        let good = Args::try_parse_from(["cells"]).unwrap();
-        check(&good, CellKind::value_variants()).unwrap();
-    }
-}
-
 fn main() -> Result<()> {
     let args = Args::parse();
     let cells = if args.cells.is_empty() {
@@ -246,4 +214,36 @@ fn main() -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(flags: &[&str], needle: &str) {
+        let args = Args::try_parse_from(["cells"].iter().chain(flags)).unwrap();
+        let e = check(&args, CellKind::value_variants())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(needle), "{flags:?}: {e}");
+    }
+
+    /// The cases that panicked (zero sizes, a chunk not dividing the width) or aborted (a width
+    /// whose weights cannot fit) are refused naming the flag.
+    #[test]
+    fn bad_sizes_are_refused_naming_the_flag() {
+        refused(&["--len", "0"], "--len");
+        refused(&["--batch", "0"], "--batch");
+        refused(&["--d-hidden", "0"], "--d-hidden");
+        refused(&["--d-input", "0"], "--d-input");
+        refused(&["--layers", "0"], "--layers");
+        refused(&["--chunk", "7"], "--chunk");
+        refused(&["--chunk", "0"], "--chunk");
+        refused(
+            &["--device", "flex", "--d-hidden", "4000000000"],
+            "--d-hidden",
+        );
+        let good = Args::try_parse_from(["cells"]).unwrap();
+        check(&good, CellKind::value_variants()).unwrap();
+    }
 }
