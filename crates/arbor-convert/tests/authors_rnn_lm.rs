@@ -220,6 +220,24 @@ fn imported_models_give_the_authors_perplexities_through_ptb_lms_evaluation() {
         ])
         .unwrap();
         arbor_apps::ptb_lm::run(args).unwrap();
+        // An empty file is an error naming it, not "perplexity NaN over 0 tokens".
+        let empty = dir.path().join("empty.txt");
+        std::fs::write(&empty, "").unwrap();
+        for mode in ["--eval", "--parse"] {
+            let args = PtbLmArgs::try_parse_from([
+                "ptb_lm".to_string(),
+                "--checkpoint".into(),
+                ckpt.display().to_string(),
+                mode.into(),
+                empty.display().to_string(),
+            ])
+            .unwrap();
+            let e = format!("{:#}", arbor_apps::ptb_lm::run(args).unwrap_err());
+            assert!(
+                e.contains("empty.txt") && e.contains("no "),
+                "{name} {mode}: {e}"
+            );
+        }
     }
 }
 
