@@ -48,11 +48,11 @@ struct Args {
     list: bool,
     /// Untimed warm-up runs per workload and mode (default: 3 on CUDA, with or without
     /// `--quick`, where the first runs compile and autotune kernels; 0 on the CPU backends).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     warmup: Option<usize>,
     /// Workloads measured at the same time, each in its own process (default: 2 with
     /// `--quick`, whose timings only show that everything runs; 1 otherwise, for clean timings).
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one, allow_negative_numbers = true)]
     jobs: Option<usize>,
     /// Run every workload in the same process instead of one child process per workload
     /// (the peak RSS then includes what the allocator kept from earlier workloads).
@@ -72,6 +72,15 @@ struct Args {
     /// Internal: measure exactly this workload and print its records as JSON.
     #[arg(long, hide = true)]
     worker: Option<String>,
+}
+
+/// A count flag's parser: a whole number of at least 1 (clap names the flag in its error).
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Checks, before anything is measured, that the report can be written into `out` (created if

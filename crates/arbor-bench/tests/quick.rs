@@ -124,6 +124,31 @@ fn an_unknown_filter_is_an_error() {
 }
 
 #[test]
+fn bad_flag_values_are_refused_naming_the_flag() {
+    for (flag, value) in [
+        ("--jobs", "0"),
+        ("--jobs", "-1"),
+        ("--warmup", "-1"),
+        ("--warmup", "x"),
+        ("--device", "tpu"),
+        ("--versus", "tensorflow"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_arbor-bench"))
+            .args(["--quick", flag, value, "--out"])
+            .arg(std::env::temp_dir().join("arbor-bench-never"))
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{flag} {value}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(flag) || stderr.contains(value),
+            "{flag} {value}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{flag} {value}: {stderr}");
+    }
+}
+
+#[test]
 fn an_unwritable_out_is_refused_before_measuring() {
     let dir = tempfile::tempdir().unwrap();
     // A file where the folder should be: nothing can be written under it.
