@@ -51,7 +51,7 @@ const OBJECT_BYTES: u64 = 32;
 const LEGACY_PICKLES: usize = 5;
 
 /// Checks the pickle(s) of the PyTorch file at `path` (a `torch.save` zip archive, a legacy
-/// file, or a bare pickle) against `limits`.
+/// file, the oldest tar format, or a bare pickle) against `limits`.
 ///
 /// # Errors
 /// A [`ConvertError`] naming the file, the limit passed (and how to raise it) or the malformed
@@ -84,6 +84,9 @@ pub fn check_pytorch_file(path: &Path, limits: &PickleLimits) -> Result<(), Conv
             .map(|_| ())
             .map_err(|e| ConvertError::file(path, format!("{name}: {e}")));
     }
+    if is_tar(path) {
+        return check_tar(path, limits);
+    }
     let mut bytes = Vec::new();
     std::fs::File::open(path)
         .and_then(|f| f.take(limits.max_pickle_bytes).read_to_end(&mut bytes))
@@ -99,6 +102,42 @@ pub fn check_pytorch_file(path: &Path, limits: &PickleLimits) -> Result<(), Conv
         ),
         Err(e) => Err(ConvertError::file(path, e.to_string())),
     }
+}
+
+/// Whether `path` is a tar archive (`ustar` at byte 257), the format of the oldest `torch.save`.
+fn is_tar(path: &Path) -> bool {
+    let mut header = [0u8; 262];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut header))
+        .is_ok_and(|()| &header[257..262] == b"ustar")
+}
+
+/// Checks the two pickles of a tar-format file (`sys_info` and `pickle`; the third member,
+/// `storages`, holds raw tensor bytes).
+fn check_tar(path: &Path, limits: &PickleLimits) -> Result<(), ConvertError> {
+    let file = std::fs::File::open(path).map_err(|e| ConvertError::file(path, e))?;
+    let mut archive = tar::Archive::new(std::io::BufReader::new(file));
+    let entries = archive.entries().map_err(|e| ConvertError::file(path, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| ConvertError::file(path, e))?;
+        let name = entry
+            .path()
+            .map(|p| p.to_string_lossy().trim_start_matches("./").to_string())
+            .unwrap_or_default();
+        if name != "pickle" && name != "sys_info" {
+            continue;
+        }
+        if entry.size() > limits.max_pickle_bytes {
+            return Err(too_big(path, &name, entry.size(), limits));
+        }
+        let mut bytes = Vec::new();
+        entry
+            .take(limits.max_pickle_bytes)
+            .read_to_end(&mut bytes)
+            .map_err(|e| ConvertError::file(path, format!("{name}: {e}")))?;
+        scan(&bytes, 1, limits).map_err(|e| ConvertError::file(path, format!("{name}: {e}")))?;
+    }
+    Ok(())
 }
 
 fn too_big(path: &Path, what: &str, size: u64, limits: &PickleLimits) -> ConvertError {

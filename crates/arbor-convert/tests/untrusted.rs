@@ -242,3 +242,36 @@ mod fuzz {
         }
     }
 }
+
+/// The oldest `torch.save` format, a tar archive of `sys_info`, `pickle` and `storages`: its
+/// pickle is walked too (a memo bomb in it is refused), and a sound one is not refused by the
+/// walk (whatever Burn's reader then says of it).
+#[test]
+fn a_tar_format_file_has_its_pickle_walked() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |path: &Path, pickle: &[u8]| {
+        let mut b = tar::Builder::new(std::fs::File::create(path).unwrap());
+        for (name, data) in [
+            ("sys_info", &[0x80u8, 2, b'}', b'.'][..]),
+            ("pickle", pickle),
+            ("storages", &[0x80u8, 2, b']', b'.'][..]),
+        ] {
+            let mut h = tar::Header::new_ustar();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            b.append_data(&mut h, name, data).unwrap();
+        }
+        b.finish().unwrap();
+    };
+    let bomb = dir.path().join("bomb-tar.pt");
+    write(&bomb, &memo_bomb(64));
+    refused(&bomb, "pickle: the pickle would make the reader allocate");
+    let sound = dir.path().join("sound-tar.pt");
+    write(&sound, &[0x80, 2, b'}', b'.']);
+    let e = StateDict::read(&sound)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(!e.contains("unknown pickle opcode"), "{e}");
+}
