@@ -275,3 +275,19 @@ fn a_tar_format_file_has_its_pickle_walked() {
         .unwrap_or_default();
     assert!(!e.contains("unknown pickle opcode"), "{e}");
 }
+
+/// A legacy-format file (PyTorch ≤ 1.5: magic number, protocol, system info, then the object, as
+/// pickles in a row) with a memo bomb as its object: the walk goes past the header pickles.
+#[test]
+fn a_legacy_format_file_has_its_object_pickle_walked() {
+    let mut bytes = vec![0x80, 2, 0x8a, 10];
+    bytes.extend([0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19]);
+    bytes.push(b'.'); // the magic number
+    bytes.extend([0x80, 2, b'M', 0xe9, 0x03, b'.']); // protocol 1001
+    bytes.extend([0x80, 2, b'}', b'.']); // system info
+    bytes.extend(memo_bomb(64)); // the object
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("legacy-bomb.pt");
+    std::fs::write(&path, bytes).unwrap();
+    refused(&path, "memo references are copied");
+}
