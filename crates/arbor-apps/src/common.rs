@@ -387,6 +387,11 @@ pub fn classification_task<B: ArborAutodiffBackend, D: ProgramData>(
         data.check_gold(a.encoder, name)?;
     }
     let (model, meta) = D::model::<B>(a, vocab, labels, device)?;
+    // With --force the engine's own check decides (settings that leave the weights' shapes
+    // alone, such as dropout, then resume).
+    if a.engine.resume && !a.engine.force {
+        check_resumed_model(&a.engine.out.join("last.ckpt"), &meta)?;
+    }
     if !a.skip_memory_check {
         let spec = arbor_train::device::resolve(&a.device)?;
         if let Some(available) = spec.available_memory() {
@@ -407,6 +412,67 @@ pub fn classification_task<B: ArborAutodiffBackend, D: ProgramData>(
         device: device.clone(),
     };
     Ok((model, task))
+}
+
+/// Refuses to resume `last` with a model other than the one it holds (another encoder, width or
+/// vocabulary): its weights could not be loaded, and Burn's loader would fail on them with a
+/// message about records, not flags.
+fn check_resumed_model(last: &Path, now: &arbor_tasks::ModelMeta) -> Result<()> {
+    if !last.is_file() {
+        return Ok(());
+    }
+    let saved = checkpoint_meta(last)?;
+    let (was, is) = (
+        serde_json::to_value(&saved.model)?,
+        serde_json::to_value(&now.model)?,
+    );
+    if let Some(path) = first_difference(&was, &is, String::new()) {
+        bail!(
+            "{}: holds a {} model, and these flags build a different {} model (first difference \
+             at `{path}`): resume with the flags it was trained with (--force to try anyway), \
+             or pass --overwrite to start a new run there",
+            last.display(),
+            saved.model.encoder().kind(),
+            now.model.encoder().kind(),
+        );
+    }
+    if saved.vocab.len() != now.vocab.len() {
+        bail!(
+            "{}: holds a model over a vocabulary of {} words, and this data gives {}: resume \
+             on the data it was trained on, or pass --overwrite",
+            last.display(),
+            saved.vocab.len(),
+            now.vocab.len()
+        );
+    }
+    Ok(())
+}
+
+/// The first JSON path where `a` and `b` differ (`None`: equal).
+fn first_difference(a: &serde_json::Value, b: &serde_json::Value, at: String) -> Option<String> {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            keys.into_iter().find_map(|k| {
+                let here = if at.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{at}.{k}")
+                };
+                match (x.get(k), y.get(k)) {
+                    (Some(p), Some(q)) => first_difference(p, q, here),
+                    _ => Some(here),
+                }
+            })
+        }
+        _ if a == b => None,
+        _ => Some(if at.is_empty() {
+            "(the whole model)".into()
+        } else {
+            at
+        }),
+    }
 }
 
 /// The checkpoint to score after a run: `best.ckpt`, unless the last evaluation of the

@@ -166,3 +166,24 @@ fn a_folder_another_run_holds_is_refused_naming_the_holder() {
     drop(other);
     run(args(dir.path(), &out, &["--max-steps", "2"]).unwrap()).unwrap();
 }
+
+#[test]
+fn resuming_with_another_encoder_is_refused_naming_both() {
+    let _guard = TRAINING.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    write_fixture(dir.path());
+    let out = dir.path().join("out");
+    run(args(dir.path(), &out, &["--max-steps", "2"]).unwrap()).unwrap();
+    // `args` trains an LSTM; the same folder resumed as a Gumbel Tree-LSTM.
+    let mut flags = args(dir.path(), &out, &["--max-steps", "4", "--resume"]).unwrap();
+    flags.common.encoder = arbor_encoders::EncoderKind::Gumbel;
+    let e = format!("{:#}", run(flags).unwrap_err());
+    assert!(
+        e.contains("holds a lstm model")
+            && e.contains("different gumbel model")
+            && e.contains("--overwrite"),
+        "{e}"
+    );
+    // The same flags resume.
+    run(args(dir.path(), &out, &["--max-steps", "4", "--resume"]).unwrap()).unwrap();
+}
