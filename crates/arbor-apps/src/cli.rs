@@ -353,15 +353,29 @@ pub fn check_weights_fit(flags: &str, floats: f64, device: &str) -> anyhow::Resu
     let Ok(spec) = arbor_train::device::resolve(device) else {
         return Ok(());
     };
+    check_fits(
+        flags,
+        "the weights alone, with their gradients and the optimizer's moments,",
+        16.0 * floats,
+        spec,
+    )
+}
+
+/// Refuses `need` bytes of `what` (grown by `flags`) when `spec`'s available memory is known
+/// and smaller: the one place the programs compare a size with the memory before allocating.
+pub fn check_fits(
+    flags: &str,
+    what: &str,
+    need: f64,
+    spec: arbor_train::device::DeviceSpec,
+) -> anyhow::Result<()> {
     let Some(available) = spec.available_memory() else {
         return Ok(());
     };
-    let need = 16.0 * floats;
     if need > available as f64 {
         let gib = |b: f64| b / (1u64 << 30) as f64;
         anyhow::bail!(
-            "{flags}: the weights alone, with their gradients and the optimizer's moments, would \
-             take at least {:.1} GiB, and {:.1} GiB of memory is available",
+            "{flags}: {what} would take at least {:.1} GiB, and {:.1} GiB of memory is available",
             gib(need),
             gib(available as f64)
         );

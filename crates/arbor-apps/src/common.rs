@@ -150,16 +150,15 @@ pub fn print_tree(title: &str, tree: &BinaryTree, words: &[String]) {
 
 /// `text` with every control character written as an escape (`\u{1b}`, `\n`), the rest as is.
 pub fn printable(text: &str) -> String {
-    text.chars()
-        .flat_map(|c| {
-            let escaped: Vec<char> = if c.is_control() {
-                c.escape_default().collect()
-            } else {
-                vec![c]
-            };
-            escaped
-        })
-        .collect()
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// How a program turns words into vocabulary ids: its own convention when training, the

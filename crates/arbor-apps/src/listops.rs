@@ -157,17 +157,13 @@ pub fn generate(args: &GenerateArgs) -> Result<Vec<String>> {
     // The expressions are held in memory (to keep the splits apart) before they are written:
     // at least 64 bytes each, whatever their length.
     let count = args.train_size as f64 + args.valid_size as f64 + args.test_size as f64;
-    if let Some(available) = arbor_train::device::DeviceSpec::default_cpu()
-        .ok()
-        .and_then(|d| d.available_memory())
-    {
-        if count * 64.0 > available as f64 {
-            bail!(
-                "--train-size/--valid-size/--test-size: {count:.0} expressions would take more \
-                 than the {:.1} GiB of memory available",
-                available as f64 / (1u64 << 30) as f64
-            );
-        }
+    if let Ok(cpu) = arbor_train::device::DeviceSpec::default_cpu() {
+        crate::cli::check_fits(
+            "--train-size/--valid-size/--test-size",
+            &format!("{count:.0} expressions"),
+            count * 64.0,
+            cpu,
+        )?;
     }
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;

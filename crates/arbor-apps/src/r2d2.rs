@@ -586,7 +586,8 @@ impl BackendJob for ParseJob {
             None => Box::new(std::io::stdout().lock()),
         };
         // Every sentence in pieces first, so that one too long stops the run before any work.
-        let mut pieces = Vec::with_capacity(sentences.len());
+        let mut ids = Vec::with_capacity(sentences.len());
+        let mut word_of = Vec::with_capacity(sentences.len());
         for (k, words) in sentences.iter().enumerate() {
             let (i, w) = pieces_of_words(&tok, words)?;
             if i.len() > a.max_len {
@@ -602,22 +603,21 @@ impl BackendJob for ParseJob {
                     a.max_len
                 );
             }
-            pieces.push((i, w));
+            ids.push(i);
+            word_of.push(w);
         }
         let started = std::time::Instant::now();
-        for (k, (chunk, chunk_pieces)) in sentences
+        let batches = sentences
             .chunks(a.batch_size)
-            .zip(pieces.chunks(a.batch_size))
-            .enumerate()
-        {
-            let ids: Vec<Vec<u32>> = chunk_pieces.iter().map(|(i, _)| i.clone()).collect();
-            let word_of: Vec<_> = chunk_pieces.iter().map(|(_, w)| w.clone()).collect();
+            .zip(ids.chunks(a.batch_size))
+            .zip(word_of.chunks(a.batch_size));
+        for (k, ((chunk, ids), word_of)) in batches.enumerate() {
             let refs: Vec<&[u32]> = ids.iter().map(Vec::as_slice).collect();
-            let constraint = word_level.then_some(word_of.as_slice());
+            let constraint = word_level.then_some(word_of);
             let trees = model
                 .chart(&refs, constraint, Decisions::Argmax)
                 .trees_with(rule);
-            for (((t, words), piece_ids), w) in trees.iter().zip(chunk).zip(&ids).zip(&word_of) {
+            for (((t, words), piece_ids), w) in trees.iter().zip(chunk).zip(ids).zip(word_of) {
                 let line = if word_level {
                     let wt: BinaryTree =
                         word_tree(t, w).context("internal: a word's pieces were split")?;

@@ -69,20 +69,8 @@ pub fn check_pytorch_file(path: &Path, limits: &PickleLimits) -> Result<(), Conv
         let entry = archive
             .by_name(&name)
             .map_err(|e| ConvertError::file(path, format!("{name}: {e}")))?;
-        if entry.size() > limits.max_pickle_bytes {
-            return Err(too_big(path, &name, entry.size(), limits));
-        }
-        let mut bytes = Vec::new();
-        entry
-            .take(limits.max_pickle_bytes + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| ConvertError::file(path, format!("{name}: {e}")))?;
-        if bytes.len() as u64 > limits.max_pickle_bytes {
-            return Err(too_big(path, &name, bytes.len() as u64, limits));
-        }
-        return scan(&bytes, 1, limits)
-            .map(|_| ())
-            .map_err(|e| ConvertError::file(path, format!("{name}: {e}")));
+        let size = entry.size();
+        return check_member(path, &name, size, entry, limits);
     }
     if is_tar(path) {
         return check_tar(path, limits);
@@ -124,20 +112,37 @@ fn check_tar(path: &Path, limits: &PickleLimits) -> Result<(), ConvertError> {
             .path()
             .map(|p| p.to_string_lossy().trim_start_matches("./").to_string())
             .unwrap_or_default();
-        if name != "pickle" && name != "sys_info" {
-            continue;
+        if name == "pickle" || name == "sys_info" {
+            let size = entry.size();
+            check_member(path, &name, size, entry, limits)?;
         }
-        if entry.size() > limits.max_pickle_bytes {
-            return Err(too_big(path, &name, entry.size(), limits));
-        }
-        let mut bytes = Vec::new();
-        entry
-            .take(limits.max_pickle_bytes)
-            .read_to_end(&mut bytes)
-            .map_err(|e| ConvertError::file(path, format!("{name}: {e}")))?;
-        scan(&bytes, 1, limits).map_err(|e| ConvertError::file(path, format!("{name}: {e}")))?;
     }
     Ok(())
+}
+
+/// Walks the archive member `name` of `path`, one pickle declaring `size` bytes, read no
+/// further than the limit (a declared size can lie).
+fn check_member(
+    path: &Path,
+    name: &str,
+    size: u64,
+    member: impl Read,
+    limits: &PickleLimits,
+) -> Result<(), ConvertError> {
+    if size > limits.max_pickle_bytes {
+        return Err(too_big(path, name, size, limits));
+    }
+    let mut bytes = Vec::new();
+    member
+        .take(limits.max_pickle_bytes + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| ConvertError::file(path, format!("{name}: {e}")))?;
+    if bytes.len() as u64 > limits.max_pickle_bytes {
+        return Err(too_big(path, name, bytes.len() as u64, limits));
+    }
+    scan(&bytes, 1, limits)
+        .map(|_| ())
+        .map_err(|e| ConvertError::file(path, format!("{name}: {e}")))
 }
 
 fn too_big(path: &Path, what: &str, size: u64, limits: &PickleLimits) -> ConvertError {

@@ -89,6 +89,16 @@ pub(crate) fn strided_to_vec(
 /// Products at least this large (`m·n·k`) run on rayon's pool, as Flex's own do.
 const PARALLEL_PRODUCT: usize = 192 * 192 * 192;
 
+/// How `gemm` runs a product of `work` multiply-adds: on rayon's threads from
+/// [`PARALLEL_PRODUCT`] on, on the calling thread below it.
+fn product_parallelism(work: usize) -> gemm::Parallelism {
+    if work >= PARALLEL_PRODUCT {
+        gemm::Parallelism::Rayon(0)
+    } else {
+        gemm::Parallelism::None
+    }
+}
+
 /// `x·w (+ b)` on a new row-major buffer: prefilled with `b`'s rows and accumulated into, or
 /// written by the product alone. `None` when an input is not an `f32` matrix the backend
 /// exposes.
@@ -133,11 +143,7 @@ pub(crate) fn matmul_sum<T: HostTensor>(terms: &[(&T, &T)], b: Option<&T>) -> Op
             out.resize(m * n, 0.0);
             filled = true;
         }
-        let parallelism = if m * width * k >= PARALLEL_PRODUCT {
-            gemm::Parallelism::Rayon(0)
-        } else {
-            gemm::Parallelism::None
-        };
+        let parallelism = product_parallelism(m * width * k);
         // SAFETY: the strides and offsets are the tensors' own, so every element the product
         // reads lies inside its buffer; `out` has room for `m·n` values; the product writes
         // columns `n − width..n` of each row (`width ≤ n`), and either all `m·n` values are
@@ -722,11 +728,7 @@ fn gemm_slices(
         rhs.len() > last(k, r_rs, n, r_cs),
         "gemm_slices: rhs too short"
     );
-    let parallelism = if m * n * k >= PARALLEL_PRODUCT {
-        gemm::Parallelism::Rayon(0)
-    } else {
-        gemm::Parallelism::None
-    };
+    let parallelism = product_parallelism(m * n * k);
     // SAFETY: the asserts above keep every element the product reads (lhs, rhs) or reads and
     // writes (dst) inside its slice; `dst` is borrowed mutably and does not alias the inputs.
     unsafe {
