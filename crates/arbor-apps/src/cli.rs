@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use arbor_encoders::{ClassifierInput, EncoderConfig, EncoderKind, LeafKind, Pooling};
+use arbor_train::device::DeviceList;
 use arbor_train::{CheckpointEvery, LrSchedule, OptimizerKind, TauAnneal, TrainConfig};
 use clap::{Args, ValueEnum};
 
@@ -104,9 +105,33 @@ pub struct EngineArgs {
     /// No progress bars.
     #[arg(long)]
     pub quiet: bool,
+    /// Data-parallel training: one worker per listed device, comma-separated, all on one
+    /// backend (`cuda:0,cuda:1`; `flex,flex` runs two workers on the CPU). Each worker takes its
+    /// share of every batch and Burn's collective sums the gradients; the first device
+    /// evaluates and writes the checkpoints. Replaces --device (docs/training.md, "Several
+    /// devices").
+    #[arg(long, value_name = "LIST")]
+    pub devices: Option<DeviceList>,
 }
 
 impl EngineArgs {
+    /// The device the run evaluates and checkpoints on, by its concrete name: the first of
+    /// --devices, else the program's `device` (its --device) resolved.
+    pub fn main_device(&self, device: &str) -> anyhow::Result<String> {
+        Ok(match &self.devices {
+            Some(list) => list.0[0].to_string(),
+            None => arbor_train::device::resolve(device)?.to_string(),
+        })
+    }
+
+    /// The workers' devices for backend `B`: the --devices list, else `device` alone.
+    pub fn workers<B: burn::tensor::backend::Backend>(&self, device: &B::Device) -> Vec<B::Device> {
+        match &self.devices {
+            Some(list) => list.devices::<B>(),
+            None => vec![device.clone()],
+        }
+    }
+
     /// Claims OUT for this run ([`arbor_train::outdir`]): refused when another run holds it,
     /// when it holds a run and neither --resume nor --overwrite was given, or when --resume
     /// finds no last.ckpt; --overwrite deletes the old run's files. Hold the lock until the

@@ -17,7 +17,7 @@ use arbor_data::vocab::Vocab;
 use arbor_data::ReadOptions;
 use arbor_encoders::EncoderKind;
 use arbor_heads::SentenceClassifier;
-use arbor_train::{train, EvalReport};
+use arbor_train::{train_on, EvalReport};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use clap::{Args, Parser, Subcommand};
@@ -427,7 +427,12 @@ impl BackendJob for TrainJob {
             a.dim,
             a.device
         );
-        let outcome = train(&task, model, &a.train_config(), &device)?;
+        let outcome = train_on(
+            &task,
+            model,
+            &a.train_config(),
+            &a.engine.workers::<Ad<B>>(&device),
+        )?;
         println!();
         let (model, which) = best_or_last(
             outcome.model.valid(),
@@ -511,7 +516,7 @@ pub fn run(args: ListOpsArgs) -> Result<()> {
         Command::Train(t) => {
             let mut t = *t;
             t.common.check()?;
-            t.common.device = resolve(&t.common.device)?.to_string();
+            t.common.device = t.common.engine.main_device(&t.common.device)?;
             let opts = t.common.read_options();
             let mut train = read_file_with(&t.train, opts)?;
             let valid = read_file_with(&t.valid, opts)?;

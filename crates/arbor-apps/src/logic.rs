@@ -13,7 +13,7 @@ use arbor_data::readers::logic::{
 };
 use arbor_data::vocab::Vocab;
 use arbor_encoders::EncoderKind;
-use arbor_train::{train, EvalReport};
+use arbor_train::{train_on, EvalReport};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use clap::Parser;
@@ -24,7 +24,7 @@ use crate::common::{
 };
 use crate::result::{RunResult, ScoreTable};
 use arbor_tasks::{evaluate, NliData, NliTask};
-use arbor_train::device::{resolve, run_on, BackendJob};
+use arbor_train::device::{run_on, BackendJob};
 
 /// Default `--embed-init-std` of this program: SPINN's `nn.Embedding` default; measured in docs/results.md.
 pub const EMBED_INIT_STD: f64 = 1.0;
@@ -344,7 +344,12 @@ impl BackendJob for Job {
             a.dim,
             a.device
         );
-        let outcome = train(&task, model, &a.train_config(), &device)?;
+        let outcome = train_on(
+            &task,
+            model,
+            &a.train_config(),
+            &a.engine.workers::<Ad<B>>(&device),
+        )?;
         println!();
         if let Some(r) = outcome.evals.get("test") {
             let rows: Vec<_> = per_operator_count(r)
@@ -432,7 +437,7 @@ pub fn run(mut args: LogicArgs) -> Result<()> {
             args.valid_fraction
         );
     }
-    args.common.device = resolve(&args.common.device)?.to_string();
+    args.common.device = args.common.engine.main_device(&args.common.device)?;
     let splits = load_splits(&args)?;
     let device = args.common.device.clone();
     run_on(&device, Job { args, splits })?

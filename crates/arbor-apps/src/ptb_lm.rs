@@ -16,13 +16,15 @@ use arbor_data::tree::{BinaryTree, DigitNorm, TextNorm, TreePrep};
 use arbor_data::vocab::Vocab;
 use arbor_lm::{Batchified, RnnLm, RnnLmConfig};
 use arbor_tasks::{evaluate_stream, LmTask};
-use arbor_train::{load_model, seed_everything, train, CheckpointFile, OptimizerKind, TrainConfig};
+use arbor_train::{
+    load_model, seed_everything, train_on, CheckpointFile, OptimizerKind, TrainConfig,
+};
 use burn::backend::Autodiff;
 use clap::Parser;
 
 use crate::cli::EngineArgs;
 use crate::common::checkpoint_in;
-use arbor_train::device::{resolve, run_on, BackendJob};
+use arbor_train::device::{run_on, BackendJob};
 
 /// Train (or evaluate, or parse with) a recurrent language model on PTB.
 #[derive(Debug, Clone, Parser)]
@@ -264,7 +266,12 @@ impl Job {
             a.layers,
             a.device
         );
-        let outcome = train(&task, model, &a.train_config(), &device)?;
+        let outcome = train_on(
+            &task,
+            model,
+            &a.train_config(),
+            &a.engine.workers::<Ad<B>>(&device),
+        )?;
         let r = &outcome.evals["valid"];
         let s = &outcome.state;
         println!(
@@ -452,7 +459,7 @@ impl BackendJob for Job {
 /// Runs the program.
 pub fn run(mut args: PtbLmArgs) -> Result<()> {
     args.check()?;
-    args.device = resolve(&args.device)?.to_string();
+    args.device = args.engine.main_device(&args.device)?;
     let device = args.device.clone();
     run_on(&device, Job { args })?
 }

@@ -16,7 +16,7 @@ use arbor_encoders::r2d2::{
     word_tree, CompositionConfig, R2d2Config, R2d2Lm, R2d2LmConfig, R2d2SpecialIds, TreeRule,
 };
 use arbor_encoders::Decisions;
-use arbor_train::{load_model, seed_everything, train, CheckpointFile, OptimizerKind};
+use arbor_train::{load_model, seed_everything, train_on, CheckpointFile, OptimizerKind};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use clap::{Args, Parser, Subcommand};
@@ -412,7 +412,7 @@ impl BackendJob for PretrainJob {
         };
         let mut config = a.engine.train_config(OptimizerKind::AdamW);
         config.max_tokens = Some(a.max_tokens);
-        let outcome = train(&task, model, &config, &device)?;
+        let outcome = train_on(&task, model, &config, &a.engine.workers::<Ad<B>>(&device))?;
         if let Some(r) = outcome.evals.get("valid") {
             println!(
                 "valid LM loss {:.4} (perplexity of the chart-context LM {:.2}) over {} tokens",
@@ -650,7 +650,7 @@ pub fn run(args: R2d2Args) -> Result<()> {
     match args.command {
         Command::Pretrain(mut a) => {
             a.check()?;
-            a.device = resolve(&a.device)?.to_string();
+            a.device = a.engine.main_device(&a.device)?;
             let device = a.device.clone();
             run_on(&device, PretrainJob { args: *a })?
         }

@@ -8,7 +8,7 @@ use arbor_data::download::{ensure_snli_from, DownloadOptions, SnliPaths};
 use arbor_data::readers::snli::{read_snli, NliLabel, SnliPair};
 use arbor_data::vocab::Vocab;
 use arbor_data::{DataError, ReadOptions};
-use arbor_train::{load_model, train};
+use arbor_train::{load_model, train_on};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use clap::Parser;
@@ -20,7 +20,7 @@ use crate::common::{
 };
 use crate::result::RunResult;
 use arbor_tasks::{evaluate, ModelConfig, ModelMeta, NliData, NliTask};
-use arbor_train::device::{resolve, run_on, BackendJob};
+use arbor_train::device::{run_on, BackendJob};
 
 /// Default `--embed-init-std` of this program: the Gumbel Tree-LSTM reference's `normal_(0, 0.01)`.
 pub const EMBED_INIT_STD: f64 = 0.01;
@@ -243,7 +243,12 @@ impl BackendJob for TrainJob {
             a.dim,
             args.common.device
         );
-        let outcome = train(&task, model, &a.train_config(), &device)?;
+        let outcome = train_on(
+            &task,
+            model,
+            &a.train_config(),
+            &a.engine.workers::<Ad<B>>(&device),
+        )?;
         println!();
         for (split, report) in &outcome.evals {
             println!(
@@ -402,7 +407,7 @@ pub fn keep_parsed(splits: &mut SnliSplits, kind: arbor_encoders::EncoderKind) -
 /// Runs the program.
 pub fn run(mut args: SnliArgs) -> Result<()> {
     args.common.check()?;
-    args.common.device = resolve(&args.common.device)?.to_string();
+    args.common.device = args.common.engine.main_device(&args.common.device)?;
     let device = args.common.device.clone();
     if args.parse.is_some() {
         return run_on(&device, EvalJob { args, splits: None })?;

@@ -8,7 +8,7 @@ use anyhow::{bail, Result};
 use arbor_data::readers::sst::{read_sst2_tsv, read_sst_trees, sst2_label, Sst2Example};
 use arbor_data::tree::Transition;
 use arbor_data::ReadOptions;
-use arbor_train::train;
+use arbor_train::train_on;
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use clap::Parser;
@@ -20,7 +20,7 @@ use crate::common::{
 };
 use crate::result::RunResult;
 use arbor_tasks::{ClassifyData, ClassifyTask};
-use arbor_train::device::{resolve, run_on, BackendJob};
+use arbor_train::device::{run_on, BackendJob};
 
 /// Default `--embed-init-std` of this program: the Gumbel Tree-LSTM reference's `normal_(0, 0.01)`; on SST-2 a small start also learns faster than N(0, 1), docs/results.md.
 pub const EMBED_INIT_STD: f64 = 0.01;
@@ -181,7 +181,12 @@ impl BackendJob for Job {
             a.dim,
             a.device
         );
-        let outcome = train(&task, model, &a.train_config(), &device)?;
+        let outcome = train_on(
+            &task,
+            model,
+            &a.train_config(),
+            &a.engine.workers::<Ad<B>>(&device),
+        )?;
         println!();
         for (split, r) in &outcome.evals {
             println!(
@@ -271,7 +276,7 @@ impl BackendJob for EvalJob {
 /// Runs the program.
 pub fn run(mut args: SstArgs) -> Result<()> {
     args.common.check()?;
-    args.common.device = resolve(&args.common.device)?.to_string();
+    args.common.device = args.common.engine.main_device(&args.common.device)?;
     let device = args.common.device.clone();
     if args.parse.is_some() {
         return run_on(

@@ -87,6 +87,27 @@ impl Batchified {
     }
 }
 
+impl Segment {
+    /// The rows `rows` of this segment (a worker's share in data-parallel training).
+    ///
+    /// # Panics
+    /// If `rows` is not within `0..batch`.
+    pub fn rows(&self, rows: std::ops::Range<usize>) -> Segment {
+        assert!(
+            rows.end <= self.batch,
+            "rows {rows:?} of a {}-row segment",
+            self.batch
+        );
+        let cells = rows.start * self.len..rows.end * self.len;
+        Segment {
+            inputs: self.inputs[cells.clone()].to_vec(),
+            targets: self.targets[cells].to_vec(),
+            batch: rows.len(),
+            len: self.len,
+        }
+    }
+}
+
 /// Token ids as an `[batch, time]` integer tensor (row-major `ids`).
 ///
 /// # Shapes

@@ -112,7 +112,7 @@ impl<B: ArborBackend, D: Examples> ClassificationTask<B, D> {
 impl<B, D> Task<B> for ClassificationTask<B, D>
 where
     B: ArborAutodiffBackend,
-    D: Examples,
+    D: Examples + Sync,
     D::Model<B>: AutodiffModule<B>,
     <D::Model<B> as AutodiffModule<B>>::InnerModule: Classifier<B::InnerBackend>,
 {
@@ -122,8 +122,14 @@ where
         self.train.lengths()
     }
 
-    fn step(&self, model: &Self::Model, idx: &[usize], ctx: StepContext) -> StepOutput<B> {
-        let (batch, labels) = self.train.batch::<B>(idx, &self.device);
+    fn step(
+        &self,
+        model: &Self::Model,
+        idx: &[usize],
+        ctx: StepContext,
+        device: &B::Device,
+    ) -> StepOutput<B> {
+        let (batch, labels) = self.train.batch::<B>(idx, device);
         let mut sampler =
             arbor_cells::GumbelSampler::seeded(ctx.noise_seed).with_temperature(ctx.temperature);
         let out = model.classify(batch, Decisions::Sample(&mut sampler));

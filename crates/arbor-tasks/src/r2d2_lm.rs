@@ -73,7 +73,13 @@ impl<B: ArborAutodiffBackend> Task<B> for R2d2LmTask<B> {
         self.train.iter().map(Vec::len).collect()
     }
 
-    fn step(&self, model: &R2d2Lm<B>, batch: &[usize], ctx: StepContext) -> StepOutput<B> {
+    fn step(
+        &self,
+        model: &R2d2Lm<B>,
+        batch: &[usize],
+        ctx: StepContext,
+        _device: &B::Device,
+    ) -> StepOutput<B> {
         let refs: Vec<&[u32]> = batch.iter().map(|&i| self.train[i].as_slice()).collect();
         let mut sampler = GumbelSampler::seeded(ctx.noise_seed).with_temperature(ctx.temperature);
         let out = model.lm_loss(&refs, Decisions::Sample(&mut sampler));
@@ -82,6 +88,11 @@ impl<B: ArborAutodiffBackend> Task<B> for R2d2LmTask<B> {
             correct: None,
             total: 0,
         }
+    }
+
+    /// The LM loss is a mean over the share's tokens.
+    fn loss_weight(&self, share: &[usize]) -> f64 {
+        share.iter().map(|&i| self.train[i].len()).sum::<usize>() as f64
     }
 
     fn eval_splits(&self) -> Vec<String> {

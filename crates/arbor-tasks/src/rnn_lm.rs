@@ -1,7 +1,8 @@
 //! Word-level language modelling with truncated BPTT as an engine task.
 
 use arbor_cells::{ArborAutodiffBackend, ArborBackend};
-use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use arbor_lm::{ids_tensor, token_nll, Batchified, LmState, RnnLm};
@@ -68,6 +69,10 @@ fn running_nll<B: Backend>(running: Vec<(Tensor<B, 1>, usize)>) -> (f64, usize) 
 
 /// The language-modelling task for the engine: one batch = one TBPTT segment, in order; the
 /// state of segment `s` starts from the detached final state of segment `s − 1`.
+///
+/// A batch lists the segment's rows as indices `s · rows + r`, so that data-parallel training
+/// gives each worker a contiguous band of rows; each band carries its own state from one
+/// segment to the next.
 pub struct LmTask<B: AutodiffBackend> {
     /// Training stream.
     pub train: Batchified,
@@ -81,11 +86,11 @@ pub struct LmTask<B: AutodiffBackend> {
     pub meta: serde_json::Value,
     /// Device.
     pub device: B::Device,
-    /// `(next segment, its initial state)`.
-    carry: RefCell<Option<(usize, LmState<B>)>>,
+    /// By the first row of a band of rows: `(next segment, its initial state)`.
+    carry: Mutex<HashMap<usize, (usize, LmState<B>)>>,
     /// The mean training NLL of every segment since the last evaluation, left on the device
     /// (read once, at the evaluation), with its number of tokens.
-    running: RefCell<Vec<(Tensor<B::InnerBackend, 1>, usize)>>,
+    running: Mutex<Vec<(Tensor<B::InnerBackend, 1>, usize)>>,
 }
 
 impl<B: ArborAutodiffBackend> LmTask<B> {
@@ -105,8 +110,8 @@ impl<B: ArborAutodiffBackend> LmTask<B> {
             beta,
             meta,
             device,
-            carry: RefCell::new(None),
-            running: RefCell::new(Vec::new()),
+            carry: Mutex::new(HashMap::new()),
+            running: Mutex::new(Vec::new()),
         }
     }
 }
@@ -115,33 +120,42 @@ impl<B: ArborAutodiffBackend> Task<B> for LmTask<B> {
     type Model = RnnLm<B>;
 
     fn train_lengths(&self) -> Vec<usize> {
-        vec![1; self.train.num_segments()]
+        vec![1; self.train.num_segments() * self.train.batch]
     }
 
     fn batches(&self, _epoch: u64) -> Option<Vec<Vec<usize>>> {
-        Some((0..self.train.num_segments()).map(|s| vec![s]).collect())
+        let rows = self.train.batch;
+        Some(
+            (0..self.train.num_segments())
+                .map(|s| (s * rows..(s + 1) * rows).collect())
+                .collect(),
+        )
     }
 
-    fn step(&self, model: &RnnLm<B>, batch: &[usize], _ctx: StepContext) -> StepOutput<B> {
-        let s = batch[0];
-        let init = self
-            .carry
-            .borrow_mut()
-            .take()
+    fn step(
+        &self,
+        model: &RnnLm<B>,
+        batch: &[usize],
+        _ctx: StepContext,
+        device: &B::Device,
+    ) -> StepOutput<B> {
+        let rows = self.train.batch;
+        let s = batch[0] / rows;
+        let first = batch[0] % rows;
+        let init = lock(&self.carry)
+            .remove(&first)
             .filter(|(next, _)| *next == s)
             .map(|(_, st)| st);
-        let seg = self.train.segment(s);
-        let x = ids_tensor::<B>(&seg.inputs, [seg.batch, seg.len], &self.device);
-        let y = ids_tensor::<B>(&seg.targets, [seg.batch, seg.len], &self.device);
+        let seg = self.train.segment(s).rows(first..first + batch.len());
+        let x = ids_tensor::<B>(&seg.inputs, [seg.batch, seg.len], device);
+        let y = ids_tensor::<B>(&seg.targets, [seg.batch, seg.len], device);
         let out = model.forward(x, init);
         let nll = token_nll(out.logits.clone(), y.clone()).mean();
         let correct = correct_predictions(out.logits.clone().detach(), y);
         let tokens = seg.batch * seg.len;
-        self.running
-            .borrow_mut()
-            .push((nll.clone().detach().inner(), tokens));
+        lock(&self.running).push((nll.clone().detach().inner().to_device(&self.device), tokens));
         let loss = nll.add(out.ar_tar(self.alpha, self.beta));
-        *self.carry.borrow_mut() = Some((s + 1, out.state.clone().detach()));
+        lock(&self.carry).insert(first, (s + 1, out.state.clone().detach()));
         StepOutput {
             loss,
             correct: Some(correct),
@@ -156,7 +170,7 @@ impl<B: ArborAutodiffBackend> Task<B> for LmTask<B> {
     fn evaluate(&self, model: &RnnLm<B::InnerBackend>, _split: &str) -> EvalReport {
         let started = Instant::now();
         let mut report = evaluate_stream(model, &self.valid, &self.device);
-        let (sum, tokens) = running_nll(std::mem::take(&mut *self.running.borrow_mut()));
+        let (sum, tokens) = running_nll(std::mem::take(&mut *lock(&self.running)));
         if tokens > 0 {
             report
                 .extra
@@ -184,4 +198,10 @@ impl<B: ArborAutodiffBackend> Task<B> for LmTask<B> {
     fn metadata(&self) -> serde_json::Value {
         self.meta.clone()
     }
+}
+
+/// The task's own state behind a lock: a step that panicked cannot leave it half written (each
+/// lock is held for one `insert`, `remove` or `push`), so a poisoned lock is used as it is.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }

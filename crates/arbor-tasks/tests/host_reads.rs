@@ -8,7 +8,7 @@
 //! device and builds no trees in training; R2D2 runs its pruned chart's FIND and merges on the
 //! device (as a classifier's encoder and in its own LM pretraining task).
 
-use std::cell::RefCell;
+use std::sync::Mutex;
 
 use arbor_data::tree::Transition;
 use arbor_encoders::{EncoderConfig, EncoderKind};
@@ -131,7 +131,7 @@ fn counted_step<T: Task<Ad>>(
     seed: u64,
 ) -> (T::Model, u64) {
     let counter = ReadCounter::start();
-    let out = task.step(&model, idx, StepContext::seeded(seed));
+    let out = task.step(&model, idx, StepContext::seeded(seed), &Default::default());
     let mut grads = GradientsParams::from_grads(out.loss.backward(), &model);
     let norm = grad_norm_on_device::<Ad, _>(&model, &grads).expect("gradients");
     clip_on_device::<Ad, _>(&model, &mut grads, norm, 1.0);
@@ -197,7 +197,7 @@ fn r2d2_pretraining_steps_read_nothing() {
 /// A task that records this thread's read count as each step starts.
 struct Recording {
     inner: ClassifyTask<Ad>,
-    at_step: RefCell<Vec<u64>>,
+    at_step: Mutex<Vec<u64>>,
 }
 
 impl Task<Ad> for Recording {
@@ -205,9 +205,15 @@ impl Task<Ad> for Recording {
     fn train_lengths(&self) -> Vec<usize> {
         self.inner.train_lengths()
     }
-    fn step(&self, model: &Model, batch: &[usize], ctx: StepContext) -> StepOutput<Ad> {
-        self.at_step.borrow_mut().push(reads());
-        self.inner.step(model, batch, ctx)
+    fn step(
+        &self,
+        model: &Model,
+        batch: &[usize],
+        ctx: StepContext,
+        device: &burn::tensor::Device<Ad>,
+    ) -> StepOutput<Ad> {
+        self.at_step.lock().unwrap().push(reads());
+        self.inner.step(model, batch, ctx, device)
     }
     fn eval_splits(&self) -> Vec<String> {
         self.inner.eval_splits()
@@ -228,7 +234,7 @@ fn the_engine_reads_once_per_logging_interval_on_an_lstm_classifier() {
     let m = model(&inner);
     let task = Recording {
         inner,
-        at_step: RefCell::new(Vec::new()),
+        at_step: Mutex::new(Vec::new()),
     };
     let dir = tempfile::tempdir().unwrap();
     let mut c = TrainConfig::new(dir.path());
@@ -237,7 +243,7 @@ fn the_engine_reads_once_per_logging_interval_on_an_lstm_classifier() {
     c.quiet = true;
     let out = train(&task, m, &c, &Default::default()).unwrap();
     assert_eq!(out.state.step, 8);
-    let at = task.at_step.into_inner();
+    let at = task.at_step.into_inner().unwrap();
     let per_step: Vec<u64> = at.windows(2).map(|w| w[1] - w[0]).collect();
     // Step s (0-based) is followed by a read when s + 1 steps are a multiple of 3.
     assert_eq!(per_step, [0, 0, 1, 0, 0, 1, 0]);

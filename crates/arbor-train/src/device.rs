@@ -267,6 +267,102 @@ pub fn compiled_backends() -> Vec<&'static str> {
         .collect()
 }
 
+/// A `--devices` list: the devices of a data-parallel run, one worker each (see
+/// [`crate::train_on`]), all on one backend. The same device may appear more than once
+/// (`flex,flex`: two workers sharing the CPU).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceList(pub Vec<DeviceSpec>);
+
+/// Why a `--devices` list could not be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DeviceListError {
+    /// An entry could not be used.
+    #[error("--devices entry {position} (`{entry}`): {source}")]
+    Entry {
+        /// 1-based position in the list.
+        position: usize,
+        /// The entry as written.
+        entry: String,
+        /// Why.
+        source: DeviceError,
+    },
+    /// Nothing listed.
+    #[error("--devices lists no device: give a comma-separated list such as cuda:0,cuda:1")]
+    Empty,
+    /// `auto` is not a device of a list.
+    #[error("--devices entry {0} is `auto`: name each device (cuda:0,cuda:1, or flex,flex)")]
+    Auto(usize),
+    /// Two backends in one list.
+    #[error(
+        "--devices mixes backends ({first} and {other}): every worker of a data-parallel run \
+         uses the same backend"
+    )]
+    MixedBackends {
+        /// The first entry's backend.
+        first: &'static str,
+        /// The first other backend.
+        other: &'static str,
+    },
+}
+
+impl FromStr for DeviceList {
+    type Err = DeviceListError;
+
+    /// Parses and checks `cuda:0,cuda:1`: every entry a compiled device that answers, all on
+    /// one backend, `auto` refused.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut specs = Vec::new();
+        for (i, entry) in s.split(',').map(str::trim).enumerate() {
+            if entry.is_empty() && s.trim().is_empty() {
+                return Err(DeviceListError::Empty);
+            }
+            if entry.eq_ignore_ascii_case("auto") {
+                return Err(DeviceListError::Auto(i + 1));
+            }
+            let spec = resolve(entry).map_err(|source| DeviceListError::Entry {
+                position: i + 1,
+                entry: entry.to_string(),
+                source,
+            })?;
+            specs.push(spec);
+        }
+        let first = specs[0].backend_name();
+        if let Some(other) = specs.iter().find(|d| d.backend_name() != first) {
+            return Err(DeviceListError::MixedBackends {
+                first,
+                other: other.backend_name(),
+            });
+        }
+        Ok(DeviceList(specs))
+    }
+}
+
+impl fmt::Display for DeviceList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<String> = self.0.iter().map(ToString::to_string).collect();
+        f.write_str(&names.join(","))
+    }
+}
+
+impl DeviceList {
+    /// The backend devices of the list for backend `B` (the backend its first entry names).
+    pub fn devices<B: burn::tensor::backend::Backend>(&self) -> Vec<B::Device> {
+        self.0.iter().map(|&spec| device_of::<B>(spec)).collect()
+    }
+}
+
+/// `spec`'s device for backend `B`: `cuda:N` is device `N` of its kind, a CPU backend its one
+/// device.
+pub fn device_of<B: burn::tensor::backend::Backend>(spec: DeviceSpec) -> B::Device {
+    use burn::tensor::backend::{Device, DeviceId};
+    match spec {
+        DeviceSpec::Flex | DeviceSpec::NdArray => B::Device::default(),
+        DeviceSpec::Cuda(index) => {
+            B::Device::from_id(DeviceId::new(0, u16::try_from(index).unwrap_or(u16::MAX)))
+        }
+    }
+}
+
 /// Work to run on whichever backend the user picked.
 ///
 /// Training jobs wrap the backend themselves: `Autodiff<B>` for the model, `B` for validation.

@@ -72,7 +72,13 @@ impl Task<Ad> for ToyTask {
     fn train_lengths(&self) -> Vec<usize> {
         vec![1; 200]
     }
-    fn step(&self, model: &Toy<Ad>, batch: &[usize], ctx: StepContext) -> StepOutput<Ad> {
+    fn step(
+        &self,
+        model: &Toy<Ad>,
+        batch: &[usize],
+        ctx: StepContext,
+        _device: &burn::tensor::Device<Ad>,
+    ) -> StepOutput<Ad> {
         let noise_seed = ctx.noise_seed;
         let (x, y) = self.tensors::<Ad>(batch);
         // Noise on the logits drawn from the step's noise seed makes the test depend on that

@@ -2,7 +2,7 @@
 //! steps are read in one transfer per logging interval (`TrainConfig::log_every`), counted on
 //! the counting backend.
 
-use std::cell::RefCell;
+use std::sync::Mutex;
 
 use arbor_kernels::counting::{reads, Counting};
 use arbor_train::*;
@@ -25,7 +25,7 @@ struct Lin<B: Backend> {
 /// 96 examples, label `x0 > x1`; records this thread's read count as each step starts.
 struct Counted {
     xs: Vec<[f32; 2]>,
-    at_step: RefCell<Vec<u64>>,
+    at_step: Mutex<Vec<u64>>,
 }
 
 impl Counted {
@@ -39,7 +39,7 @@ impl Counted {
             .collect();
         Self {
             xs,
-            at_step: RefCell::new(Vec::new()),
+            at_step: Mutex::new(Vec::new()),
         }
     }
     fn tensors<Bk: Backend>(&self, idx: &[usize]) -> (Tensor<Bk, 2>, Tensor<Bk, 1, Int>) {
@@ -61,8 +61,14 @@ impl Task<Ad> for Counted {
     fn train_lengths(&self) -> Vec<usize> {
         vec![1; 96]
     }
-    fn step(&self, model: &Lin<Ad>, batch: &[usize], _ctx: StepContext) -> StepOutput<Ad> {
-        self.at_step.borrow_mut().push(reads());
+    fn step(
+        &self,
+        model: &Lin<Ad>,
+        batch: &[usize],
+        _ctx: StepContext,
+        _device: &burn::tensor::Device<Ad>,
+    ) -> StepOutput<Ad> {
+        self.at_step.lock().unwrap().push(reads());
         let (x, y) = self.tensors::<Ad>(batch);
         let logits = model.l.forward(x);
         let correct = logits
@@ -111,7 +117,7 @@ fn reads_per_step(log_every: u64, clip: Option<f64>) -> (Vec<u64>, Vec<MetricsRe
     let task = Counted::new();
     let out = train(&task, model, &c, &device).unwrap();
     assert_eq!(out.state.step, 24);
-    let at = task.at_step.into_inner();
+    let at = task.at_step.into_inner().unwrap();
     assert_eq!(at.len(), 24);
     let per_step = at.windows(2).map(|w| w[1] - w[0]).collect();
     let log = MetricsLog::new(&c.metrics_log()).unwrap().read().unwrap();

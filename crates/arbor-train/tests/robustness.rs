@@ -102,7 +102,13 @@ impl Task<Ad> for Probe {
     fn train_lengths(&self) -> Vec<usize> {
         vec![1; 64]
     }
-    fn step(&self, model: &Mlp<Ad>, batch: &[usize], ctx: StepContext) -> StepOutput<Ad> {
+    fn step(
+        &self,
+        model: &Mlp<Ad>,
+        batch: &[usize],
+        ctx: StepContext,
+        _device: &burn::tensor::Device<Ad>,
+    ) -> StepOutput<Ad> {
         let noise_seed = ctx.noise_seed;
         let (x, y) = self.tensors::<Ad>(batch);
         let logits = model.forward(x);

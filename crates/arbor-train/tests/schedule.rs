@@ -27,7 +27,13 @@ impl Task<Ad> for Probe {
     fn train_lengths(&self) -> Vec<usize> {
         vec![1; 40]
     }
-    fn step(&self, model: &Lin<Ad>, batch: &[usize], ctx: StepContext) -> StepOutput<Ad> {
+    fn step(
+        &self,
+        model: &Lin<Ad>,
+        batch: &[usize],
+        ctx: StepContext,
+        _device: &burn::tensor::Device<Ad>,
+    ) -> StepOutput<Ad> {
         self.seen.lock().unwrap().push(ctx);
         let d = Default::default();
         let x = Tensor::<Ad, 2>::from_data(

@@ -20,6 +20,7 @@
 mod config;
 mod curves;
 mod optim;
+mod parallel;
 mod progress;
 mod resume;
 mod run;
@@ -28,8 +29,9 @@ mod task;
 
 pub use config::{CheckpointEvery, OptimizerKind, TrainConfig, DEFAULT_LOG_EVERY};
 pub use optim::{plateau_decay, seed_everything, step_seed, warmed_up};
+pub use parallel::shares;
 pub use run::{
-    load_model, train, NonFiniteTensor, StopReason, TrainError, TrainOutcome, TrainState,
+    load_model, train, train_on, NonFiniteTensor, StopReason, TrainError, TrainOutcome, TrainState,
 };
 pub use schedule::{LrSchedule, TauAnneal};
 pub use task::{EvalReport, StepContext, StepOutput, Task};

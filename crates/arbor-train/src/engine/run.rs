@@ -35,7 +35,6 @@ use std::time::Instant;
 
 use arbor_data::batch::{make_batches, BatchConfig};
 use burn::module::{AutodiffModule, ModuleVisitor, Param};
-use burn::optim::GradientsParams;
 use burn::prelude::*;
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::AutodiffBackend;
@@ -43,12 +42,12 @@ use serde::{Deserialize, Serialize};
 
 use super::config::{CheckpointEvery, TrainConfig};
 use super::curves::{draw_curves, SELECTION_METRIC};
-use super::optim::{plateau_decay, seed_everything, step_seed, warmed_up, Optim};
+use super::optim::{plateau_decay, step_seed, warmed_up, Optim};
+use super::parallel::{self, WorkerStep, Workers};
 use super::progress::{print_summary, Progress, Window};
 use super::resume::{self, CONFIG_KEY, FINGERPRINT_KEY};
-use super::task::{EvalReport, StepContext, Task};
+use super::task::{EvalReport, Task};
 use crate::checkpoint::{CheckpointError, CheckpointFile};
-use crate::clip::{clip_on_device, grad_norm_on_device};
 use crate::log::{MetricsLog, MetricsRecord};
 use crate::outdir::{self, new_run_id, OutDirError, StartMode};
 
@@ -359,7 +358,32 @@ where
     B: AutodiffBackend,
     T: Task<B>,
 {
+    train_on(task, model, config, std::slice::from_ref(device))
+}
+
+/// [`train`] with data parallelism over `devices`: one worker per device (the same device may
+/// be named more than once), each taking its share of every batch, the gradients summed across
+/// workers by Burn's collective (see the `parallel` module). `model` must be on `devices[0]`;
+/// the metrics log, checkpoints and the returned model are worker 0's. One device is exactly
+/// [`train`].
+///
+/// # Errors
+/// As [`train`]; [`TrainError::Config`] for an empty `devices`; [`TrainError::Device`] when
+/// the workers cannot register with the collective or reduce.
+pub fn train_on<B, T>(
+    task: &T,
+    model: T::Model,
+    config: &TrainConfig,
+    devices: &[B::Device],
+) -> Result<TrainOutcome<T::Model>, TrainError>
+where
+    B: AutodiffBackend,
+    T: Task<B>,
+{
     validate(config).map_err(TrainError::Config)?;
+    let Some(device) = devices.first() else {
+        return Err(TrainError::Config("no device to train on".into()));
+    };
     // Held until training and its curves are done; a program that wrote into the folder
     // before (and claimed it then) keeps holding it after.
     let _lock = outdir::claim(
@@ -374,7 +398,19 @@ where
     std::fs::create_dir_all(&config.out_dir).map_err(log_error(&log_path))?;
     let log = MetricsLog::new(&log_path).map_err(log_error(&log_path))?;
     let fingerprint = task.data_fingerprint();
-    let training = start::<B, T::Model>(model, config, fingerprint.as_deref(), &log, device)?;
+    let training = start::<B, T::Model>(model, config, fingerprint.as_deref(), &log, devices)?;
+    if devices.len() > 1 && !config.quiet {
+        eprintln!(
+            "data-parallel training: {} workers ({}), each taking its share of every batch of {}",
+            devices.len(),
+            devices
+                .iter()
+                .map(|d| format!("{d:?}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            config.batch_size
+        );
+    }
     let run = Run {
         task,
         config,
@@ -446,8 +482,11 @@ fn log_error(path: &Path) -> impl Fn(std::io::Error) -> TrainError + '_ {
 
 /// What changes as training goes.
 struct Training<B: AutodiffBackend, M: AutodiffModule<B>> {
+    /// Worker 0's model: the one evaluated and checkpointed.
     model: M,
     optim: Optim<B, M>,
+    /// The other workers' replicas (none with one device).
+    workers: Workers<B, M>,
     state: TrainState,
     /// The last evaluation of every split.
     evals: BTreeMap<String, EvalReport>,
@@ -466,8 +505,9 @@ fn start<B: AutodiffBackend, M: AutodiffModule<B>>(
     config: &TrainConfig,
     fingerprint: Option<&str>,
     log: &MetricsLog,
-    device: &B::Device,
+    devices: &[B::Device],
 ) -> Result<Training<B, M>, TrainError> {
+    let device = &devices[0];
     let mut model = model;
     let mut optim = Optim::<B, M>::new(config);
     let mut state = TrainState {
@@ -537,9 +577,16 @@ fn start<B: AutodiffBackend, M: AutodiffModule<B>>(
             );
         }
     }
+    let seed = step_seed(config.seed, state.step, 0);
+    let (model, workers) =
+        Workers::start(model, &optim, config, devices, seed).map_err(|e| TrainError::Device {
+            step: state.step,
+            message: e.to_string(),
+        })?;
     Ok(Training {
         model,
         optim,
+        workers,
         state,
         evals: BTreeMap::new(),
         last_eval_step: None,
@@ -678,7 +725,8 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
         while t.state.batch_in_epoch < batches.len() {
             let batch = &batches[t.state.batch_in_epoch];
             let stats;
-            (t.model, stats) = self.optimizer_step(t.model, &mut t.optim, &mut t.state, batch)?;
+            (t.model, stats) =
+                self.optimizer_step(t.model, &mut t.optim, &mut t.workers, &mut t.state, batch)?;
             pending.push(stats);
             progress.bar.set_position(t.state.batch_in_epoch as u64);
             let eval_now = config.eval_every > 0 && t.state.step.is_multiple_of(config.eval_every);
@@ -743,50 +791,101 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
     /// One optimizer step on `batch`: seeds the backend and the task's noise for this step,
     /// computes the loss, back-propagates, clips the gradients by their global norm, updates
     /// the model at the warmed-up learning rate and advances `state`, all without reading
-    /// anything back. Returns the new model and the step's [`PendingStep`]: `[loss, gradient
-    /// norm, correct]` on the device, for [`Run::read_pending`].
+    /// anything back. Returns the step's [`PendingStep`]: `[loss, gradient norm, correct]` on
+    /// the device, for [`Run::read_pending`].
+    ///
+    /// With several workers (`parallel`), each takes its share of `batch` on its own thread and
+    /// device, and the gradients, loss and correct count are summed across them by Burn's
+    /// collective before the norm, the clipping and the (identical) updates.
     fn optimizer_step(
         &self,
         model: T::Model,
         optim: &mut Optim<B, T::Model>,
+        workers: &mut Workers<B, T::Model>,
         state: &mut TrainState,
         batch: &[usize],
     ) -> Result<(T::Model, PendingStep<B::InnerBackend>), TrainError> {
         let config = self.config;
         let started = Instant::now();
-        seed_everything::<B>(self.device, step_seed(config.seed, state.step, 0));
-        let ctx = StepContext {
-            step: state.step,
-            noise_seed: step_seed(config.seed, state.step, 1),
-            temperature: config.tau_anneal.map(|a| a.tau_at(state.step)),
+        let step = state.step;
+        let lr = self.lr(state);
+        let replicas = &mut workers.replicas;
+        let workers = replicas.len() + 1;
+        let shares = parallel::shares(batch, workers);
+        let weights: Vec<f64> = shares.iter().map(|s| self.task.loss_weight(s)).collect();
+        let sum: f64 = weights.iter().sum();
+        let presence = (workers > 1).then(|| parallel::Presence::new(workers));
+        let job = |worker: usize| WorkerStep {
+            task: self.task,
+            config,
+            step,
+            lr,
+            temperature: config.tau_anneal.map(|a| a.tau_at(step)),
+            worker,
+            workers,
+            share: shares[worker],
+            weight: if workers == 1 || sum <= 0.0 {
+                1.0
+            } else {
+                weights[worker] / sum
+            },
+            presence: presence.as_ref(),
         };
-        let out = self.task.step(&model, batch, ctx);
-        let loss = out.loss.clone().inner().sum();
-        let mut grads = GradientsParams::from_grads(out.loss.backward(), &model);
-        let norm = grad_norm_on_device::<B, _>(&model, &grads);
-        let zero = || loss.zeros_like();
-        let correct = out.correct.map_or_else(zero, |c| c.inner().float().sum());
-        let values = Tensor::cat(
-            vec![loss.clone(), norm.clone().unwrap_or_else(zero), correct],
-            0,
-        );
-        if let (Some(max), Some(norm)) = (config.clip_norm, norm) {
-            clip_on_device::<B, _>(&model, &mut grads, norm, max);
+        let collective = |e: parallel::CollectiveFailure| TrainError::Device {
+            step,
+            message: e.to_string(),
+        };
+        let out = if workers == 1 {
+            parallel::worker_step(job(0), model, optim, self.device).map_err(collective)?
+        } else {
+            let device = self.device;
+            let results = std::thread::scope(|scope| {
+                let others: Vec<_> = replicas
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, r)| {
+                        let job = job(i + 1);
+                        let model = r.model.take().expect("a replica between steps");
+                        scope.spawn(move || {
+                            parallel::worker_step(job, model, &mut r.optim, &r.device)
+                        })
+                    })
+                    .collect();
+                let first = parallel::worker_step(job(0), model, optim, device);
+                let rest: Vec<_> = others.into_iter().map(|h| h.join()).collect();
+                (first, rest)
+            });
+            let (first, rest) = results;
+            let mut first = first.map_err(collective)?;
+            for (r, out) in replicas.iter_mut().zip(rest) {
+                let out = match out {
+                    Ok(out) => out.map_err(collective)?,
+                    Err(p) => std::panic::resume_unwind(p),
+                };
+                if let Some(p) = out.panic {
+                    std::panic::resume_unwind(p);
+                }
+                r.model = Some(out.model);
+                first.total += out.total;
+            }
+            first
+        };
+        if let Some(p) = out.panic {
+            std::panic::resume_unwind(p);
         }
         let pending = PendingStep {
-            step: state.step,
+            step,
             epoch: state.epoch,
             batch_in_epoch: state.batch_in_epoch,
             batch_examples: batch.len(),
             total: out.total,
-            values,
+            values: out.values,
         };
-        let model = optim.step(self.lr(state), model, grads);
         state.step += 1;
         state.batch_in_epoch += 1;
         state.examples += batch.len() as u64;
         state.elapsed_sec += started.elapsed().as_secs_f64();
-        Ok((model, pending))
+        Ok((out.model, pending))
     }
 
     /// Reads the `pending` steps' values back in one transfer and adds them to `window`, in

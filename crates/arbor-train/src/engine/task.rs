@@ -80,7 +80,7 @@ impl EvalReport {
 }
 
 /// A task the engine can train: it owns the data and knows how to run the model on it.
-pub trait Task<B: AutodiffBackend> {
+pub trait Task<B: AutodiffBackend>: Sync {
     /// The model being trained.
     type Model: AutodiffModule<B>;
 
@@ -95,7 +95,28 @@ pub trait Task<B: AutodiffBackend> {
     /// so a resumed run draws the same noise as an uninterrupted one. `ctx.temperature`, when
     /// set, is the annealed Gumbel-softmax temperature the task's sampling must use instead of
     /// the model's own.
-    fn step(&self, model: &Self::Model, batch: &[usize], ctx: StepContext) -> StepOutput<B>;
+    ///
+    /// `device` is where the step's tensors go: the model's device. With several workers
+    /// (data-parallel training) each worker calls `step` on its own device with its share of
+    /// the batch, from its own thread, hence `Sync`; a task that keeps state from one step to
+    /// the next keeps it per share (see `arbor_tasks::LmTask`).
+    fn step(
+        &self,
+        model: &Self::Model,
+        batch: &[usize],
+        ctx: StepContext,
+        device: &B::Device,
+    ) -> StepOutput<B>;
+
+    /// How many terms the loss of `share` averages over (default: its number of examples).
+    ///
+    /// With several workers, each worker's loss is multiplied by its share's weight divided by
+    /// the whole batch's before the gradients are summed, so that the sum is the gradient of
+    /// the whole batch's mean loss. A task whose loss is a mean over something else (tokens)
+    /// says so here.
+    fn loss_weight(&self, share: &[usize]) -> f64 {
+        share.len() as f64
+    }
 
     /// Splits to evaluate; the first is used for model selection and plateau decay.
     fn eval_splits(&self) -> Vec<String>;
