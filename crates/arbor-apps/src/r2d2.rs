@@ -408,6 +408,7 @@ impl BackendJob for PretrainJob {
                 tree_rule: TreeRule::Arbor,
             },
             eval_batch: 32,
+            gumbel_noise: true,
             device: device.clone(),
         };
         let mut config = a.engine.train_config(OptimizerKind::AdamW);

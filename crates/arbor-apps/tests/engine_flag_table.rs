@@ -49,6 +49,14 @@ const TABLE: &[(&[&str], &str)] = &[
     (&["--force"], "--resume"),
     (&["--resume", "--overwrite"], "--overwrite"),
     (&["--seed", "-1"], "--seed"),
+    (&["--devices", ""], "--devices lists no device"),
+    (&["--devices", "auto"], "--devices entry 1 is `auto`"),
+    (&["--devices", "flex,,flex"], "--devices entry 2"),
+    (&["--devices", "flex,tpu"], "--devices entry 2 (`tpu`)"),
+    (
+        &["--devices", "flex,cuda:99"],
+        "--devices entry 2 (`cuda:99`)",
+    ),
 ];
 
 /// A program: its name and how to run it on `flags` (after its fixed, nowhere-pointing data

@@ -1,5 +1,6 @@
 //! `kill -9` of the real `logic` and `r2d2 pretrain` programs after a checkpoint, then
-//! `--resume`: the final weights equal those of an uninterrupted run, bit for bit.
+//! `--resume`: the final weights equal those of an uninterrupted run, bit for bit; also with
+//! two data-parallel workers.
 //!
 //! The program runs in a child process: this test binary re-executes itself with the ignored
 //! test `child_runs_the_logic_program` selected and the program's arguments in an environment
@@ -256,6 +257,25 @@ fn kill_minus_nine_then_resume_equals_an_uninterrupted_run() {
     kill_and_resume(
         dir.path(),
         &|out, extra| spawn(&data, out, extra),
+        logic_weights,
+    );
+}
+
+/// Data-parallel (issue 36): two workers on the CPU, `--devices flex,flex`, without dropout
+/// (the CPU backend's one generator is shared by the workers' threads, so dropout masks would
+/// depend on their timing).
+#[test]
+fn a_two_worker_run_killed_and_resumed_equals_an_uninterrupted_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    write_data(&data);
+    kill_and_resume(
+        dir.path(),
+        &|out, extra| {
+            let flags = [extra, &["--devices", "flex,flex", "--dropout", "0"]].concat();
+            spawn(&data, out, &flags)
+        },
         logic_weights,
     );
 }

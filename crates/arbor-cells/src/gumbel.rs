@@ -26,6 +26,8 @@ pub struct GumbelSampler {
     rng: Option<StdRng>,
     /// A temperature that overrides the model's own (annealing), or `None`.
     temperature: Option<f64>,
+    /// `false`: every sample is 0 ([`GumbelSampler::without_noise`]).
+    noise: bool,
 }
 
 impl GumbelSampler {
@@ -34,6 +36,7 @@ impl GumbelSampler {
         Self {
             rng: None,
             temperature: None,
+            noise: true,
         }
     }
 
@@ -42,6 +45,7 @@ impl GumbelSampler {
         Self {
             rng: Some(StdRng::seed_from_u64(seed)),
             temperature: None,
+            noise: true,
         }
     }
 
@@ -50,6 +54,14 @@ impl GumbelSampler {
     /// models' own. A non-positive or non-finite `tau` is ignored.
     pub fn with_temperature(mut self, tau: Option<f64>) -> Self {
         self.temperature = tau.filter(|t| t.is_finite() && *t > 0.0);
+        self
+    }
+
+    /// Makes every sample 0: the models then select by straight-through softmax of their own
+    /// scores, deterministically (an ablation of the Gumbel noise; what a test that compares
+    /// two ways of batching the same step needs).
+    pub fn without_noise(mut self) -> Self {
+        self.noise = false;
         self
     }
 
@@ -67,6 +79,9 @@ impl GumbelSampler {
         shape: [usize; D],
         device: &B::Device,
     ) -> Tensor<B, D> {
+        if !self.noise {
+            return Tensor::zeros(shape, device);
+        }
         match &mut self.rng {
             Some(rng) => {
                 let n: usize = shape.iter().product();

@@ -62,6 +62,11 @@ pub struct R2d2LmTask<B: AutodiffBackend> {
     pub meta: R2d2Meta,
     /// Sentences per validation batch.
     pub eval_batch: usize,
+    /// Gumbel noise in training (the paper's pretraining; `false` selects splits by
+    /// straight-through softmax of the scores alone, deterministically: an ablation, and what
+    /// the data-parallel exactness test uses, since noise drawn for a whole batch cannot equal
+    /// noise drawn for its shares).
+    pub gumbel_noise: bool,
     /// Device.
     pub device: B::Device,
 }
@@ -82,6 +87,9 @@ impl<B: ArborAutodiffBackend> Task<B> for R2d2LmTask<B> {
     ) -> StepOutput<B> {
         let refs: Vec<&[u32]> = batch.iter().map(|&i| self.train[i].as_slice()).collect();
         let mut sampler = GumbelSampler::seeded(ctx.noise_seed).with_temperature(ctx.temperature);
+        if !self.gumbel_noise {
+            sampler = sampler.without_noise();
+        }
         let out = model.lm_loss(&refs, Decisions::Sample(&mut sampler));
         StepOutput {
             loss: out.loss,

@@ -182,6 +182,7 @@ fn r2d2_pretraining_steps_read_nothing() {
             tree_rule: Default::default(),
         },
         eval_batch: 4,
+        gumbel_noise: true,
         device,
     };
     let mut model = config.init::<Ad>(&device);

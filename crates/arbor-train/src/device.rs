@@ -491,6 +491,34 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "flex")]
+    #[test]
+    fn a_device_list_is_checked_entry_by_entry() {
+        let list: DeviceList = " flex, cpu ".parse().unwrap();
+        assert_eq!(list.0, vec![DeviceSpec::Flex, DeviceSpec::Flex]);
+        assert_eq!(list.to_string(), "flex,flex");
+        assert_eq!(list.devices::<burn::backend::Flex>().len(), 2);
+        assert_eq!("".parse::<DeviceList>(), Err(DeviceListError::Empty));
+        assert_eq!(
+            "flex,AUTO".parse::<DeviceList>(),
+            Err(DeviceListError::Auto(2))
+        );
+        let err = "flex,x".parse::<DeviceList>().unwrap_err();
+        assert!(
+            matches!(&err, DeviceListError::Entry { position: 2, entry, .. } if entry == "x"),
+            "{err:?}"
+        );
+        if DeviceSpec::NdArray.is_compiled() {
+            assert!(matches!(
+                "flex,ndarray".parse::<DeviceList>(),
+                Err(DeviceListError::MixedBackends {
+                    first: "flex",
+                    other: "ndarray"
+                })
+            ));
+        }
+    }
+
     struct Name;
     impl BackendJob for Name {
         type Output = String;

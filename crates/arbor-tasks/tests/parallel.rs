@@ -1,0 +1,179 @@
+//! Data-parallel training of the real tasks (issue 36): two workers on split batches end with
+//! the parameters of one worker on the whole batch, for a classification task (LSTM sentence
+//! classifier) and for R2D2's language-model pretraining (whose loss is a mean over tokens, so
+//! the shares are weighted by their tokens), to f32 tolerance.
+
+use arbor_data::tree::Transition;
+use arbor_encoders::r2d2::{CompositionConfig, R2d2Config, R2d2LmConfig};
+use arbor_encoders::{EncoderConfig, EncoderKind};
+use arbor_heads::{SentenceClassifierConfig, TokenEmbeddingConfig};
+use arbor_tasks::{ClassifyData, ClassifyTask, ModelConfig, ModelMeta, R2d2LmTask, R2d2Meta};
+use arbor_train::{seed_everything, train, train_on, Task, TrainConfig, TrainOutcome};
+use burn::backend::{Autodiff, Flex};
+use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
+use burn::prelude::*;
+
+type Ad = Autodiff<Flex>;
+
+/// The backend's generator and Burn's collective server are process-global.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// `n` sentences of 2 to 9 tokens (ids 2..=5), label: token 2 occurs.
+fn data(n: usize, seed: u64) -> ClassifyData {
+    let mut s = seed;
+    let mut next = |m: u64| {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (s >> 33) % m
+    };
+    let mut d = ClassifyData::default();
+    let mut transitions = Vec::new();
+    for _ in 0..n {
+        let len = 2 + next(8) as usize;
+        let sent: Vec<u32> = (0..len).map(|_| 2 + next(4) as u32).collect();
+        d.labels.push(usize::from(sent.contains(&2)));
+        d.sentences.push(sent);
+        let mut t = vec![Transition::Shift];
+        for _ in 1..len {
+            t.extend([Transition::Shift, Transition::Reduce]);
+        }
+        transitions.push(t);
+    }
+    d.transitions = Some(transitions);
+    d
+}
+
+fn config(dir: &std::path::Path, batch: usize) -> TrainConfig {
+    let mut c = TrainConfig::new(dir);
+    c.epochs = 2;
+    c.batch_size = batch;
+    c.max_steps = Some(8);
+    c.eval_every = 4;
+    c.lr = 5e-3;
+    c.clip_norm = Some(0.5);
+    c.quiet = true;
+    c.seed = 4;
+    c
+}
+
+/// Every float parameter of `model`, in module order.
+fn params<B: Backend, M: Module<B>>(model: &M) -> Vec<f32> {
+    struct Collect(Vec<f32>);
+    impl<B: Backend> ModuleVisitor<B> for Collect {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.0
+                .extend(param.val().into_data().to_vec::<f32>().unwrap_or_default());
+        }
+    }
+    let mut all = Collect(Vec::new());
+    model.visit(&mut all);
+    all.0
+}
+
+/// Trains `make()`'s model on `task` with one worker and with two, and compares.
+fn one_and_two_workers<T, F>(task: &T, make: F, batch: usize)
+where
+    T: Task<Ad>,
+    F: Fn() -> T::Model,
+{
+    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let device = Default::default();
+    let single: TrainOutcome<T::Model> =
+        train(task, make(), &config(one.path(), batch), &device).unwrap();
+    let parallel = train_on(task, make(), &config(two.path(), batch), &[device, device]).unwrap();
+    assert_eq!(parallel.state.step, single.state.step);
+    let (a, b) = (
+        params(&single.model.valid()),
+        params(&parallel.model.valid()),
+    );
+    let start = params(&make().valid());
+    assert_ne!(a, start, "the run trained");
+    let worst = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs() / (1.0 + x.abs()))
+        .fold(0.0f32, f32::max);
+    assert!(worst < 1e-4, "largest relative difference {worst}");
+    let moved = a
+        .iter()
+        .zip(&start)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max);
+    assert!(
+        worst < moved / 100.0,
+        "difference {worst} against a move of {moved}"
+    );
+}
+
+#[test]
+fn an_lstm_classifier_trains_the_same_on_two_workers() {
+    let dim = 8;
+    let embedding = TokenEmbeddingConfig::new(6, dim);
+    let encoder = EncoderConfig::of_kind(EncoderKind::Lstm, dim, dim);
+    let head = SentenceClassifierConfig::new(encoder.d_output()).with_dropout(0.0);
+    let task = ClassifyTask::<Ad> {
+        train: data(40, 1),
+        splits: vec![("valid".into(), data(12, 2))],
+        eval_batch_size: 6,
+        meta: ModelMeta {
+            model: ModelConfig::Classify {
+                embedding: embedding.clone(),
+                encoder: encoder.clone(),
+                head: head.clone(),
+            },
+            vocab: ["<pad>", "<unk>", "a", "b", "c", "d"]
+                .map(String::from)
+                .to_vec(),
+            labels: vec!["no".into(), "yes".into()],
+            lowercase: false,
+            case_fallback: false,
+        },
+        device: Default::default(),
+    };
+    let make = || {
+        let device = Default::default();
+        seed_everything::<Ad>(&device, 3);
+        // `fork` initialises every parameter now, in module order (Burn initialises a
+        // parameter at its first use otherwise, at another point of the generator's stream
+        // with one worker than with two).
+        head.init(
+            encoder.init::<Ad>(&device),
+            embedding.init::<Ad>(&device),
+            &device,
+        )
+        .fork(&device)
+    };
+    // 7 sentences per batch: shares of 4 and 3.
+    one_and_two_workers(&task, make, 7);
+}
+
+#[test]
+fn r2d2_pretraining_trains_the_same_on_two_workers() {
+    // Sentences of 1 to 9 pieces: the shares hold different numbers of tokens.
+    let sentences: Vec<Vec<u32>> = (0..30u32)
+        .map(|i| (0..1 + (i * 7) % 9).map(|t| 1 + (i + t) % 11).collect())
+        .collect();
+    let lm = R2d2LmConfig::new(12)
+        .with_encoder(R2d2Config::new(8, CompositionConfig::new(8).with_n_heads(2)).with_window(2));
+    let task = R2d2LmTask::<Ad> {
+        train: sentences.clone(),
+        valid: sentences,
+        meta: R2d2Meta {
+            model: lm.clone(),
+            vocab: (0..12).map(|i| format!("t{i}")).collect(),
+            tree_rule: Default::default(),
+        },
+        eval_batch: 8,
+        // Noise drawn for a whole batch cannot equal noise drawn for its shares.
+        gumbel_noise: false,
+        device: Default::default(),
+    };
+    let make = || {
+        let device = Default::default();
+        seed_everything::<Ad>(&device, 5);
+        lm.init::<Ad>(&device).fork(&device)
+    };
+    one_and_two_workers(&task, make, 5);
+}
