@@ -331,6 +331,8 @@ fn a_stopped_two_worker_run_resumes_to_the_parameters_of_an_uninterrupted_one() 
 
 #[test]
 fn no_device_is_a_configuration_error() {
+    // `fresh` draws from the backend's process-wide generator.
+    let _guard = serial();
     let dir = tempfile::tempdir().unwrap();
     let err = train_on::<Ad, _>(&Toy::new(), fresh(), &config(dir.path(), 7), &[]).unwrap_err();
     assert!(matches!(err, TrainError::Config(_)), "{err}");
