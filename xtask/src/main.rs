@@ -11,6 +11,9 @@
 //! - `cargo xtask graph --check`: fails unless the picture in `docs/architecture.md` matches the
 //!   manifests: the same edges, every crate in exactly one layer, every dependency in a strictly
 //!   lower layer (CI runs this).
+//! - `cargo xtask docs --check`: fails when a doc cites in backticks a Rust name of the
+//!   workspace that does not exist (`Type::member` of an arbor type, `arbor_crate::…::name`; CI
+//!   runs this).
 //! - `cargo xtask repro RECIPE...`: reproduces papers' numbers. Each recipe (`repro/NAME.toml`,
 //!   format in `repro/README.md`) names a training program, its flags, seeds and the paper's
 //!   accuracy; repro builds the program (release, the backend feature `--device` needs), runs it
@@ -32,6 +35,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
+mod docs_check;
 mod gpu_pack;
 mod graph;
 mod references;
@@ -46,13 +50,21 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Run exactly what CI runs (`.ci/run`): fmt, clippy, the test suite, the CUDA build check.
+    /// Run exactly what CI runs (`.ci/run`): fmt, clippy, the graph and docs checks, the test suite,
+    /// the CUDA build check.
     Ci,
     /// Run the benchmark suite (`arbor-bench`): `--device`, `--filter`, `--quick`, `--out`, `--list`.
     Bench {
         /// Arguments for `arbor-bench` (see `cargo xtask bench --help-bench`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
+    },
+    /// Check that the Rust names the docs cite in backticks (`Type::member`, `arbor_x::name`)
+    /// exist in the workspace (CI runs this).
+    Docs {
+        /// Check (the only mode).
+        #[arg(long)]
+        check: bool,
     },
     /// Print the crate graph as the mermaid picture for `docs/architecture.md`, or `--check` it.
     Graph {
@@ -162,6 +174,7 @@ fn main() -> Result<()> {
         }
         Cmd::Bench { args } => bench(&args),
         Cmd::Graph { check } => graph::run(&root(), check),
+        Cmd::Docs { check: _ } => docs_check::run(&root()),
         Cmd::Repro(args) => repro::run(&root(), &args).map(drop),
         Cmd::GpuPack(args) => gpu_pack::run(&root(), &args).map(drop),
         Cmd::References(args) => references::run(&root(), &args),
@@ -248,5 +261,7 @@ mod tests {
         assert!(matches!(cli.command, Cmd::Graph { check: true }));
         let cli = Cli::try_parse_from(["xtask", "graph"]).unwrap();
         assert!(matches!(cli.command, Cmd::Graph { check: false }));
+        let cli = Cli::try_parse_from(["xtask", "docs", "--check"]).unwrap();
+        assert!(matches!(cli.command, Cmd::Docs { check: true }));
     }
 }
