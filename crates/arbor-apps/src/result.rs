@@ -105,8 +105,11 @@ pub struct RunResult {
     pub program: String,
     /// The encoder kind.
     pub encoder: String,
-    /// The `--device` it ran on.
+    /// The `--device` it ran on (with `--devices`, the first: the one that evaluated).
     pub device: String,
+    /// With `--devices`: every worker's device, in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devices: Option<String>,
     /// Which weights were scored: `best` (selected on validation) or `last` (no selection
     /// ran, or the last evaluation beat the best one: see
     /// [`scored_checkpoint`](crate::common::scored_checkpoint)).
@@ -140,6 +143,7 @@ impl RunResult {
             program: program.into(),
             encoder: args.encoder.to_string(),
             device: args.device.clone(),
+            devices: args.engine.devices.as_ref().map(ToString::to_string),
             checkpoint: if crate::common::scored_checkpoint(outcome, "valid").is_some() {
                 "best"
             } else {
@@ -229,6 +233,7 @@ mod tests {
             program: "logic".into(),
             encoder: "lstm".into(),
             device: "flex".into(),
+            devices: Some("flex,flex".into()),
             checkpoint: "best".into(),
             stopped: "finished".into(),
             run: "test-run".into(),

@@ -278,6 +278,13 @@ fn a_two_worker_run_killed_and_resumed_equals_an_uninterrupted_one() {
         },
         logic_weights,
     );
+    // The result names the workers.
+    let result: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("whole/result.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(result["devices"], "flex,flex", "{result}");
+    assert_eq!(result["device"], "flex", "{result}");
 }
 
 #[test]
