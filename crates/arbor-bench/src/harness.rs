@@ -1,6 +1,8 @@
 //! Timing: warm-up, repeated timed runs with the device synchronised inside the timed region,
 //! peak memory, and one [`Record`] per workload and mode.
 
+use std::cell::Cell;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -72,6 +74,9 @@ pub struct Workload {
     /// Inputs the PyTorch twin needs to run on exactly this workload's data (lengths, trees),
     /// handed to `pytorch/twins.py` by `--versus pytorch`.
     pub twin_inputs: Option<serde_json::Value>,
+    /// Where the run closure leaves the number of compositions its last run made (R2D2, whose
+    /// pruned chart's work depends on its decisions), for the time per composition.
+    pub compositions: Option<Rc<Cell<u64>>>,
 }
 
 impl Workload {
@@ -94,7 +99,14 @@ impl Workload {
             sweep: None,
             build: Box::new(build),
             twin_inputs: None,
+            compositions: None,
         }
+    }
+
+    /// Reports the compositions of each run: the run closure stores them in `counter`.
+    pub fn with_compositions(mut self, counter: Rc<Cell<u64>>) -> Self {
+        self.compositions = Some(counter);
+        self
     }
 
     /// Gives the PyTorch twin this workload's exact inputs (see `pytorch/twins.py`).
@@ -215,6 +227,13 @@ pub struct Record {
     pub device_memory_bytes: Option<u64>,
     /// Its place in a sweep.
     pub sweep: Option<SweepPoint>,
+    /// Compositions of the last timed run (R2D2), and the median time per composition in
+    /// microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compositions: Option<u64>,
+    /// `median_ms` per composition, in microseconds (R2D2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub us_per_composition: Option<f64>,
     /// The PyTorch twin's timing (`--versus pytorch`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pytorch: Option<crate::versus::TorchTiming>,
@@ -266,6 +285,7 @@ pub fn measure(
         sweep,
         build,
         twin_inputs: _,
+        compositions,
     } = workload;
     (probe.cleanup)();
     let mut run = build();
@@ -304,6 +324,7 @@ pub fn measure(
             times.push(once(&mut run)?.as_secs_f64() * 1e3);
         }
         let median_ms = median(&times);
+        let composed = compositions.as_ref().map(|c| c.get()).filter(|&c| c > 0);
         let min_ms = times.iter().copied().fold(f64::INFINITY, f64::min);
         let max_ms = times.iter().copied().fold(0.0, f64::max);
         let record = Record {
@@ -324,6 +345,8 @@ pub fn measure(
             peak_rss_bytes: peak_rss_bytes(),
             device_memory_bytes: (probe.device_memory)(),
             sweep: sweep.clone(),
+            compositions: composed,
+            us_per_composition: composed.map(|c| median_ms * 1e3 / c as f64),
             pytorch: None,
             ratio_vs_pytorch: None,
             pytorch_authors: None,
@@ -371,9 +394,44 @@ mod tests {
     }
 
     #[test]
+    fn measure_reports_the_compositions_of_a_counted_workload() {
+        let counter = Rc::new(Cell::new(0));
+        let c = counter.clone();
+        let workload = Workload::new(
+            "r2d2",
+            "counted",
+            serde_json::json!({}),
+            10,
+            "tokens",
+            move || {
+                Box::new(move |_| {
+                    c.set(40);
+                    std::thread::sleep(Duration::from_millis(2));
+                    1.0
+                })
+            },
+        )
+        .with_compositions(counter);
+        let settings = Settings {
+            warmup: 0,
+            min_reps: 2,
+            max_reps: 2,
+            min_time_s: 0.0,
+            slow_run_s: 10.0,
+            slow_reps: 1,
+        };
+        let info = RunInfo::collect("test", "cpu");
+        let records = measure(workload, &settings, &probe(), &info, |_| {}).unwrap();
+        assert_eq!(records.len(), 2);
+        for r in &records {
+            assert_eq!(r.compositions, Some(40));
+            let per = r.us_per_composition.unwrap();
+            assert!((per - r.median_ms * 1e3 / 40.0).abs() < 1e-9, "{per}");
+        }
+    }
+
+    #[test]
     fn measure_counts_warmup_and_reps_and_rejects_non_finite_checks() {
-        use std::cell::Cell;
-        use std::rc::Rc;
         let calls = Rc::new(Cell::new(0));
         let c = calls.clone();
         let workload = Workload::new(

@@ -258,6 +258,30 @@ pub fn markdown(report: &Report) -> String {
             let _ = writeln!(s, "- {} [{}]: **{:.2}**", r.label, r.mode.label(), r.value);
         }
     }
+    let per_composition: Vec<&Record> = report
+        .records
+        .iter()
+        .filter(|r| r.us_per_composition.is_some())
+        .collect();
+    if !per_composition.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n**Time per composition** (R2D2: median time ÷ the compositions of a run; a constant \
+             column is work that grows as the compositions do):\n"
+        );
+        let _ = writeln!(s, "| workload | mode | compositions | µs per composition |");
+        let _ = writeln!(s, "|---|---|---:|---:|");
+        for r in per_composition {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {:.1} |",
+                r.name,
+                r.mode.label(),
+                r.compositions.unwrap_or(0),
+                r.us_per_composition.unwrap_or(f64::NAN)
+            );
+        }
+    }
     if !report.scaling.is_empty() {
         let _ = writeln!(
             s,
@@ -409,11 +433,37 @@ mod tests {
             peak_rss_bytes: None,
             device_memory_bytes: None,
             sweep: None,
+            compositions: None,
+            us_per_composition: None,
             pytorch: None,
             ratio_vs_pytorch: None,
             pytorch_authors: None,
             ratio_vs_authors: None,
         }
+    }
+
+    #[test]
+    fn the_time_per_composition_is_reported_where_it_was_counted() {
+        let mut r2d2 = record("r2d2/pruned-n16", 100.0);
+        r2d2.compositions = Some(64);
+        r2d2.us_per_composition = Some(100.0 * 1e3 / 64.0);
+        let mut report = Report {
+            command: "arbor-bench".into(),
+            settings: Settings::quick(),
+            records: vec![record("g/a", 10.0), r2d2],
+            ratios: vec![],
+            scaling: vec![],
+            versus: None,
+        };
+        let text = markdown(&report);
+        assert!(text.contains("**Time per composition**"), "{text}");
+        assert!(
+            text.contains("| r2d2/pruned-n16 | forward | 64 | 1562.5 |"),
+            "{text}"
+        );
+        assert!(!text.contains("| g/a | forward | 0 |"), "{text}");
+        report.records.pop();
+        assert!(!markdown(&report).contains("Time per composition"));
     }
 
     #[test]

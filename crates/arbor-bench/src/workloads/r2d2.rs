@@ -1,6 +1,9 @@
 //! R2D2: pruned (window m = 4) against exhaustive CKY over sentence length; the pruned model's
 //! time must grow linearly in n.
 
+use std::cell::Cell;
+use std::rc::Rc;
+
 use arbor_cells::{ArborAutodiffBackend, ArborBackend};
 use arbor_encoders::r2d2::{ChartStats, R2d2Lm, R2d2LmConfig};
 use arbor_encoders::Decisions;
@@ -35,6 +38,8 @@ fn workload<B: ArborBackend>(device: &B::Device, n: usize, pruning: bool) -> Wor
     } else {
         ("full-cky", "R2D2 exhaustive CKY")
     };
+    let compositions = Rc::new(Cell::new(0));
+    let counter = compositions.clone();
     Workload::new(
         "r2d2",
         format!("{tag}-n{n}"),
@@ -46,12 +51,17 @@ fn workload<B: ArborBackend>(device: &B::Device, n: usize, pruning: bool) -> Wor
             let model: R2d2Lm<Autodiff<B>> = config.init(&device);
             let eval = model.valid();
             let tokens = random_tokens(BATCH, n, VOCAB, 0);
-            Box::new(move |mode| match mode {
-                Mode::Forward => lm_forward(&eval, &tokens).0,
-                Mode::ForwardBackward => lm_forward_backward(&model, &tokens, 0).0,
+            Box::new(move |mode| {
+                let (loss, stats) = match mode {
+                    Mode::Forward => lm_forward(&eval, &tokens),
+                    Mode::ForwardBackward => lm_forward_backward(&model, &tokens, 0),
+                };
+                counter.set(stats.compositions);
+                loss
             })
         },
     )
+    .with_compositions(compositions)
     .in_sweep("r2d2-length", series, n as f64, "sentence length (tokens)")
 }
 
