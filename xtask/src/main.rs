@@ -132,7 +132,15 @@ fn bench(args: &[String]) -> Result<()> {
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let status = Command::new(cargo)
-        .args(["run", "--release", "--quiet", "--package", "arbor-bench"])
+        .args([
+            "run",
+            "--release",
+            "--quiet",
+            "--package",
+            "arbor-bench",
+            "--bin",
+            "arbor-bench",
+        ])
         .args(["--no-default-features", "--features", &feature, "--"])
         .args(&forwarded)
         .current_dir(root())
