@@ -8,9 +8,10 @@
 //! device and builds no trees in training; R2D2 runs its pruned chart's FIND and merges on the
 //! device (as a classifier's encoder and in its own LM pretraining task).
 
+mod common;
+
 use std::sync::Mutex;
 
-use arbor_data::tree::Transition;
 use arbor_encoders::{EncoderConfig, EncoderKind};
 use arbor_heads::{SentenceClassifierConfig, TokenEmbeddingConfig};
 use arbor_kernels::counting::{reads, Counting, ReadCounter};
@@ -32,31 +33,9 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 const DIM: usize = 8;
 const BATCH: usize = 6;
 
-/// `n` sentences of 2 to 7 tokens (ids 2..=5), label: token 2 occurs; left-branching gold
-/// transitions (for SPINN).
+/// `n` sentences of 2 to 7 tokens (see `common::sentences`).
 fn data(n: usize, seed: u64) -> ClassifyData {
-    let mut s = seed;
-    let mut next = |m: u64| {
-        s = s
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (s >> 33) % m
-    };
-    let mut d = ClassifyData::default();
-    let mut transitions = Vec::new();
-    for _ in 0..n {
-        let len = 2 + next(6) as usize;
-        let sent: Vec<u32> = (0..len).map(|_| 2 + next(4) as u32).collect();
-        d.labels.push(usize::from(sent.contains(&2)));
-        d.sentences.push(sent);
-        let mut t = vec![Transition::Shift];
-        for _ in 1..len {
-            t.extend([Transition::Shift, Transition::Reduce]);
-        }
-        transitions.push(t);
-    }
-    d.transitions = Some(transitions);
-    d
+    common::sentences(n, 7, seed)
 }
 
 fn task(kind: EncoderKind) -> ClassifyTask<Ad> {

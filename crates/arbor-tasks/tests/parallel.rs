@@ -3,7 +3,8 @@
 //! classifier) and for R2D2's language-model pretraining (whose loss is a mean over tokens, so
 //! the shares are weighted by their tokens), to f32 tolerance.
 
-use arbor_data::tree::Transition;
+mod common;
+
 use arbor_encoders::r2d2::{CompositionConfig, R2d2Config, R2d2LmConfig};
 use arbor_encoders::{EncoderConfig, EncoderKind};
 use arbor_heads::{SentenceClassifierConfig, TokenEmbeddingConfig};
@@ -18,30 +19,9 @@ type Ad = Autodiff<Flex>;
 /// The backend's generator and Burn's collective server are process-global.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// `n` sentences of 2 to 9 tokens (ids 2..=5), label: token 2 occurs.
+/// `n` sentences of 2 to 9 tokens (see `common::sentences`).
 fn data(n: usize, seed: u64) -> ClassifyData {
-    let mut s = seed;
-    let mut next = |m: u64| {
-        s = s
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (s >> 33) % m
-    };
-    let mut d = ClassifyData::default();
-    let mut transitions = Vec::new();
-    for _ in 0..n {
-        let len = 2 + next(8) as usize;
-        let sent: Vec<u32> = (0..len).map(|_| 2 + next(4) as u32).collect();
-        d.labels.push(usize::from(sent.contains(&2)));
-        d.sentences.push(sent);
-        let mut t = vec![Transition::Shift];
-        for _ in 1..len {
-            t.extend([Transition::Shift, Transition::Reduce]);
-        }
-        transitions.push(t);
-    }
-    d.transitions = Some(transitions);
-    d
+    common::sentences(n, 9, seed)
 }
 
 fn config(dir: &std::path::Path, batch: usize) -> TrainConfig {
