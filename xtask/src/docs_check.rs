@@ -9,6 +9,8 @@
 //! - `arbor_crate::…::name`: `name` must be defined in the workspace (any item, module, variant
 //!   or field).
 //!
+//! It also fails when `README.md` does not name a file of `docs/` (its list of docs).
+//!
 //! The check is by name, not by resolution: `Type::member` passes when some item of the
 //! workspace is called `member`, so it catches names that were renamed or removed, not a member
 //! cited on the wrong type. A name a doc cites on purpose without it existing (a walk-through's
@@ -238,9 +240,18 @@ pub fn run(root: &Path) -> Result<()> {
             }
         }
     }
+    // The README lists every doc.
+    let readme = std::fs::read_to_string(root.join("README.md")).context("reading README.md")?;
+    for file in doc_files(root)? {
+        if let Some(name) = file.file_name().and_then(|n| n.to_str()) {
+            if name != "README.md" && !readme.contains(&format!("docs/{name}")) {
+                problems.push(format!("README.md: docs/{name} is not in the list of docs"));
+            }
+        }
+    }
     if !problems.is_empty() {
         bail!(
-            "{} of {checked} Rust names cited in the docs do not exist:\n  {}",
+            "{} problems in the docs ({checked} cited Rust names checked):\n  {}",
             problems.len(),
             problems.join("\n  ")
         );
