@@ -262,7 +262,7 @@ fn kill_minus_nine_then_resume_equals_an_uninterrupted_run() {
 }
 
 /// Data-parallel (issue 36): two workers on the CPU, `--devices flex,flex`, without dropout
-/// (the CPU backend's one generator is shared by the workers' threads, so dropout masks would
+/// (the backend's one generator is shared by the workers' threads, so dropout masks would
 /// depend on their timing).
 #[test]
 fn a_two_worker_run_killed_and_resumed_equals_an_uninterrupted_one() {

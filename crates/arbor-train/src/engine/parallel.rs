@@ -269,6 +269,8 @@ where
 {
     let parallel = s.workers > 1;
     let seed = s.config.seed;
+    // Burn 0.21's generator is one per process whatever the device, so with several workers
+    // these seedings and the draws after them interleave (docs/training.md, "Noise").
     seed_everything::<B>(device, step_seed(seed, s.step, worker_stream(s.worker, 0)));
     let ctx = StepContext {
         step: s.step,
