@@ -1,7 +1,8 @@
 //! Data-parallel training of the real tasks (issue 36): two workers on split batches end with
 //! the parameters of one worker on the whole batch, for a classification task (LSTM sentence
-//! classifier) and for R2D2's language-model pretraining (whose loss is a mean over tokens, so
-//! the shares are weighted by their tokens), to f32 tolerance.
+//! classifier), for R2D2's language-model pretraining (whose loss is a mean over tokens, so
+//! the shares are weighted by their tokens) and for the recurrent LM (whose workers each carry
+//! the state of their band of rows from one segment to the next), to f32 tolerance.
 
 mod common;
 
@@ -156,4 +157,37 @@ fn r2d2_pretraining_trains_the_same_on_two_workers() {
         lm.init::<Ad>(&device).fork(&device)
     };
     one_and_two_workers(&task, make, 5);
+}
+
+#[test]
+fn the_recurrent_lm_trains_the_same_on_two_workers() {
+    use arbor_cells::CellKind;
+    use arbor_lm::{Batchified, RnnLmConfig};
+    use arbor_tasks::LmTask;
+    // A stream with structure (a counter modulo 7 and its successor), 6 rows: the workers carry
+    // rows 0..3 and 3..6 across the segments.
+    let stream: Vec<u32> = (0..600u32).map(|i| (i % 7) + (i / 7) % 3).collect();
+    let config = RnnLmConfig::new(CellKind::Lstm, 10, 8, 12)
+        .with_n_layers(2)
+        .with_dropout(0.0)
+        .with_dropout_hidden(0.0)
+        .with_dropout_input(0.0)
+        .with_dropout_embedding(0.0)
+        .with_weight_drop(0.0)
+        .with_alpha(0.0)
+        .with_beta(0.0);
+    let task = LmTask::<Ad>::new(
+        Batchified::new(&stream, 6, 10),
+        Batchified::new(&stream[..120], 2, 10),
+        0.0,
+        0.0,
+        serde_json::Value::Null,
+        Default::default(),
+    );
+    let make = || {
+        let device = Default::default();
+        seed_everything::<Ad>(&device, 7);
+        config.init::<Ad>(&device).fork(&device)
+    };
+    one_and_two_workers(&task, make, 1);
 }
