@@ -225,26 +225,31 @@ pub fn run(root: &Path) -> Result<()> {
     ])?;
     let mut problems = Vec::new();
     let mut checked = 0;
-    for file in doc_files(root)? {
-        let text = std::fs::read_to_string(&file)
-            .with_context(|| format!("reading {}", file.display()))?;
+    let readme_path = root.join("README.md");
+    let mut readme = String::new();
+    let files = doc_files(root)?;
+    for file in &files {
+        let text =
+            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
         for (line, path) in cited_paths(&text) {
             checked += 1;
             if let Some(why) = missing(&path, &defs) {
                 let shown = file
                     .strip_prefix(root)
-                    .unwrap_or(&file)
+                    .unwrap_or(file)
                     .display()
                     .to_string();
                 problems.push(format!("{shown}:{line}: `{path}`: {why}"));
             }
         }
+        if *file == readme_path {
+            readme = text;
+        }
     }
     // The README lists every doc.
-    let readme = std::fs::read_to_string(root.join("README.md")).context("reading README.md")?;
-    for file in doc_files(root)? {
+    for file in files.iter().filter(|f| **f != readme_path) {
         if let Some(name) = file.file_name().and_then(|n| n.to_str()) {
-            if name != "README.md" && !readme.contains(&format!("docs/{name}")) {
+            if !readme.contains(&format!("docs/{name}")) {
                 problems.push(format!("README.md: docs/{name} is not in the list of docs"));
             }
         }

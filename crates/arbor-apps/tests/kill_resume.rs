@@ -248,17 +248,24 @@ fn kill_and_resume(
     );
 }
 
-#[test]
-fn kill_minus_nine_then_resume_equals_an_uninterrupted_run() {
+/// The `logic` program killed and resumed with `flags` added to every start (see
+/// [`kill_and_resume`]); returns the folder of its runs.
+fn logic_kill_and_resume(flags: &[&str]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     std::fs::create_dir(&data).unwrap();
     write_data(&data);
     kill_and_resume(
         dir.path(),
-        &|out, extra| spawn(&data, out, extra),
+        &|out, extra| spawn(&data, out, &[extra, flags].concat()),
         logic_weights,
     );
+    dir
+}
+
+#[test]
+fn kill_minus_nine_then_resume_equals_an_uninterrupted_run() {
+    logic_kill_and_resume(&[]);
 }
 
 /// Data-parallel (issue 36): two workers on the CPU, `--devices flex,flex`, without dropout
@@ -266,18 +273,7 @@ fn kill_minus_nine_then_resume_equals_an_uninterrupted_run() {
 /// depend on their timing).
 #[test]
 fn a_two_worker_run_killed_and_resumed_equals_an_uninterrupted_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir(&data).unwrap();
-    write_data(&data);
-    kill_and_resume(
-        dir.path(),
-        &|out, extra| {
-            let flags = [extra, &["--devices", "flex,flex", "--dropout", "0"]].concat();
-            spawn(&data, out, &flags)
-        },
-        logic_weights,
-    );
+    let dir = logic_kill_and_resume(&["--devices", "flex,flex", "--dropout", "0"]);
     // The result names the workers.
     let result: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(dir.path().join("whole/result.json")).unwrap(),

@@ -311,11 +311,11 @@ impl FromStr for DeviceList {
     /// Parses and checks `cuda:0,cuda:1`: every entry a compiled device that answers, all on
     /// one backend, `auto` refused.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.trim().is_empty() {
+            return Err(DeviceListError::Empty);
+        }
         let mut specs = Vec::new();
         for (i, entry) in s.split(',').map(str::trim).enumerate() {
-            if entry.is_empty() && s.trim().is_empty() {
-                return Err(DeviceListError::Empty);
-            }
             if entry.eq_ignore_ascii_case("auto") {
                 return Err(DeviceListError::Auto(i + 1));
             }
@@ -399,17 +399,19 @@ pub fn run_on_spec<J: BackendJob>(spec: DeviceSpec, job: J) -> Result<J::Output,
         #[cfg(feature = "flex")]
         DeviceSpec::Flex => {
             crate::alloc::tune_for_cpu_tensors();
-            Ok(job.run::<burn::backend::Flex>(Default::default()))
+            Ok(job.run::<burn::backend::Flex>(device_of::<burn::backend::Flex>(spec)))
         }
         #[cfg(feature = "ndarray")]
         DeviceSpec::NdArray => {
             crate::alloc::tune_for_cpu_tensors();
-            Ok(job.run::<burn::backend::NdArray<f32>>(Default::default()))
+            type NdArray = burn::backend::NdArray<f32>;
+            Ok(job.run::<NdArray>(device_of::<NdArray>(spec)))
         }
         #[cfg(feature = "cuda")]
-        DeviceSpec::Cuda(index) => {
+        DeviceSpec::Cuda(_) => {
             spec.check_available()?;
-            Ok(job.run::<burn::backend::Cuda<f32>>(burn::backend::cuda::CudaDevice { index }))
+            type Cuda = burn::backend::Cuda<f32>;
+            Ok(job.run::<Cuda>(device_of::<Cuda>(spec)))
         }
         #[allow(unreachable_patterns)]
         other => {

@@ -277,28 +277,29 @@ where
         noise_seed: step_seed(seed, s.step, worker_stream(s.worker, 1)),
         temperature: s.temperature,
     };
-    let inner = device;
-    let zero = || Tensor::<B::InnerBackend, 1>::zeros([1], inner);
+    let zero = || Tensor::<B::InnerBackend, 1>::zeros([1], device);
+    // The task's loss (scaled by the share's weight with several workers: with one, it is left
+    // as it is, bit for bit), its value, the correct count and the gradients.
+    let run = || {
+        let out = s.task.step(&model, s.share, ctx, device);
+        let loss = if parallel {
+            out.loss.mul_scalar(s.weight)
+        } else {
+            out.loss
+        };
+        let value = loss.clone().inner().sum();
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let correct = out.correct.map_or_else(zero, |c| c.inner().float().sum());
+        (value, correct, out.total, grads)
+    };
     let mut panic = None;
     let (loss, correct, total, mut grads) = if s.share.is_empty() {
         (zero(), zero(), 0, GradientsParams::new())
     } else if !parallel {
-        let out = s.task.step(&model, s.share, ctx, device);
-        let loss = out.loss.clone().inner().sum();
-        let grads = GradientsParams::from_grads(out.loss.backward(), &model);
-        let correct = out.correct.map_or_else(zero, |c| c.inner().float().sum());
-        (loss, correct, out.total, grads)
+        run()
     } else {
         // Caught so that this worker still takes part in the reduction below.
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let out = s.task.step(&model, s.share, ctx, device);
-            let loss = out.loss.mul_scalar(s.weight);
-            let value = loss.clone().inner().sum();
-            let grads = GradientsParams::from_grads(loss.backward(), &model);
-            let correct = out.correct.map_or_else(zero, |c| c.inner().float().sum());
-            (value, correct, out.total, grads)
-        }));
-        match run {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
             Ok(r) => r,
             Err(p) => {
                 panic = Some(p);
@@ -320,7 +321,7 @@ where
         model.visit(&mut FillMissing::<B> {
             grads: &mut grads,
             reached: &reached,
-            device: inner,
+            device,
         });
         grads = grads
             .all_reduce::<B::InnerBackend>(peer, ReduceOperation::Sum)

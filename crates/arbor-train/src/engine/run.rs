@@ -839,7 +839,7 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
             parallel::worker_step(job(0), model, optim, self.device).map_err(collective)?
         } else {
             let device = self.device;
-            let results = std::thread::scope(|scope| {
+            let (first, rest) = std::thread::scope(|scope| {
                 let others: Vec<_> = replicas
                     .iter_mut()
                     .enumerate()
@@ -855,7 +855,6 @@ impl<B: AutodiffBackend, T: Task<B>> Run<'_, B, T> {
                 let rest: Vec<_> = others.into_iter().map(|h| h.join()).collect();
                 (first, rest)
             });
-            let (first, rest) = results;
             let mut first = first.map_err(collective)?;
             for (r, out) in replicas.iter_mut().zip(rest) {
                 let out = match out {
