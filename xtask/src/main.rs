@@ -53,7 +53,8 @@ enum Cmd {
     /// Run exactly what CI runs (`.ci/run`): fmt, clippy, the graph and docs checks, the test suite,
     /// the CUDA build check.
     Ci,
-    /// Run the benchmark suite (`arbor-bench`): `--device`, `--filter`, `--quick`, `--out`, `--list`.
+    /// Run the benchmark suite (`arbor-bench`): `--device`, `--filter`, `--quick`, `--out`, `--list`;
+    /// `--x86-v4` builds it with the AVX-512 matrix kernels (cargo feature `x86-v4`).
     Bench {
         /// Arguments for `arbor-bench` (see `cargo xtask bench --help-bench`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -124,12 +125,29 @@ fn features_for(device: &str, gpu: bool) -> Result<String> {
     .to_string())
 }
 
-fn bench(args: &[String]) -> Result<()> {
-    let feature = backend_feature(args)?;
-    let mut forwarded: Vec<String> = args.to_vec();
-    if let Some(i) = forwarded.iter().position(|a| a == "--help-bench") {
-        forwarded[i] = "--help".to_string();
+/// xtask's own flag of `cargo xtask bench`: build `arbor-bench` with the `x86-v4` feature (the
+/// AVX-512 matrix kernels); everything else goes to `arbor-bench`.
+const X86_V4_FLAG: &str = "--x86-v4";
+
+/// The cargo features `cargo xtask bench ARGS` builds `arbor-bench` with, and the arguments it
+/// passes on (without xtask's own `--x86-v4`; `--help-bench` becomes `arbor-bench --help`).
+fn bench_build(args: &[String]) -> Result<(String, Vec<String>)> {
+    let mut feature = backend_feature(args)?;
+    let mut forwarded = Vec::with_capacity(args.len());
+    for a in args {
+        if a == X86_V4_FLAG {
+            feature.push_str(",x86-v4");
+        } else if a == "--help-bench" {
+            forwarded.push("--help".to_string());
+        } else {
+            forwarded.push(a.clone());
+        }
     }
+    Ok((feature, forwarded))
+}
+
+fn bench(args: &[String]) -> Result<()> {
+    let (feature, forwarded) = bench_build(args)?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let status = Command::new(cargo)
         .args([
@@ -217,6 +235,17 @@ mod tests {
             "ndarray"
         );
         assert!(backend_feature(&strings(&["--device", "tpu"])).is_err());
+    }
+
+    #[test]
+    fn x86_v4_is_xtasks_own_flag() {
+        let (features, forwarded) =
+            bench_build(&strings(&["--quick", "--x86-v4", "--filter", "cells"])).unwrap();
+        assert!(features.ends_with(",x86-v4"), "{features}");
+        assert_eq!(forwarded, strings(&["--quick", "--filter", "cells"]));
+        let (features, forwarded) = bench_build(&strings(&["--help-bench"])).unwrap();
+        assert!(!features.contains("x86-v4"));
+        assert_eq!(forwarded, strings(&["--help"]));
     }
 
     #[test]

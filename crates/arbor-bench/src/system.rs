@@ -38,8 +38,9 @@ impl RunInfo {
     }
 }
 
-/// CPU model, core count and the vector extensions the matrix and fused kernels can use, e.g.
-/// `AMD EPYC 7B13 (2 cores; AVX2, FMA)`.
+/// CPU model, core count, the vector extensions the matrix and fused kernels can use and the
+/// matrix kernels in use ([`arbor_kernels::cpu_product_kernels`]), e.g.
+/// `AMD EPYC 7B13 (2 cores; AVX2, FMA; products: gemm AVX2/FMA)`.
 pub fn machine() -> String {
     let model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -52,10 +53,14 @@ pub fn machine() -> String {
         .unwrap_or_else(|| std::env::consts::ARCH.to_string());
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let vectors = vector_extensions();
+    let products = arbor_kernels::cpu_product_kernels();
     if vectors.is_empty() {
-        format!("{model} ({cores} cores)")
+        format!("{model} ({cores} cores; products: {products})")
     } else {
-        format!("{model} ({cores} cores; {})", vectors.join(", "))
+        format!(
+            "{model} ({cores} cores; {}; products: {products})",
+            vectors.join(", ")
+        )
     }
 }
 

@@ -69,6 +69,24 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Shape, TensorPrimitive};
 
+/// The matrix-product kernels the CPU backends run on this CPU, as `gemm` picks them at run
+/// time: `"gemm AVX-512"` with the `x86-v4` feature on a CPU with AVX-512F, `"gemm AVX2/FMA"`
+/// on one with AVX2 and FMA (the default build on any AVX-512 CPU too), `"gemm"` otherwise
+/// (its SSE or NEON kernels). Benchmarks print it beside the machine.
+pub fn cpu_product_kernels() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if cfg!(feature = "x86-v4") && std::arch::is_x86_feature_detected!("avx512f") {
+            return "gemm AVX-512";
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            return "gemm AVX2/FMA";
+        }
+    }
+    "gemm"
+}
+
 /// An elementwise activation with a fused kernel: see [`sigmoid`], [`tanh`] and [`gelu`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
@@ -965,4 +983,18 @@ pub fn layer_norm<B: ArborBackend, const D: usize>(
         epsilon,
     )));
     y.reshape(dims)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_avx512_products_are_named_only_when_compiled_and_present() {
+        let kernels = super::cpu_product_kernels();
+        #[cfg(target_arch = "x86_64")]
+        {
+            let v4 = cfg!(feature = "x86-v4") && std::arch::is_x86_feature_detected!("avx512f");
+            assert_eq!(kernels == "gemm AVX-512", v4, "{kernels}");
+        }
+        assert!(kernels.starts_with("gemm"), "{kernels}");
+    }
 }
