@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Side-by-side table of several `arbor-bench` runs (their `bench.json`), as in docs/bench.md.
+"""Side-by-side table of several `arbor-bench` runs (their `bench.json`), as in docs/log/bench.md.
 
     python3 crates/arbor-bench/compare.py before=runs/bench-before/bench.json \
         after=runs/bench-after/bench.json [mimalloc=...] [--base before] [--pytorch after]

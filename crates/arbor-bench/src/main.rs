@@ -3,7 +3,7 @@
 use arbor_cells::ArborBackend;
 
 /// With the `mimalloc` feature the benchmark allocates through mimalloc instead of the tuned glibc
-/// `malloc` (docs/bench.md, "Allocator": measured, not the default).
+/// `malloc` (docs/log/bench.md, "Allocator": measured, not the default).
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -80,7 +80,7 @@ impl<B: ArborBackend> LstmCell<B> {
     /// Computes what the step loop computes; an example's state is frozen after its length.
     ///
     /// Not yet the runner's path (the cell has no `scan`): measured on the 2-core AMD EPYC VM
-    /// (flex, docs/bench.md "Issue 33, round 1"), against the step loop, it was
+    /// (flex, docs/log/bench.md "Issue 33, round 1"), against the step loop, it was
     /// 0.77–0.87× in evaluation and 0.5–0.75× with padding (the step loop runs only the examples
     /// still going), and 0.92–1.23× in training with 30–45 MiB more peak memory (the saved
     /// gates and the whole-sequence projection), on a VM whose runs moved by ±20%.

@@ -6,7 +6,7 @@
 //! Tree-LSTM and SPINN is, written in plain tensor ops, about a dozen small elementwise ops over
 //! strided views of the fused gate tensor: chunk, three sigmoids, two tanhs, three products and
 //! two sums, each allocating its output and each recorded by autodiff with its own backward step.
-//! On CPU that per-op overhead, not arithmetic, is where the time goes (docs/bench.md).
+//! On CPU that per-op overhead, not arithmetic, is where the time goes (docs/log/bench.md).
 //!
 //! [`ArborBackend`] is a backend-extension trait in Burn's style:
 //! - its **default methods are plain Burn tensor ops** ([`reference`]), so any backend gets them
