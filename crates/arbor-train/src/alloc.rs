@@ -4,7 +4,7 @@
 //! its mmap threshold (128 KiB, rising to at most 32 MiB) with a new `mmap` and returns them with
 //! `munmap` on free, so every large tensor is paid for again in page faults on first touch. In
 //! arbor's workloads that was most of the time of SPINN's thin stack (a 74 MB stack rewritten per
-//! step) and half of an LSTM's backward pass (docs/bench.md, "Allocator"). Keeping freed memory in
+//! step) and half of an LSTM's backward pass (docs/log/bench.md, "Allocator"). Keeping freed memory in
 //! the heap instead (`M_MMAP_MAX = 0`, a high `M_TRIM_THRESHOLD`, a 64 MiB `M_TOP_PAD`) removes
 //! those faults without raising the peak; the measured alternative, mimalloc as the global
 //! allocator, was as fast on the small workloads but raised peak memory by 20–50% and slowed the

@@ -8,7 +8,7 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::config::TrainConfig;
-use super::run::TrainState;
+use super::state::TrainState;
 use super::task::EvalReport;
 use crate::log::MetricsRecord;
 
