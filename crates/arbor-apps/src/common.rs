@@ -224,24 +224,19 @@ pub fn check_gold_transitions(
         .with_context(|| format!("{what}: gold transitions do not fit the sentences"))
 }
 
-/// The word embedding the training flags describe (`--embed-dim`, `--embed-init-std` with the
-/// program's `default_std`, `--glove`) and the encoder configuration over its width.
-/// Word-embedding scale of the Transformer encoders when `--embed-init-std` is not given:
-/// `N(0, 1)`, the scale of their sinusoidal position encodings (PyTorch's `nn.Embedding`).
-pub const TRANSFORMER_EMBED_INIT_STD: f64 = 1.0;
+/// Word-embedding scale of the Transformer encoders when `--embed-init-std` is not given (the
+/// encoder registry's, [`EncoderKind::embed_init_std`]).
+pub use arbor_encoders::TRANSFORMER_EMBED_INIT_STD;
 
 /// The default word-embedding scale for `encoder` in a program whose default is
-/// `program_default`: the program's (its reference code's) for every encoder but the
-/// Transformers, which get [`TRANSFORMER_EMBED_INIT_STD`]: at `sst`/`snli`'s 0.01 the position
-/// encodings are a hundred times larger than the words and SST-2 training stayed at the
-/// majority class (docs/init.md).
+/// `program_default`: the encoder's own ([`EncoderKind::embed_init_std`]: the Transformers'
+/// [`TRANSFORMER_EMBED_INIT_STD`]) where it has one, else the program's (its reference code's).
 pub fn embed_std_for(encoder: EncoderKind, program_default: f64) -> f64 {
-    match encoder {
-        EncoderKind::Transformer | EncoderKind::TransformerFastTrees => TRANSFORMER_EMBED_INIT_STD,
-        _ => program_default,
-    }
+    encoder.embed_init_std().unwrap_or(program_default)
 }
 
+/// The word embedding the training flags describe (`--embed-dim`, `--embed-init-std` with the
+/// program's `default_std`, `--glove`) and the encoder configuration over its width.
 fn embedding_and_encoder<B: ArborBackend>(
     a: &crate::cli::TrainArgs,
     vocab: &Vocab,

@@ -21,6 +21,11 @@ use crate::{
 };
 use crate::{TransformerSentenceEncoder, TransformerSentenceEncoderConfig};
 
+/// Word-embedding scale of the Transformer encoders when the user gives none: `N(0, 1)`, the
+/// scale of their sinusoidal position encodings (PyTorch's `nn.Embedding`); see
+/// [`EncoderKind::embed_init_std`].
+pub const TRANSFORMER_EMBED_INIT_STD: f64 = 1.0;
+
 /// The sentence encoders arbor provides, by their command-line (and serde) names.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, clap::ValueEnum,
@@ -86,13 +91,20 @@ impl EncoderKind {
     /// [`EncoderOutput::trees`] (the cumax cells and the gated Transformer: in evaluation mode,
     /// from syntactic distances; the Gumbel Tree-LSTM: in evaluation mode).
     pub fn induces_trees(self) -> bool {
-        !matches!(
-            self,
+        match self {
+            EncoderKind::Gumbel
+            | EncoderKind::OnLstm
+            | EncoderKind::FastTrees
+            | EncoderKind::FasterFastTrees
+            | EncoderKind::ConvFastTrees
+            | EncoderKind::R2d2
+            | EncoderKind::Spinn
+            | EncoderKind::TransformerFastTrees => true,
             EncoderKind::Lstm
-                | EncoderKind::SpinnPiNt
-                | EncoderKind::SpinnPi
-                | EncoderKind::Transformer
-        )
+            | EncoderKind::SpinnPiNt
+            | EncoderKind::SpinnPi
+            | EncoderKind::Transformer => false,
+        }
     }
 
     /// The SPINN variant of the SPINN kinds.
@@ -101,7 +113,38 @@ impl EncoderKind {
             EncoderKind::SpinnPiNt => Some(SpinnVariant::PiNt),
             EncoderKind::SpinnPi => Some(SpinnVariant::Pi),
             EncoderKind::Spinn => Some(SpinnVariant::Full),
-            _ => None,
+            EncoderKind::Gumbel
+            | EncoderKind::Lstm
+            | EncoderKind::OnLstm
+            | EncoderKind::FastTrees
+            | EncoderKind::FasterFastTrees
+            | EncoderKind::ConvFastTrees
+            | EncoderKind::R2d2
+            | EncoderKind::Transformer
+            | EncoderKind::TransformerFastTrees => None,
+        }
+    }
+
+    /// The word-embedding scale (standard deviation of `N(0, σ²)`) this encoder wants when the
+    /// user gives none, or `None` for the program's own default (its reference code's). The
+    /// Transformers want [`TRANSFORMER_EMBED_INIT_STD`]: at `sst`/`snli`'s 0.01 their sinusoidal
+    /// position encodings are a hundred times larger than the words, and SST-2 training stayed
+    /// at the majority class (docs/init.md).
+    pub fn embed_init_std(self) -> Option<f64> {
+        match self {
+            EncoderKind::Transformer | EncoderKind::TransformerFastTrees => {
+                Some(TRANSFORMER_EMBED_INIT_STD)
+            }
+            EncoderKind::Gumbel
+            | EncoderKind::Lstm
+            | EncoderKind::OnLstm
+            | EncoderKind::FastTrees
+            | EncoderKind::FasterFastTrees
+            | EncoderKind::ConvFastTrees
+            | EncoderKind::R2d2
+            | EncoderKind::SpinnPiNt
+            | EncoderKind::SpinnPi
+            | EncoderKind::Spinn => None,
         }
     }
 
@@ -273,7 +316,11 @@ impl EncoderConfig {
                 )
                 .into()
             }
-            _ => LstmEncoderConfig::new(d_input, d_hidden)
+            EncoderKind::Lstm
+            | EncoderKind::OnLstm
+            | EncoderKind::FastTrees
+            | EncoderKind::FasterFastTrees
+            | EncoderKind::ConvFastTrees => LstmEncoderConfig::new(d_input, d_hidden)
                 .with_cell(kind.cell().unwrap_or(CellKind::Lstm))
                 .into(),
         }
@@ -292,7 +339,7 @@ impl EncoderConfig {
                 c.stack.n_layers = n_layers;
                 c.into()
             }
-            other => other,
+            EncoderConfig::Gumbel(_) | EncoderConfig::Spinn(_) => self,
         }
     }
 }
@@ -444,6 +491,33 @@ mod tests {
             .parse::<LeafKind>()
             .unwrap_err()
             .contains("affine, lstm"));
+    }
+
+    /// Every kind survives a checkpoint's configuration (serialised and read back), and the
+    /// registry's properties agree with the configuration each kind builds.
+    #[test]
+    fn every_kind_round_trips_through_its_saved_config_and_its_properties_agree() {
+        for &kind in EncoderKind::value_variants() {
+            let config = EncoderConfig::of_kind(kind, 5, 8);
+            let json = serde_json::to_string(&config).unwrap();
+            let back: EncoderConfig = serde_json::from_str(&json).unwrap();
+            assert_eq!(back.kind(), kind, "{json}");
+            assert_eq!(
+                kind.cell().is_some(),
+                matches!(config, EncoderConfig::Recurrent(_)),
+                "{kind}"
+            );
+            assert_eq!(
+                kind.needs_transitions(),
+                matches!(config, EncoderConfig::Spinn(_)),
+                "{kind}"
+            );
+            assert_eq!(
+                kind.embed_init_std().is_some(),
+                matches!(config, EncoderConfig::Transformer(_)),
+                "{kind}"
+            );
+        }
     }
 
     /// The kind's configuration with `leaf` for the Gumbel Tree-LSTM.
