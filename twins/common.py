@@ -7,6 +7,7 @@ batches, Adam epsilon, plateau decay) rather than PyTorch's habits where the two
 """
 import argparse
 import math
+import os
 import random
 import sys
 import time
@@ -14,6 +15,14 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+# The models are written once, for these twins and for arbor-bench's (`--versus pytorch`), in
+# crates/arbor-bench/pytorch/twin_models.py (that folder is packed alone for GPU machines).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "crates",
+                                "arbor-bench", "pytorch"))
+from twin_models import (  # noqa: E402,F401  (tree_nodes: the scripts use common.tree_nodes)
+    FastTreesLayer, GumbelTreeLstm, LstmLayer, OnLstmLayer, SpinnPiNt, default_chunk_size,
+    tree_nodes)
 
 # --------------------------------------------------------------------------------------------
 # Command line and set-up
@@ -142,19 +151,8 @@ def pad(seqs):
 
 
 # --------------------------------------------------------------------------------------------
-# Layers with arbor's initialisation
+# Embedding and MLP with arbor's initialisation (the encoders: twin_models.py)
 # --------------------------------------------------------------------------------------------
-
-
-def default_chunk_size(d):
-    """arbor-encoders lstm.rs `default_chunk_size`: largest c in 1..=min(10, d) dividing d."""
-    return next(c for c in range(min(10, max(d, 1)), 0, -1) if d % c == 0)
-
-
-def linear(d_in, d_out, bias=True):
-    """Burn's Linear init is KaimingUniform(gain 1/sqrt 3) = U(±1/sqrt(fan_in)) for weight and
-    bias: the same as PyTorch's nn.Linear default."""
-    return nn.Linear(d_in, d_out, bias=bias)
 
 
 class Embedding(nn.Module):
@@ -181,328 +179,30 @@ class Mlp(nn.Module):
 
     def __init__(self, d_in, d_hidden, d_out, dropout):
         super().__init__()
-        self.l1, self.l2 = linear(d_in, d_hidden), linear(d_hidden, d_out)
+        self.l1, self.l2 = nn.Linear(d_in, d_hidden), nn.Linear(d_hidden, d_out)
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x):
         return self.l2(self.drop(F.relu(self.l1(self.drop(x)))))
 
 
-class TreeLstm(nn.Module):
-    """cells/tree_lstm.rs `BinaryTreeLstm`: gates = W[h_l; h_r] + b in the order i, f_l, f_r, o, u;
-    W ~ U(±1/sqrt(2D)); the bias starts at 0 except the two forget gates at 1."""
-
-    def __init__(self, d):
-        super().__init__()
-        self.d = d
-        self.w = linear(2 * d, 5 * d)
-        with torch.no_grad():
-            self.w.bias.zero_()
-            self.w.bias[d:3 * d] = 1.0
-
-    def forward(self, hl, cl, hr, cr):
-        i, fl, fr, o, u = self.w(torch.cat([hl, hr], -1)).chunk(5, -1)
-        c = torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr + torch.sigmoid(i) * torch.tanh(u)
-        return torch.sigmoid(o) * torch.tanh(c), c
-
-
-def lstm_params_like_arbor(lstm):
-    """cells/lstm.rs: input Linear(d_in, 4H) with bias, hidden Linear(H, 4H) without bias, gates
-    i, f, u(g), o: PyTorch's order. So an nn.LSTM / nn.LSTMCell matches with weight_ih and bias_ih
-    ~ U(±1/sqrt(d_in)), weight_hh ~ U(±1/sqrt(H)) and bias_hh fixed at 0 (frozen)."""
-    for name, p in lstm.named_parameters():
-        with torch.no_grad():
-            if name.startswith("weight_ih") or name.startswith("bias_ih"):
-                bound = 1.0 / math.sqrt(lstm.input_size)
-                p.uniform_(-bound, bound)
-            elif name.startswith("weight_hh"):
-                bound = 1.0 / math.sqrt(lstm.hidden_size)
-                p.uniform_(-bound, bound)
-            elif name.startswith("bias_hh"):
-                p.zero_()
-                p.requires_grad_(False)
-
-
-# --------------------------------------------------------------------------------------------
-# Encoders (arbor-encoders, arbor-cells). Each takes embeddings [B, T, D] and lengths [B] and
-# returns the sentence vectors [B, H].
-# --------------------------------------------------------------------------------------------
-
-
-class LstmEncoder(nn.Module):
-    """encoders/lstm.rs with the LSTM cell, 1 layer, pooling `last` (the state after each
-    sentence's last real word; padding steps leave the state unchanged)."""
-
-    def __init__(self, d_in, d):
-        super().__init__()
-        self.rnn = nn.LSTM(d_in, d, batch_first=True)
-        lstm_params_like_arbor(self.rnn)
-
-    def forward(self, x, lengths):
-        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        _, (h, _) = self.rnn(packed)
-        return h[-1]
-
-
-def ordered_update(mf, mi, gates, c):
-    """master.rs `ordered_update`: master gates mf, mi [B, C] (activated), gate pre-activations
-    [i; f; u; o] [B, 4H], cell c [B, H] → (h, c). ω = f~·i~, f^ = σ(f)·ω + (f~ − ω),
-    i^ = σ(i)·ω + (i~ − ω) chunk-wise, c = f^·c + i^·tanh(u), h = σ(o)·tanh(c)."""
-    B, C = mf.shape
-    d = c.shape[1]
-    S = d // C
-    mf, mi = mf.unsqueeze(2), mi.unsqueeze(2)
-    i, f, u, o = gates.chunk(4, 1)
-    w = mf * mi
-    fh = (torch.sigmoid(f).view(B, C, S) * w + (mf - w)).view(B, d)
-    ih = (torch.sigmoid(i).view(B, C, S) * w + (mi - w)).view(B, d)
-    c2 = fh * c + ih * torch.tanh(u)
-    return torch.sigmoid(o) * torch.tanh(c2), c2
-
-
-class OnLstmEncoder(nn.Module):
-    """cells/on_lstm.rs + master.rs + runner.rs: one ON-LSTM layer, pooling `last`.
-    Pre-activations [forget-master (C); input-master (C); i; f; u; o (H each)] =
-    Linear(d_in, 4H+2C)(x) + Linear(H, 4H+2C, no bias)(h). f~ = cumax, i~ = 1 − cumax,
-    ω = f~·i~, f^ = σ(f)·ω + (f~ − ω), i^ = σ(i)·ω + (i~ − ω) (chunk-wise),
-    c = f^·c + i^·tanh(u), h = σ(o)·tanh(c). Padding steps keep the state."""
-
-    def __init__(self, d_in, d, chunk_size):
-        super().__init__()
-        assert d % chunk_size == 0, "--dim must be a multiple of the chunk size"
-        self.d, self.nc = d, d // chunk_size
-        self.inp = linear(d_in, 4 * d + 2 * self.nc)
-        self.hid = linear(d, 4 * d + 2 * self.nc, bias=False)
-
-    def forward(self, x, lengths):
-        B, T, _ = x.shape
-        d, C = self.d, self.nc
-        xp = self.inp(x)
-        h = x.new_zeros(B, d)
-        c = x.new_zeros(B, d)
-        for t in range(T):
-            a = xp[:, t] + self.hid(h)
-            mf = torch.cumsum(torch.softmax(a[:, :C], -1), -1)
-            mi = 1.0 - torch.cumsum(torch.softmax(a[:, C:2 * C], -1), -1)
-            h2, c2 = ordered_update(mf, mi, a[:, 2 * C:], c)
-            m = (lengths > t).unsqueeze(1)
-            h, c = torch.where(m, h2, h), torch.where(m, c2, c)
-        return h
-
-
-class FastTreesEncoder(nn.Module):
-    """cells/fast_trees.rs: ON-LSTM whose master gates read x_t only. Input projection
-    [forget-master (C); input-master (C); i; f; u; o (H each)] = Linear(d_in, 4H+2C)(x); the
-    hidden projection Linear(H, 4H, no bias)(h) adds to the gates only; the update is
-    OnLstmEncoder's. Padding steps keep the state."""
-
-    def __init__(self, d_in, d, chunk_size):
-        super().__init__()
-        assert d % chunk_size == 0, "--dim must be a multiple of the chunk size"
-        self.d, self.nc = d, d // chunk_size
-        self.inp = linear(d_in, 4 * d + 2 * self.nc)
-        self.hid = linear(d, 4 * d, bias=False)
-
-    def forward(self, x, lengths):
-        B, T, _ = x.shape
-        d, C = self.d, self.nc
-        xp = self.inp(x)
-        mf_all = torch.cumsum(torch.softmax(xp[:, :, :C], -1), -1)
-        mi_all = 1.0 - torch.cumsum(torch.softmax(xp[:, :, C:2 * C], -1), -1)
-        h = x.new_zeros(B, d)
-        c = x.new_zeros(B, d)
-        for t in range(T):
-            a = xp[:, t, 2 * C:] + self.hid(h)
-            h2, c2 = ordered_update(mf_all[:, t], mi_all[:, t], a, c)
-            m = (lengths > t).unsqueeze(1)
-            h, c = torch.where(m, h2, h), torch.where(m, c2, c)
-        return h
-
-
-NEG_BIG = -1e30
-
-
-def masked_softmax(scores, mask):
-    """cells/gumbel.rs `masked_softmax`: exact zeros outside the mask, no NaN when a row is
-    all-invalid (finished sentences)."""
-    filled = scores.masked_fill(~mask, NEG_BIG)
-    mx = filled.max(1, keepdim=True).values.detach()
-    e = (filled - mx).masked_fill(~mask, 0.0).exp() * mask.float()
-    return e / e.sum(1, keepdim=True).clamp_min(1e-12)
-
-
-class GumbelTreeLstm(nn.Module):
-    """encoders/gumbel_tree_lstm.rs. Leaves: a left-to-right LSTM cell (bias 0, forget bias 1)
-    whose (h, c) at every position are the leaves (no masking: padding leaves are never
-    selected), or an affine map to [h; c]. Each layer composes all adjacent pairs with the Tree-LSTM, scores them with
-    q·h~/sqrt(D) (q ~ N(0, 0.01²)), selects one with straight-through Gumbel-softmax (training:
-    noise g = −log(−log u), u clamped to [1e-10, 1−1e-7]; evaluation: argmax) over the valid
-    candidates, and builds new = s·h~ + (1−cum)·left + (cum−s)·right. A sentence already
-    complete keeps its left column. The root h is the sentence vector."""
-
-    def __init__(self, d_in, d, leaf="lstm", tau=1.0, query_std=0.01, leaf_forget_bias=1.0):
-        super().__init__()
-        self.d, self.tau, self.leaf_kind = d, tau, leaf
-        if leaf == "lstm":
-            self.leaf = nn.LSTMCell(d_in, d)
-            lstm_params_like_arbor(self.leaf)
-            if leaf_forget_bias is not None:
-                # cells/lstm.rs `forget_bias: Some(v)` (set to 1 in gumbel_tree_lstm.rs since
-                # arbor commit 8117c9b): the bias starts at 0 except the forget gate's at v.
-                with torch.no_grad():
-                    self.leaf.bias_ih.zero_()
-                    self.leaf.bias_ih[d:2 * d] = leaf_forget_bias
-        else:
-            self.leaf = linear(d_in, 2 * d)
-        self.comp = TreeLstm(d)
-        self.query = nn.Parameter(torch.randn(d) * query_std)
-
-    def leaves(self, x):
-        if self.leaf_kind == "affine":
-            return self.leaf(x).chunk(2, -1)
-        B, T, _ = x.shape
-        # nn.LSTMCell with a zero, frozen bias_hh is arbor's LstmCell; precompute nothing, the
-        # fused cell is faster than a hand-written step on one CPU thread.
-        h = x.new_zeros(B, self.d)
-        c = x.new_zeros(B, self.d)
-        hs, cs = [], []
-        for t in range(T):
-            h, c = self.leaf(x[:, t], (h, c))
-            hs.append(h)
-            cs.append(c)
-        return torch.stack(hs, 1), torch.stack(cs, 1)
-
-    def forward(self, x, lengths):
-        n = int(lengths.max())
-        x = x[:, :n]
-        h, c = self.leaves(x)
-        B = x.shape[0]
-        # Rows sorted by length, longest first: at layer t the sentences still being built
-        # (length >= t + 2) are a prefix, and a finished sentence's root (its column 0) is taken
-        # out. This is arbor's "a complete sentence keeps its state" without computing on it.
-        order = torch.argsort(lengths, descending=True, stable=True)
-        h, c, lens = h[order], c[order], lengths[order]
-        finished = []
-        scale = math.sqrt(self.d)
-        for t in range(n - 1):
-            m = n - t
-            k = int((lens >= t + 2).sum())
-            if k < h.shape[0]:
-                finished.append(h[k:, 0])
-                h, c, lens = h[:k], c[:k], lens[:k]
-            lh, lc, rh, rc = h[:, :m - 1], c[:, :m - 1], h[:, 1:], c[:, 1:]
-            ph, pc = self.comp(lh, lc, rh, rc)
-            logits = (ph @ self.query) / scale  # [k, m-1]
-            valid = torch.arange(m - 1).unsqueeze(0) + (t + 1) < lens.unsqueeze(1)
-            if self.training:
-                u = torch.rand_like(logits).clamp(1e-10, 1.0 - 1e-7)
-                scores = (logits - torch.log(-torch.log(u))) / self.tau
-                soft = masked_softmax(scores, valid)
-                idx = scores.detach().masked_fill(~valid, NEG_BIG).argmax(1)
-                hard = F.one_hot(idx, m - 1).to(soft.dtype)
-                s = hard - soft.detach() + soft
-            else:
-                idx = logits.masked_fill(~valid, NEG_BIG).argmax(1)
-                s = F.one_hot(idx, m - 1).to(logits.dtype)
-            s = s.unsqueeze(2)
-            cum = s.cumsum(1)
-            keep_left, take_right = 1.0 - cum, cum - s
-            h = s * ph + keep_left * lh + take_right * rh
-            c = s * pc + keep_left * lc + take_right * rc
-        finished.append(h[:, 0])
-        roots = torch.cat(finished[::-1])  # back to longest-first order
-        return roots[torch.argsort(order)]
-
-
-class GoldTreeLstm(nn.Module):
-    """encoders/spinn (SPINN-PI-NT): the word vectors go through Linear(d_in, 2D) to [h; c]
-    leaves, then the Tree-LSTM composes along the gold tree. Computed level by level (all nodes
-    of the same height at once), which is what the thin stack computes too."""
-
-    def __init__(self, d_in, d):
-        super().__init__()
-        self.d = d
-        self.proj = linear(d_in, 2 * d)
-        self.comp = TreeLstm(d)
-
-    def forward(self, x, lengths, trees):
-        """x [B, T, D] embeddings; trees: per sentence, a list of internal nodes
-        (left, right, height) in post-order with local ids (leaves 0..n-1, internal node j is
-        n + j); the root is the last internal node (or leaf 0 for one word)."""
-        B, T, _ = x.shape
-        mask = torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)
-        leaves = self.proj(x[mask])  # [sum n, 2D] in sentence order
-        nl = leaves.shape[0]
-        H, C = leaves.chunk(2, -1)
-        n_int = sum(len(t) for t in trees)
-        Hs = torch.cat([H, H.new_zeros(n_int, self.d)])
-        Cs = torch.cat([C, C.new_zeros(n_int, self.d)])
-        by_h = {}
-        roots = []
-        leaf_off, int_off = 0, nl
-        for b, nodes in enumerate(trees):
-            n = int(lengths[b])
-            gid = lambda k: leaf_off + k if k < n else int_off + (k - n)  # noqa: E731
-            for j, (l, r, ht) in enumerate(nodes):
-                by_h.setdefault(ht, ([], [], []))
-                lst = by_h[ht]
-                lst[0].append(int_off + j)
-                lst[1].append(gid(l))
-                lst[2].append(gid(r))
-            roots.append(int_off + len(nodes) - 1 if nodes else leaf_off)
-            leaf_off += n
-            int_off += len(nodes)
-        for ht in sorted(by_h):
-            idx, li, ri = (torch.tensor(v) for v in by_h[ht])
-            hh, cc = self.comp(Hs[li], Cs[li], Hs[ri], Cs[ri])
-            Hs = Hs.index_copy(0, idx, hh)
-            Cs = Cs.index_copy(0, idx, cc)
-        return Hs[torch.tensor(roots)]
-
-
-def tree_nodes(tree):
-    """A nested-tuple binary tree (leaves are anything else) → its internal nodes
-    [(left, right, height)] in post-order with local ids (leaves numbered left to right 0..n-1,
-    internal node j numbered n + j)."""
-    n_leaves = [0]
-
-    def count(t):
-        if isinstance(t, tuple):
-            count(t[0])
-            count(t[1])
-        else:
-            n_leaves[0] += 1
-
-    count(tree)
-    n = n_leaves[0]
-    nodes = []
-    next_leaf = [0]
-
-    def walk(t):
-        if not isinstance(t, tuple):
-            next_leaf[0] += 1
-            return next_leaf[0] - 1, 0
-        l, hl = walk(t[0])
-        r, hr = walk(t[1])
-        nodes.append((l, r, 1 + max(hl, hr)))
-        return n + len(nodes) - 1, 1 + max(hl, hr)
-
-    walk(tree)
-    return nodes
-
-
 def make_encoder(args, d_in):
+    """The encoder of `--encoder` (twin_models.py); its `sentence(x, lengths)` (the gold-tree
+    encoder: `sentence(x, lengths, trees)`) takes embeddings [B, T, D] and lengths [B] and
+    returns the sentence vectors [B, H]: lstm = encoders/lstm.rs with the LSTM cell, 1 layer,
+    pooling `last`; on-lstm, fasttrees = the same runner with cells/on_lstm.rs, fast_trees.rs;
+    gumbel = encoders/gumbel_tree_lstm.rs; spinn-pi-nt = encoders/spinn without tracking."""
     if args.encoder == "lstm":
-        return LstmEncoder(d_in, args.dim)
+        return LstmLayer(d_in, args.dim)
     if args.encoder == "on-lstm":
-        return OnLstmEncoder(d_in, args.dim, args.chunk_size)
+        return OnLstmLayer(d_in, args.dim, args.chunk_size)
     if args.encoder == "fasttrees":
-        return FastTreesEncoder(d_in, args.dim, args.chunk_size)
+        return FastTreesLayer(d_in, args.dim, args.chunk_size)
     if args.encoder == "gumbel":
         fb = None if args.leaf_forget_bias == "random" else float(args.leaf_forget_bias)
         return GumbelTreeLstm(d_in, args.dim, args.leaf, args.tau, leaf_forget_bias=fb)
     if args.encoder == "spinn-pi-nt":
-        return GoldTreeLstm(d_in, args.dim)
+        return SpinnPiNt(d_in, args.dim)
     raise ValueError(args.encoder)
 
 
@@ -526,7 +226,8 @@ class NliModel(nn.Module):
     def forward(self, batch):
         ids, lengths, trees = batch
         x = self.drop(self.embedding(ids))
-        s = self.encoder(x, lengths, trees) if self.gold else self.encoder(x, lengths)
+        s = (self.encoder.sentence(x, lengths, trees) if self.gold
+             else self.encoder.sentence(x, lengths))
         n = s.shape[0] // 2
         u, v = s[:n], s[n:]
         return self.mlp(torch.cat([u, v, u - v, u * v], 1))
@@ -548,7 +249,8 @@ class ClassifierModel(nn.Module):
         `tree_nodes` gives them)."""
         ids, lengths = batch[0], batch[1]
         x = self.drop(self.embedding(ids))
-        s = self.encoder(x, lengths, batch[2]) if self.gold else self.encoder(x, lengths)
+        s = (self.encoder.sentence(x, lengths, batch[2]) if self.gold
+             else self.encoder.sentence(x, lengths))
         return self.mlp(s)
 
 

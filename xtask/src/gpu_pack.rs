@@ -8,7 +8,8 @@
 //!   most of it Burn's CUDA and CPU backends monomorphised for every model; xz makes it 7–8 MiB);
 //! - `data/propositional_logic/*.xz`: the logic data the gold-tree training run reads (from
 //!   `--logic-data`), compressed the same way;
-//! - every file of `crates/arbor-bench/pytorch/` (`twins.py`, `authors.py` and the
+//! - every file of `crates/arbor-bench/pytorch/` (`twins.py`, the models it shares with
+//!   `twins/` in `twin_models.py`, `authors.py` and the
 //!   `references.json` pins `authors.py` reads at import): the bench's PyTorch twins and the
 //!   adapters of the authors' own modules (whose checkouts are not packed: on the GPU machine
 //!   they are skipped with a note unless `$ARBOR_REFERENCE_DIR` names them);

@@ -5,10 +5,12 @@ Every workload of `crates/arbor-bench/src/workloads/*.rs` has a twin here, writt
 idiomatic PyTorch: `nn.Module` classes, fused gate `nn.Linear` layers, stock modules where
 PyTorch has them (`nn.LSTM`, `nn.LSTMCell`, `nn.TransformerEncoderLayer`,
 `nn.MultiheadAttention`, `F.scaled_dot_product_attention`), `model.eval()` + `torch.no_grad()`
-for the forward mode. Each twin computes what its arbor workload computes (the same shapes,
-batch, lengths, trees and token ids, the same decisions: argmax at evaluation, straight-through
-Gumbel-softmax with seeded noise in training, the same scalar loss) and is timed by the same
-policy as `crates/arbor-bench/src/harness.rs`:
+for the forward mode. The models are in `twin_models.py` beside this file (shared with the
+learning-curve twins, `twins/common.py`); this script builds the workloads and times them. Each
+twin computes what its arbor workload computes (the same shapes, batch, lengths, trees and token
+ids, the same decisions: argmax at evaluation, straight-through Gumbel-softmax with seeded noise
+in training, the same scalar loss) and is timed by the same policy as
+`crates/arbor-bench/src/harness.rs`:
 
 - *forward*: `model.eval()`, `torch.no_grad()`, a sum of the outputs read back with `.item()`;
 - *forward+backward*: `model.train()`, the input as a leaf that requires grad, `backward()` of
@@ -45,19 +47,20 @@ import time
 
 try:
     import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
 except ImportError as e:  # pragma: no cover - arbor-bench checks `import torch` first
     print(f"twins.py: cannot import torch ({e}); `pip install torch` (the CPU wheel is enough)",
           file=sys.stderr)
     sys.exit(3)
 
+sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import authors  # noqa: E402  (the authors' own modules, beside this file)
+from twin_models import (  # noqa: E402  (the models, beside this file)
+    ConvFastTreesLayer, FasterFastTreesLayer, FastTreesLayer, GumbelTreeLstm, LstmLayer,
+    OnLstmLayer, R2d2Lm, SpinnPiNt, TransformerEncoder, random_tree, transitions_of,
+    tree_from_transitions, tree_nodes)
 
 PREFIX = "arbor-twin: "
-NEG_BIG = -1e30
-U_MIN, U_MAX = 1e-10, 1.0 - 1e-7
 
 
 def log(*a):
@@ -80,11 +83,6 @@ def uniform_lengths(batch, lo, hi, seed):
     return [rng.randint(lo, hi) for _ in range(batch)]
 
 
-def gumbel_noise(shape, gen, device):
-    u = torch.rand(shape, generator=gen).clamp_(U_MIN, U_MAX)
-    return (-torch.log(-torch.log(u))).to(device)
-
-
 def splitmix_tokens(batch, n, vocab, seed):
     """arbor's `r2d2::random_tokens` (SplitMix64): the very same ids."""
     mask = (1 << 64) - 1
@@ -103,189 +101,13 @@ def splitmix_tokens(batch, n, vocab, seed):
     return out
 
 
-def random_tree(n, rng):
-    """A uniformly random merge order, as arbor's `BinaryTree::random`: at a layer of m + 1
-    nodes merge the adjacent pair k ~ U(0..m). Trees are nested tuples of leaf indices."""
-    nodes = list(range(n))
-    for m in range(n - 1, 0, -1):
-        k = rng.randrange(m)
-        nodes[k:k + 2] = [(nodes[k], nodes[k + 1])]
-    return nodes[0]
-
-
-def tree_from_transitions(ts):
-    """'S'/'R' string → nested tuples, leaves numbered in SHIFT order."""
-    stack, nxt = [], 0
-    for t in ts:
-        if t == "S":
-            stack.append(nxt)
-            nxt += 1
-        else:
-            r = stack.pop()
-            stack.append((stack.pop(), r))
-    if len(stack) != 1:
-        raise ValueError(f"malformed transitions {ts!r}")
-    return stack[0]
-
-
-def transitions_of(tree):
-    if isinstance(tree, tuple):
-        return transitions_of(tree[0]) + transitions_of(tree[1]) + "R"
-    return "S"
-
-
-def one_hot_st(scores, mask=None, hard_only=False):
-    """Straight-through one-hot of the (masked) argmax of `scores`: forward value one-hot, gradient
-    that of the masked softmax. `hard_only` (evaluation): the plain one-hot."""
-    filled = scores if mask is None else scores.masked_fill(~mask, NEG_BIG)
-    index = filled.detach().argmax(-1)
-    hard = F.one_hot(index, scores.shape[-1]).to(scores.dtype)
-    if hard_only:
-        return hard, index
-    soft = F.softmax(filled, -1)
-    if mask is not None:
-        soft = soft * mask
-    return hard - soft.detach() + soft, index
-
-
 # --------------------------------------------------------------------------------------------
-# cells: LSTM, ON-LSTM, FastTrees, Faster FastTrees, Conv FastTrees (arbor-cells)
+# cells: LSTM, ON-LSTM, FastTrees, Faster FastTrees, Conv FastTrees (twin_models.py)
 # --------------------------------------------------------------------------------------------
-
-
-def cumax(x):
-    return torch.cumsum(F.softmax(x, -1), -1)
-
-
-def ordered_update(master_f, master_i, gates, c):
-    """ON-LSTM eq. 11-14: master gates [B, C] broadcast over chunks of H / C neurons."""
-    i, f, g, o = gates.chunk(4, 1)
-    b, h = c.shape
-    n_chunks = master_f.shape[1]
-    mf, mi = master_f.unsqueeze(2), master_i.unsqueeze(2)
-    w = mf * mi
-    f_hat = (torch.sigmoid(f).view(b, n_chunks, -1) * w + (mf - w)).view(b, h)
-    i_hat = (torch.sigmoid(i).view(b, n_chunks, -1) * w + (mi - w)).view(b, h)
-    c = f_hat * c + i_hat * torch.tanh(g)
-    return torch.sigmoid(o) * torch.tanh(c), c
-
-
-class LstmLayer(nn.Module):
-    """One `nn.LSTM` layer (PyTorch's fused kernel): every sequence has the full length here."""
-
-    def __init__(self, d_in, d_h):
-        super().__init__()
-        self.rnn = nn.LSTM(d_in, d_h, batch_first=True)
-
-    def forward(self, x):
-        return self.rnn(x)[0]
-
-
-class OnLstmLayer(nn.Module):
-    """ON-LSTM (Shen et al. 2019): `ih(x)` for the whole sequence, then per step one fused
-    `hh(h)` for the master gates and the LSTM gates."""
-
-    def __init__(self, d_in, d_h, chunk):
-        super().__init__()
-        self.d_h, self.c = d_h, d_h // chunk
-        self.ih = nn.Linear(d_in, 2 * self.c + 4 * d_h)
-        self.hh = nn.Linear(d_h, 2 * self.c + 4 * d_h, bias=False)
-
-    def forward(self, x):
-        b, t_max, _ = x.shape
-        xp = self.ih(x)
-        h = x.new_zeros(b, self.d_h)
-        c = x.new_zeros(b, self.d_h)
-        outputs, distances = [], []
-        for t in range(t_max):
-            g = xp[:, t] + self.hh(h)
-            mf = cumax(g[:, :self.c])
-            mi = 1.0 - cumax(g[:, self.c:2 * self.c])
-            h, c = ordered_update(mf, mi, g[:, 2 * self.c:], c)
-            outputs.append(h)
-            distances.append(1.0 - mf.mean(1))
-        self.distances = torch.stack(distances, 1)
-        return torch.stack(outputs, 1)
-
-
-class FastTreesLayer(nn.Module):
-    """FastTrees: the master gates read x_t only and are computed for the whole sequence before
-    the loop; the LSTM gates still read h_{t-1}."""
-
-    def __init__(self, d_in, d_h, chunk):
-        super().__init__()
-        self.d_h, self.c = d_h, d_h // chunk
-        self.ih = nn.Linear(d_in, 2 * self.c + 4 * d_h)
-        self.hh = nn.Linear(d_h, 4 * d_h, bias=False)
-
-    def master(self, x):
-        xp = self.ih(x)
-        c = self.c
-        return cumax(xp[..., :c]), 1.0 - cumax(xp[..., c:2 * c]), xp[..., 2 * c:]
-
-    def forward(self, x):
-        b, t_max, _ = x.shape
-        mf, mi, xp = self.master(x)
-        h = x.new_zeros(b, self.d_h)
-        c = x.new_zeros(b, self.d_h)
-        outputs = []
-        for t in range(t_max):
-            h, c = ordered_update(mf[:, t], mi[:, t], xp[:, t] + self.hh(h), c)
-            outputs.append(h)
-        self.distances = 1.0 - mf.mean(2)
-        return torch.stack(outputs, 1)
-
-
-class ConvFastTreesLayer(FastTreesLayer):
-    """Conv FastTrees: master gates from a causal convolution over time (kernel 3, d_in
-    channels), a ReLU and a position-wise linear layer; otherwise FastTrees."""
-
-    def __init__(self, d_in, d_h, chunk, kernel=3):
-        super().__init__(d_in, d_h, chunk)
-        self.kernel = kernel
-        self.conv = nn.Conv1d(d_in, d_in, kernel)
-        self.to_master = nn.Linear(d_in, 2 * self.c)
-        self.ih = nn.Linear(d_in, 4 * d_h)
-
-    def master(self, x):
-        conv = self.conv(F.pad(x.transpose(1, 2), (self.kernel - 1, 0))).transpose(1, 2)
-        m = self.to_master(F.relu(conv))
-        c = self.c
-        return cumax(m[..., :c]), 1.0 - cumax(m[..., c:]), self.ih(x)
-
-
-class FasterFastTreesLayer(nn.Module):
-    """Faster FastTrees (QRNN-style): every gate from x_t in one matmul over the sequence; the
-    loop is the elementwise scan c_t = f̂ c_{t-1} + î tanh(ĉ), h_t = σ(o) tanh(c_t)."""
-
-    def __init__(self, d_in, d_h, chunk):
-        super().__init__()
-        self.d_h, self.c = d_h, d_h // chunk
-        self.ih = nn.Linear(d_in, 2 * self.c + 4 * d_h)
-
-    def forward(self, x):
-        b, t_max, _ = x.shape
-        c_n, h_n = self.c, self.d_h
-        xp = self.ih(x)
-        mf = cumax(xp[..., :c_n]).unsqueeze(3)
-        mi = (1.0 - cumax(xp[..., c_n:2 * c_n])).unsqueeze(3)
-        i, f, g, o = xp[..., 2 * c_n:].chunk(4, 2)
-        w = mf * mi
-        f_hat = (torch.sigmoid(f).view(b, t_max, c_n, -1) * w + (mf - w)).view(b, t_max, h_n)
-        i_hat = (torch.sigmoid(i).view(b, t_max, c_n, -1) * w + (mi - w)).view(b, t_max, h_n)
-        u = i_hat * torch.tanh(g)
-        o = torch.sigmoid(o)
-        c = x.new_zeros(b, h_n)
-        outputs = []
-        for t in range(t_max):
-            c = f_hat[:, t] * c + u[:, t]
-            outputs.append(o[:, t] * torch.tanh(c))
-        self.distances = 1.0 - mf.squeeze(3).mean(2)
-        return torch.stack(outputs, 1)
 
 
 CELLS = {
-    "lstm": lambda d_in, d_h, k: LstmLayer(d_in, d_h),
+    "lstm": lambda d_in, d_h, k: LstmLayer(d_in, d_h, like_arbor=False),
     "on-lstm": OnLstmLayer,
     "fasttrees": FastTreesLayer,
     "faster-fasttrees": FasterFastTreesLayer,
@@ -301,88 +123,16 @@ def cells_run(p, device):
 
 
 # --------------------------------------------------------------------------------------------
-# Tree-LSTM composition, Gumbel Tree-LSTM (Choi et al. 2018)
+# Gumbel Tree-LSTM (Choi et al. 2018; twin_models.py)
 # --------------------------------------------------------------------------------------------
-
-
-class TreeLstm(nn.Module):
-    """Binary Tree-LSTM: one fused Linear(2D, 5D), gates i, f_l, f_r, o, u; forget biases 1."""
-
-    def __init__(self, d):
-        super().__init__()
-        self.w = nn.Linear(2 * d, 5 * d)
-        with torch.no_grad():
-            self.w.bias.zero_()
-            self.w.bias[d:3 * d] = 1.0
-
-    def forward(self, hl, cl, hr, cr):
-        i, fl, fr, o, u = self.w(torch.cat([hl, hr], -1)).chunk(5, -1)
-        c = torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr + torch.sigmoid(i) * torch.tanh(u)
-        return torch.sigmoid(o) * torch.tanh(c), c
-
-
-class GumbelTreeLstm(nn.Module):
-    """Every example advances one layer at a time: all adjacent pairs composed in one call,
-    scored q·h̃/√D, one selected (argmax / ST Gumbel-softmax over the valid candidates), the
-    layer shrinks by one; a complete sentence keeps its left column (the `done` mask)."""
-
-    def __init__(self, d_in, d, leaf, tau=1.0):
-        super().__init__()
-        self.d, self.tau, self.leaf_kind = d, tau, leaf
-        if leaf == "lstm":
-            self.leaf = nn.LSTMCell(d_in, d)
-            with torch.no_grad():
-                self.leaf.bias_ih.zero_()
-                self.leaf.bias_hh.zero_()
-                self.leaf.bias_ih[d:2 * d] = 1.0
-        else:
-            self.leaf = nn.Linear(d_in, 2 * d)
-        self.comp = TreeLstm(d)
-        self.query = nn.Parameter(torch.randn(d) * 0.01)
-
-    def leaves(self, x):
-        if self.leaf_kind == "affine":
-            return self.leaf(x).chunk(2, -1)
-        b, n, _ = x.shape
-        h = x.new_zeros(b, self.d)
-        c = x.new_zeros(b, self.d)
-        hs, cs = [], []
-        for t in range(n):
-            h, c = self.leaf(x[:, t], (h, c))
-            hs.append(h)
-            cs.append(c)
-        return torch.stack(hs, 1), torch.stack(cs, 1)
-
-    def forward(self, x, lengths, noise_gen=None):
-        n = int(lengths.max())
-        h, c = self.leaves(x[:, :n])
-        arange = torch.arange(n, device=x.device)
-        selected = []
-        for t in range(n - 1):
-            m = n - t
-            lh, lc, rh, rc = h[:, :-1], c[:, :-1], h[:, 1:], c[:, 1:]
-            ph, pc = self.comp(lh, lc, rh, rc)
-            logits = ph @ self.query / math.sqrt(self.d)
-            valid = (arange[:m - 1] + t + 1).unsqueeze(0) < lengths.unsqueeze(1)
-            if self.training:
-                scores = (logits + gumbel_noise(logits.shape, noise_gen, x.device)) / self.tau
-                s, index = one_hot_st(scores, valid)
-            else:
-                s, index = one_hot_st(logits, valid, hard_only=True)
-            selected.append(index)
-            s = s.unsqueeze(2)
-            cum = s.cumsum(1)
-            done = (lengths < t + 2).view(-1, 1, 1)
-            h = torch.where(done, lh, s * ph + (1.0 - cum) * lh + (cum - s) * rh)
-            c = torch.where(done, lc, s * pc + (1.0 - cum) * lc + (cum - s) * rc)
-        return h[:, 0], selected
 
 
 def gumbel_run(p, device):
     lengths = p["lengths"]
     if isinstance(lengths, int):
         lengths = [lengths] * p["batch"]
-    model = GumbelTreeLstm(p["d_input"], p["d_hidden"], p["leaf"], p.get("tau", 1.0)).to(device)
+    model = GumbelTreeLstm(p["d_input"], p["d_hidden"], p["leaf"], p.get("tau", 1.0),
+                           like_arbor=False).to(device)
     x = uniform((len(lengths), max(lengths), p["d_input"]), 1).to(device)
     lens = torch.tensor(lengths, device=device)
 
@@ -394,80 +144,8 @@ def gumbel_run(p, device):
 
 
 # --------------------------------------------------------------------------------------------
-# Transformer encoder with and without the FastTrees gate (arbor-blocks)
+# Transformer encoder with and without the FastTrees gate (twin_models.py)
 # --------------------------------------------------------------------------------------------
-
-
-def sinusoids(time_steps, d):
-    t = torch.arange(time_steps, dtype=torch.float64).unsqueeze(1)
-    j = torch.arange(d)
-    angle = t / torch.pow(10000.0, (2 * (j // 2)).double() / d)
-    return torch.where(j % 2 == 0, torch.sin(angle), torch.cos(angle)).float()
-
-
-class FastTreesGate(nn.Module):
-    """Pung & Chan §3.3: one Linear(D, 2C + D) → cumax master gates and σ gate; the attention
-    output is multiplied by σ(F_h)·ω + (A − ω)."""
-
-    def __init__(self, d, chunk):
-        super().__init__()
-        self.c = d // chunk
-        self.proj = nn.Linear(d, 2 * self.c + d)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        c = self.c
-        z = self.proj(x)
-        a = cumax(z[..., :c]).unsqueeze(3)
-        bb = (1.0 - cumax(z[..., c:2 * c])).unsqueeze(3)
-        hg = torch.sigmoid(z[..., 2 * c:]).view(b, t, c, -1)
-        w = a * bb
-        gate = (hg * w + (a - w)).view(b, t, d)
-        self.distances = 1.0 - a.squeeze(3).mean(2)
-        return gate * x
-
-
-class GatedEncoderLayer(nn.Module):
-    """`nn.TransformerEncoderLayer` (post-norm, ReLU) with the FastTrees gate after
-    self-attention. PyTorch has no hook for that, so the layer is spelled out with the same
-    stock modules."""
-
-    def __init__(self, d, heads, d_ff, chunk):
-        super().__init__()
-        self.self_attn = nn.MultiheadAttention(d, heads, dropout=0.0, batch_first=True)
-        self.gate = FastTreesGate(d, chunk)
-        self.linear1 = nn.Linear(d, d_ff)
-        self.linear2 = nn.Linear(d_ff, d)
-        self.norm1 = nn.LayerNorm(d)
-        self.norm2 = nn.LayerNorm(d)
-
-    def forward(self, x, src_key_padding_mask=None):
-        a = self.self_attn(x, x, x, key_padding_mask=src_key_padding_mask, need_weights=False)[0]
-        x = self.norm1(x + self.gate(a))
-        return self.norm2(x + self.linear2(F.relu(self.linear1(x))))
-
-
-class TransformerEncoder(nn.Module):
-    def __init__(self, d, heads, d_ff, layers, fasttrees, chunk, max_len=512):
-        super().__init__()
-        if fasttrees:
-            self.layers = nn.ModuleList(GatedEncoderLayer(d, heads, d_ff, chunk) for _ in range(layers))
-            self.stock = None
-        else:
-            layer = nn.TransformerEncoderLayer(d, heads, d_ff, dropout=0.0, batch_first=True)
-            self.stock = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
-        self.register_buffer("positions", sinusoids(max_len, d), persistent=False)
-
-    def forward(self, x, lengths):
-        t = x.shape[1]
-        pad = torch.arange(t, device=x.device).unsqueeze(0) >= lengths.unsqueeze(1)
-        h = x + self.positions[:t]
-        if self.stock is not None:
-            h = self.stock(h, src_key_padding_mask=pad)
-        else:
-            for layer in self.layers:
-                h = layer(h, src_key_padding_mask=pad)
-        return h.masked_fill(pad.unsqueeze(2), 0.0)
 
 
 def transformer_run(p, device):
@@ -480,79 +158,8 @@ def transformer_run(p, device):
 
 # --------------------------------------------------------------------------------------------
 # SPINN-PI-NT (shift-reduce over stacks), the per-node recursive Tree-LSTM, the LSTM
+# (twin_models.py)
 # --------------------------------------------------------------------------------------------
-
-
-class SpinnPiNt(nn.Module):
-    """SPINN without tracking, given transitions. Words go through Linear(D, 2D) to [h; c];
-    each transition step is one batched Tree-LSTM call over the examples that REDUCE.
-
-    `forward` is the shift-reduce encoder in the PyTorch idiom of SPINN's own PyTorch code
-    (nyu-mll/spinn, `fat_stack.py`): stacks and buffers are Python lists of per-example rows,
-    REDUCE pops two rows per example, and the composed rows are pushed back after one batched
-    call. (arbor's thin stack keeps one stack tensor and host-side pointers instead; in eager
-    PyTorch, writing one row per step into a stack tensor would copy it, as Burn does.)
-    `recursive` is the per-sentence, per-node recursion over the same weights."""
-
-    def __init__(self, d_in, d):
-        super().__init__()
-        self.d = d
-        self.proj = nn.Linear(d_in, 2 * d)
-        self.comp = TreeLstm(d)
-
-    def compose(self, left, right):
-        hl, cl = left.chunk(2, -1)
-        hr, cr = right.chunk(2, -1)
-        h, c = self.comp(hl, cl, hr, cr)
-        return torch.cat([h, c], -1)
-
-    def forward(self, x, lengths, transitions):
-        words = self.proj(x)
-        bufs = [list(words[b, :n].unbind(0))[::-1] for b, n in enumerate(lengths)]
-        stacks = [[] for _ in lengths]
-        steps = max(len(t) for t in transitions)
-        for t in range(steps):
-            lefts, rights, reducing = [], [], []
-            for b, ts in enumerate(transitions):
-                if t >= len(ts):
-                    continue
-                if ts[t] == "S":
-                    stacks[b].append(bufs[b].pop())
-                else:
-                    rights.append(stacks[b].pop())
-                    lefts.append(stacks[b].pop())
-                    reducing.append(b)
-            if reducing:
-                out = self.compose(torch.stack(lefts), torch.stack(rights))
-                for b, row in zip(reducing, out.unbind(0)):
-                    stacks[b].append(row)
-        return torch.stack([s[-1] for s in stacks])[:, :self.d]
-
-    def recursive(self, x, lengths, trees):
-        roots = []
-        for b, (n, tree) in enumerate(zip(lengths, trees)):
-            leaves = self.proj(x[b, :n])
-
-            def node(t):
-                if isinstance(t, tuple):
-                    return self.compose(node(t[0]), node(t[1]))
-                return leaves[t:t + 1]
-
-            roots.append(node(tree))
-        return torch.cat(roots)[:, :self.d]
-
-
-class LstmEncoder(nn.Module):
-    """One `nn.LSTM` layer over packed sequences; the sentence vector is h after the last word."""
-
-    def __init__(self, d_in, d):
-        super().__init__()
-        self.rnn = nn.LSTM(d_in, d, batch_first=True)
-
-    def forward(self, x, lengths):
-        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True,
-                                                   enforce_sorted=False)
-        return self.rnn(packed)[1][0][-1]
 
 
 SPINN_D, SPINN_BATCH, SPINN_MAX = 300, 512, 30
@@ -577,9 +184,9 @@ def spinn_run(p, device, kind):
     lengths, transitions, trees = spinn_inputs(p)
     x = uniform((len(lengths), max(p.get("max_len", SPINN_MAX), max(lengths)), d), 1).to(device)
     if kind == "lstm":
-        model = LstmEncoder(d, d).to(device)
+        model = LstmLayer(d, d, like_arbor=False).to(device)
         lens = torch.tensor(lengths)
-        return input_run(model, x, lambda m, xa: m(xa, lens))
+        return input_run(model, x, lambda m, xa: m.sentence(xa, lens))
     model = SpinnPiNt(d, d).to(device)
     if kind == "recursive":
         return input_run(model, x, lambda m, xa: m.recursive(xa, lengths, trees))
@@ -587,275 +194,8 @@ def spinn_run(p, device, kind):
 
 
 # --------------------------------------------------------------------------------------------
-# R2D2 (Hu et al. 2021): pruned differentiable CKY with a 2-layer composition Transformer
+# R2D2 (Hu et al. 2021): pruned differentiable CKY (twin_models.py)
 # --------------------------------------------------------------------------------------------
-
-
-def attention_bias(length, tasks):
-    """Additive mask: task token i sees itself and the inputs; inputs see the inputs only."""
-    allowed = torch.zeros(length, length, dtype=torch.bool)
-    allowed[:, tasks:] = True
-    for i in range(tasks):
-        allowed[i, i] = True
-    return torch.zeros(length, length).masked_fill(~allowed, -1e9)
-
-
-class RoleLayer(nn.Module):
-    """Post-LN Transformer layer whose queries and keys get role embeddings (no bias on the
-    role part), GELU feed-forward."""
-
-    def __init__(self, d, heads, d_ff):
-        super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(d, 3 * d)
-        self.out = nn.Linear(d, d)
-        self.norm_attn = nn.LayerNorm(d)
-        self.ff_in = nn.Linear(d, d_ff)
-        self.ff_out = nn.Linear(d_ff, d)
-        self.norm_ff = nn.LayerNorm(d)
-
-    def forward(self, x, roles, bias):
-        n, length, d = x.shape
-        role_qk = roles @ self.qkv.weight[:2 * d].t()
-        qkv = self.qkv(x) + F.pad(role_qk, (0, d))
-        q, k, v = qkv.view(n, length, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-        x = self.norm_attn(x + self.out(a.transpose(1, 2).reshape(n, length, d)))
-        return self.norm_ff(x + self.ff_out(F.gelu(self.ff_in(x))))
-
-
-def ln(x):
-    return F.layer_norm(x, x.shape[-1:], eps=1e-5)
-
-
-class Composition(nn.Module):
-    """f(left, right) over [CLS, SUM, left, right]: the representation is the LN'd softmax
-    mix of the two outputs, log p = log σ(score(SUM))."""
-
-    def __init__(self, d, layers=2, heads=4):
-        super().__init__()
-        self.d = d
-        self.layers = nn.ModuleList(RoleLayer(d, heads, 4 * d) for _ in range(layers))
-        self.task_tokens = nn.Parameter(torch.randn(3, d) * 0.02)
-        self.roles = nn.Parameter(torch.randn(3, d))
-        self.score = nn.Linear(d, 1)
-        self.mix = nn.Linear(d, 2)
-        self.register_buffer("bias4", attention_bias(4, 2), persistent=False)
-        self.register_buffer("bias3", attention_bias(3, 1), persistent=False)
-
-    def encode(self, x, role_ids, bias):
-        roles = self.roles[role_ids]
-        for layer in self.layers:
-            x = layer(x, roles, bias)
-        return x
-
-    def forward(self, left, right):
-        n = left.shape[0]
-        x = torch.cat([self.task_tokens[:2].expand(n, 2, self.d), left.unsqueeze(1),
-                       right.unsqueeze(1)], 1)
-        o = self.encode(x, [0, 0, 1, 2], self.bias4)
-        w = F.softmax(self.mix(o[:, 0]), -1)
-        mixed = o[:, 2] * w[:, :1] + o[:, 3] * w[:, 1:]
-        return ln(mixed), F.logsigmoid(self.score(o[:, 1])).squeeze(1)
-
-    def context(self, left, right):
-        n = left.shape[0]
-        x = torch.cat([self.task_tokens[2:].expand(n, 1, self.d), left.unsqueeze(1),
-                       right.unsqueeze(1)], 1)
-        return ln(self.encode(x, [0, 1, 2], self.bias3)[:, 0])
-
-
-class Cell:
-    __slots__ = ("e_row", "lpt_row", "splits", "log_p")
-
-    def __init__(self, e_row, lpt_row, splits, log_p):
-        self.e_row, self.lpt_row, self.splits, self.log_p = e_row, lpt_row, splits, log_p
-
-
-class SentenceChart:
-    """Host-side structure of one sentence's chart (cells by span, current terminals)."""
-
-    def __init__(self, n, leaf_rows):
-        self.n = n
-        self.cells = {}
-        self.atoms = [(i, i) for i in range(n)]
-        self.merged = []
-        self.longest_ending = [(1, r) for r in leaf_rows]
-        self.longest_starting = [(1, r) for r in leaf_rows]
-
-    def add(self, span, cell):
-        length = span[1] - span[0] + 1
-        if length > self.longest_ending[span[1]][0]:
-            self.longest_ending[span[1]] = (length, cell.e_row)
-        if length > self.longest_starting[span[0]][0]:
-            self.longest_starting[span[0]] = (length, cell.e_row)
-        self.cells[span] = cell
-
-    def find(self, window):
-        """Algorithm 2: the bigram of terminals to merge next (index of its left terminal)."""
-        atoms = self.atoms
-        a = len(atoms)
-        at_start = {s: t for t, (s, _) in enumerate(atoms)}
-        at_end = {e: t for t, (_, e) in enumerate(atoms)}
-        used = [False] * (a - 1)
-        stack = [(atoms[s][0], atoms[s + window][1]) for s in range(a - window)]
-        while stack:
-            span = stack.pop()
-            first, last = at_start[span[0]], at_end[span[1]]
-            if last - first == 1:
-                used[first] = True
-            elif last - first > 1:
-                cell = self.cells[span]
-                k = next((k for k in cell.splits if k in at_end), cell.splits[0])
-                stack.append((span[0], k))
-                stack.append((k + 1, span[1]))
-
-        def p(u):
-            return math.exp(self.cells[(atoms[u][0], atoms[u + 1][1])].log_p)
-
-        def score(u):
-            s = math.log(max(p(u), 1e-9))
-            if u > 0:
-                s += math.log(max(1.0 - p(u - 1), 1e-9))
-            if u + 2 < a:
-                s += math.log(max(1.0 - p(u + 1), 1e-9))
-            return s
-
-        candidates = [u for u in range(a - 1) if used[u]] or list(range(a - 1))
-        return max(candidates, key=score)
-
-    def merge(self, u, window):
-        span = (self.atoms[u][0], self.atoms[u + 1][1])
-        self.atoms[u:u + 2] = [span]
-        self.merged.append(span)
-        a = len(self.atoms)
-        missing = []
-        if a > window:
-            for s in range(max(u - window, 0), min(u, a - window - 1) + 1):
-                cell = (self.atoms[s][0], self.atoms[s + window][1])
-                missing.append((cell, [self.atoms[t][1] for t in range(s, s + window)]))
-        return missing
-
-
-class R2d2Lm(nn.Module):
-    """R2D2's bidirectional LM: embeddings → chart (all pending cells of all sentences, every
-    split, in one composition call per step) → each token predicted from the longest cells left
-    and right of it."""
-
-    def __init__(self, vocab, d=128, layers=2, heads=4, window=4, pruning=True, tau=1.0):
-        super().__init__()
-        self.d, self.window, self.pruning, self.tau = d, window, pruning, tau
-        self.embedding = nn.Embedding(vocab, d)
-        nn.init.normal_(self.embedding.weight, std=0.02)
-        self.comp = Composition(d, layers, heads)
-        self.edges = nn.Parameter(torch.randn(2, d) * 0.02)
-        self.head = nn.Linear(d, d)
-        self.out_bias = nn.Parameter(torch.zeros(vocab))
-
-    def forward(self, tokens, noise_gen=None):
-        """tokens: a list of `batch` lists of ids (all of one length here). Returns the mean
-        NLL and the number of compositions."""
-        device = self.embedding.weight.device
-        batch, time_steps = len(tokens), max(len(s) for s in tokens)
-        ids = torch.tensor([s + [0] * (time_steps - len(s)) for s in tokens], device=device)
-        leaves = self.embedding(ids).reshape(batch * time_steps, self.d)
-        self.e = leaves
-        self.lpt = leaves.new_zeros(batch * time_steps)
-        self.compositions = 0
-        self.noise_gen = noise_gen
-        charts = [SentenceChart(len(s), [b * time_steps + i for i in range(len(s))])
-                  for b, s in enumerate(tokens)]
-        lengths = [len(s) for s in tokens]
-        for span_len in range(2, max(lengths) + 1):
-            jobs = [(b, (i, i + span_len - 1), list(range(i, i + span_len - 1)))
-                    for b, n in enumerate(lengths)
-                    if n >= span_len and (not self.pruning or span_len <= self.window + 1)
-                    for i in range(n - span_len + 1)]
-            if not jobs:
-                break
-            self.compute(charts, jobs, time_steps)
-        while self.pruning:
-            pending = [b for b, ch in enumerate(charts) if len(ch.atoms) > self.window + 1]
-            if not pending:
-                break
-            jobs, merged = [], []
-            for b in pending:
-                ch = charts[b]
-                u = ch.find(self.window)
-                span = (ch.atoms[u][0], ch.atoms[u + 1][1])
-                merged.append((b, span, ch.cells[span].lpt_row))
-                jobs += [(b, cell, splits) for cell, splits in ch.merge(u, self.window)]
-            # The new terminals' log p̃ become constants.
-            first = self.push(leaves.new_zeros(len(merged), self.d),
-                              self.lpt[[m[2] for m in merged]].detach())
-            for t, (b, span, _) in enumerate(merged):
-                charts[b].cells[span].lpt_row = first + t
-            self.compute(charts, jobs, time_steps)
-
-        rows = self.e.shape[0]
-        table = torch.cat([self.e, self.edges])
-        left, right, targets = [], [], []
-        for ch, s in zip(charts, tokens):
-            for i in range(ch.n):
-                left.append(ch.longest_ending[i - 1][1] if i > 0 else rows)
-                right.append(ch.longest_starting[i + 1][1] if i + 1 < ch.n else rows + 1)
-                targets.append(s[i])
-        h = self.comp.context(table[left], table[right])
-        h = ln(F.gelu(self.head(h)))
-        logits = h @ self.embedding.weight.t() + self.out_bias
-        return F.cross_entropy(logits, torch.tensor(targets, device=device)), self.compositions
-
-    def push(self, e, lpt):
-        first = self.e.shape[0]
-        self.e = torch.cat([self.e, e])
-        self.lpt = torch.cat([self.lpt, lpt])
-        return first
-
-    def compute(self, charts, jobs, time_steps):
-        if not jobs:
-            return
-        c, k = len(jobs), len(jobs[0][2])
-
-        def rows_of(b, span):
-            if span[0] == span[1]:
-                r = b * time_steps + span[0]
-                return r, r
-            cell = charts[b].cells[span]
-            return cell.e_row, cell.lpt_row
-
-        le, ll, re, rl = [], [], [], []
-        for b, span, splits in jobs:
-            for s in splits:
-                e, lp = rows_of(b, (span[0], s))
-                le.append(e)
-                ll.append(lp)
-                e, lp = rows_of(b, (s + 1, span[1]))
-                re.append(e)
-                rl.append(lp)
-        n = c * k
-        e = self.e[le + re]
-        lpt = self.lpt[ll + rl]
-        repr_, log_p = self.comp(e[:n], e[n:])
-        lpt_k = log_p + lpt[:n] + lpt[n:]
-        host = torch.cat([lpt_k.detach(), log_p.detach()]).tolist()
-        lpt_k = lpt_k.view(c, k)
-        if k == 1:
-            e_new, lpt_new = repr_, lpt_k.view(c)
-        else:
-            if self.training:
-                scores = (lpt_k + gumbel_noise((c, k), self.noise_gen, lpt_k.device)) / self.tau
-                alpha, _ = one_hot_st(scores)
-            else:
-                alpha, _ = one_hot_st(lpt_k, hard_only=True)
-            e_new = (repr_.view(c, k, self.d) * alpha.unsqueeze(2)).sum(1)
-            lpt_new = (lpt_k * alpha).sum(1)
-        first = self.push(e_new, lpt_new)
-        for t, (b, span, splits) in enumerate(jobs):
-            scores = host[t * k:(t + 1) * k]
-            order = sorted(range(k), key=lambda o: (-scores[o], o))
-            charts[b].add(span, Cell(first + t, first + t, [splits[o] for o in order],
-                                     host[n + t * k + order[0]]))
-        self.compositions += n
 
 
 def r2d2_run(p, device):
@@ -1082,7 +422,7 @@ def self_test():
         ft.hh.weight.zero_()
         assert torch.allclose(ff(x), ft(x), atol=1e-6)
     for leaf in ("affine", "lstm"):
-        g = GumbelTreeLstm(6, 8, leaf)
+        g = GumbelTreeLstm(6, 8, leaf, like_arbor=False)
         x = uniform((4, 7, 6), 1)
         lens = torch.tensor([7, 1, 3, 5])
         g.eval()
@@ -1109,8 +449,8 @@ def self_test():
         a, b = s(x, lengths, transitions), s.recursive(x, lengths, trees)
     assert a.shape == (9, 8) and torch.allclose(a, b, atol=1e-5)
     assert tree_from_transitions(transitions_of(((0, 1), 2))) == ((0, 1), 2)
-    lstm = LstmEncoder(6, 8)
-    assert lstm(x, torch.tensor(lengths)).shape == (9, 8)
+    lstm = LstmLayer(6, 8, like_arbor=False)
+    assert lstm.sentence(x, torch.tensor(lengths)).shape == (9, 8)
     # R2D2: compositions as the chart predicts; both modes finite.
     assert splitmix_tokens(1, 3, 1000, 0) == splitmix_tokens(1, 3, 1000, 0)
     for pruning, n in ((False, 6), (True, 9)):
@@ -1127,6 +467,30 @@ def self_test():
         loss, _ = m(tokens, torch.Generator().manual_seed(0))
         loss.backward()
         assert math.isfinite(loss.item()) and m.comp.score.weight.grad is not None
+    # The learning-curve twins' forms of the same models (twins/common.py): padding keeps the
+    # state, the Gumbel schedule that drops finished sentences and SPINN level by level give the
+    # roots computed above.
+    lens = torch.tensor([5, 2, 4])
+    x = uniform((3, 5, 6), 2)
+    for layer in (LstmLayer(6, 8), OnLstmLayer(6, 8, 2), FastTreesLayer(6, 8, 2)):
+        with torch.no_grad():
+            v = layer.sentence(x, lens)
+            for b, n in enumerate(lens.tolist()):
+                alone = layer(x[b:b + 1, :n])[0, -1]
+                assert torch.allclose(v[b], alone, atol=1e-6), type(layer).__name__
+    x = uniform((4, 7, 6), 1)
+    lens = torch.tensor([7, 1, 3, 5])
+    for leaf in ("affine", "lstm"):
+        g = GumbelTreeLstm(6, 8, leaf).eval()
+        with torch.no_grad():
+            assert torch.allclose(g.sentence(x, lens), g(x, lens)[0], atol=1e-5), leaf
+        g.train()
+        g.sentence(x, lens).sum().backward()
+        assert g.query.grad is not None and torch.isfinite(g.query.grad).all()
+    x = uniform((9, 7, 6), 1)
+    with torch.no_grad():
+        c = s.sentence(x, torch.tensor(lengths), [tree_nodes(t) for t in trees])
+        assert torch.allclose(c, s(x, lengths, transitions), atol=1e-5)
     names = [w[0] for w in suite()]
     assert len(names) == len(set(names)) == 28, len(names)
     # The authors' modules, at small shapes, where their checkouts are present.

@@ -246,7 +246,8 @@ pub fn python() -> String {
 }
 
 /// The twins script: `$ARBOR_TWINS`, else this crate's `pytorch/twins.py`, else `twins.py` next
-/// to the executable (for a binary copied to another machine).
+/// to the executable (for a binary copied to another machine; copy `twin_models.py`, the models
+/// it imports, beside it too: `cargo xtask gpu-pack` copies the whole `pytorch/` folder).
 ///
 /// # Errors
 /// When none of them exists.
