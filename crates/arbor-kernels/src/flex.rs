@@ -2,10 +2,10 @@
 
 use burn::backend::flex::{Flex, FlexTensor};
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{DType, Shape, TensorData};
+use burn::tensor::{DType, Device, Shape, TensorData};
 
 use crate::host::{self, HostBuf, HostTensor};
-use crate::{reference, Activation, GateLayout};
+use crate::{Activation, GateLayout};
 
 impl HostTensor for FlexTensor {
     fn host(&self) -> Option<HostBuf<'_>> {

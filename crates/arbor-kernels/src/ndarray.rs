@@ -4,10 +4,10 @@ use burn::backend::ndarray::{
     FloatNdArrayElement, IntNdArrayElement, NdArray, NdArrayTensor, QuantElement, SharedArray,
 };
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Shape, TensorData};
+use burn::tensor::{Device, Shape, TensorData};
 
 use crate::host::{self, HostBuf, HostTensor};
-use crate::{reference, Activation, GateLayout};
+use crate::{Activation, GateLayout};
 
 impl HostTensor for NdArrayTensor {
     fn host(&self) -> Option<HostBuf<'_>> {
