@@ -8,8 +8,14 @@ use arbor_data::tree::BinaryTree;
 use arbor_data::vocab::{load_text_vectors, Vocab};
 use arbor_encoders::{Decisions, Encoder, EncoderInput, EncoderKind, SentenceEncoder};
 use arbor_heads::{NliClassifierConfig, SentenceBatch, TokenEmbedding, TokenEmbeddingConfig};
-use arbor_tasks::{ClassificationTask, ClassifyData, Examples, NliData};
-use arbor_train::seed_everything;
+use arbor_tasks::{
+    ClassificationTask, Classifier, ClassifierKind, ClassifyData, Examples, ModelConfig, NliData,
+};
+use arbor_train::{seed_everything, train_on, Task, TrainOutcome};
+use burn::backend::Autodiff;
+use burn::module::AutodiffModule;
+
+use crate::result::RunResult;
 
 /// The checkpoint to load from a run directory (or a checkpoint file): `best.ckpt` when it
 /// exists, else `last.ckpt`.
@@ -258,7 +264,7 @@ fn embedding_and_encoder<B: ArborBackend>(
 
 /// The metadata saved beside a classifier.
 fn model_meta(
-    model: arbor_tasks::ModelConfig,
+    model: ModelConfig,
     vocab: &Vocab,
     labels: Vec<String>,
     lookup: WordLookup,
@@ -286,17 +292,16 @@ pub struct Labels {
 /// The examples of a classification program: pairs ([`NliData`]) or single sentences
 /// ([`ClassifyData`]), with the classifier that reads them.
 pub trait ProgramData: Examples + Sized {
-    /// Builds the classifier over `vocab` from the shared training flags (embedding, encoder,
-    /// MLP head with one class per label), with the metadata saved beside it.
-    ///
-    /// # Errors
-    /// When `--glove` vectors cannot be read.
-    fn model<B: ArborBackend>(
+    /// The configuration of the classifier that reads these examples: `embedding` and
+    /// `encoder` under the MLP head the shared training flags describe (`--mlp-dim`,
+    /// `--dropout`), with `n_classes` classes over `vocab`.
+    fn model_config(
         a: &crate::cli::TrainArgs,
         vocab: &Vocab,
-        labels: &Labels,
-        device: &B::Device,
-    ) -> Result<(Self::Model<B>, arbor_tasks::ModelMeta)>;
+        embedding: TokenEmbeddingConfig,
+        encoder: arbor_encoders::EncoderConfig,
+        n_classes: usize,
+    ) -> ModelConfig;
 
     /// Checks that the gold trees fit the sentences when `kind` follows them
     /// ([`check_gold_transitions`]); `what` names the data in the error.
@@ -304,26 +309,22 @@ pub trait ProgramData: Examples + Sized {
 }
 
 impl ProgramData for NliData {
-    fn model<B: ArborBackend>(
+    fn model_config(
         a: &crate::cli::TrainArgs,
         vocab: &Vocab,
-        labels: &Labels,
-        device: &B::Device,
-    ) -> Result<(Self::Model<B>, arbor_tasks::ModelMeta)> {
-        let (embedding, emb, encoder) =
-            embedding_and_encoder::<B>(a, vocab, labels.default_embed_std, device)?;
+        embedding: TokenEmbeddingConfig,
+        encoder: arbor_encoders::EncoderConfig,
+        n_classes: usize,
+    ) -> ModelConfig {
         let head =
             NliClassifierConfig::new(vocab.len(), embedding.d_embed, a.mlp_dim.unwrap_or(a.dim))
-                .with_n_classes(labels.names.len())
+                .with_n_classes(n_classes)
                 .with_dropout(a.dropout);
-        let model = head.init(encoder.init::<B>(device), emb, device);
-        let config = arbor_tasks::ModelConfig::Nli {
+        ModelConfig::Nli {
             embedding,
             encoder,
             head,
-        };
-        let meta = model_meta(config, vocab, labels.names.clone(), labels.lookup);
-        Ok((model, meta))
+        }
     }
 
     fn check_gold(&self, kind: arbor_encoders::EncoderKind, what: &str) -> Result<()> {
@@ -337,30 +338,48 @@ impl ProgramData for NliData {
 }
 
 impl ProgramData for ClassifyData {
-    fn model<B: ArborBackend>(
+    fn model_config(
         a: &crate::cli::TrainArgs,
-        vocab: &Vocab,
-        labels: &Labels,
-        device: &B::Device,
-    ) -> Result<(Self::Model<B>, arbor_tasks::ModelMeta)> {
-        let (embedding, emb, encoder) =
-            embedding_and_encoder::<B>(a, vocab, labels.default_embed_std, device)?;
+        _vocab: &Vocab,
+        embedding: TokenEmbeddingConfig,
+        encoder: arbor_encoders::EncoderConfig,
+        n_classes: usize,
+    ) -> ModelConfig {
         let head = arbor_heads::SentenceClassifierConfig::new(a.mlp_dim.unwrap_or(a.dim))
-            .with_n_classes(labels.names.len())
+            .with_n_classes(n_classes)
             .with_dropout(a.dropout);
-        let model = head.init(encoder.init::<B>(device), emb, device);
-        let config = arbor_tasks::ModelConfig::Classify {
+        ModelConfig::Classify {
             embedding,
             encoder,
             head,
-        };
-        let meta = model_meta(config, vocab, labels.names.clone(), labels.lookup);
-        Ok((model, meta))
+        }
     }
 
     fn check_gold(&self, kind: arbor_encoders::EncoderKind, what: &str) -> Result<()> {
         check_gold_transitions(kind, what, &self.sentences, self.transitions.as_deref())
     }
+}
+
+/// Builds the classifier of `D`'s examples over `vocab` from the shared training flags
+/// (embedding, encoder, MLP head with one class per label; [`ModelConfig::init_with_embedding`]),
+/// with the metadata saved beside it.
+///
+/// # Errors
+/// When `--glove` vectors cannot be read.
+fn program_model<B: ArborBackend, D: ProgramData>(
+    a: &crate::cli::TrainArgs,
+    vocab: &Vocab,
+    labels: &Labels,
+    device: &B::Device,
+) -> Result<(D::Model<B>, arbor_tasks::ModelMeta)> {
+    let (embedding, emb, encoder) =
+        embedding_and_encoder::<B>(a, vocab, labels.default_embed_std, device)?;
+    let config = D::model_config(a, vocab, embedding, encoder, labels.names.len());
+    let model = config
+        .init_with_embedding(emb, device)
+        .into_kind::<D::Model<B>>()?;
+    let meta = model_meta(config, vocab, labels.names.clone(), labels.lookup);
+    Ok((model, meta))
 }
 
 /// The shared start of every classification program (logic, SNLI, SST-2, ListOps): seeds the
@@ -380,7 +399,7 @@ pub fn classification_task<B: ArborAutodiffBackend, D: ProgramData>(
     for (name, data) in &splits {
         data.check_gold(a.encoder, name)?;
     }
-    let (model, meta) = D::model::<B>(a, vocab, labels, device)?;
+    let (model, meta) = program_model::<B, D>(a, vocab, labels, device)?;
     // With --force the engine's own check decides (settings that leave the weights' shapes
     // alone, such as dropout, then resume).
     if a.engine.resume && !a.engine.force {
@@ -506,8 +525,55 @@ pub fn best_or_last<B: ArborBackend, M: burn::module::Module<B>>(
     })
 }
 
+/// Rebuilds a trained classifier of kind `M` from a checkpoint file, with its metadata and
+/// vocabulary ([`arbor_tasks::load_classifier`]).
+///
+/// # Errors
+/// When the file cannot be read, holds the other kind of classifier, or its weights do not fit.
+pub fn load_classifier<B: ArborBackend, M: ClassifierKind<B> + burn::module::Module<B>>(
+    path: &Path,
+    device: &B::Device,
+) -> Result<(M, arbor_tasks::ModelMeta, Vocab)> {
+    let (model, meta) = arbor_tasks::load_classifier::<B, M>(path, device)?;
+    let vocab = Vocab::from_tokens(meta.vocab.clone())?;
+    Ok((model, meta, vocab))
+}
+
+/// A trained classifier, as [`load_checkpoint`] reads it.
+#[derive(Debug)]
+pub struct Trained<M> {
+    /// The checkpoint file it was read from.
+    pub path: PathBuf,
+    /// The model with its trained weights.
+    pub model: M,
+    /// Its metadata.
+    pub meta: arbor_tasks::ModelMeta,
+    /// Its vocabulary.
+    pub vocab: Vocab,
+}
+
+/// A trained classifier of kind `M`, as `--eval-only`, `--parse` and `listops eval` load one:
+/// from `checkpoint`, a checkpoint file or a run directory ([`checkpoint_in`]), with
+/// [`load_classifier`].
+///
+/// # Errors
+/// When there is no checkpoint there, or it cannot be loaded as `M`.
+pub fn load_checkpoint<B: ArborBackend, M: ClassifierKind<B> + burn::module::Module<B>>(
+    checkpoint: &Path,
+    device: &B::Device,
+) -> Result<Trained<M>> {
+    let path = checkpoint_in(checkpoint)?;
+    let (model, meta, vocab) = load_classifier(&path, device)?;
+    Ok(Trained {
+        path,
+        model,
+        meta,
+        vocab,
+    })
+}
+
 /// Rebuilds a trained sentence classifier (`sst`, `listops`) from a checkpoint file, with its
-/// metadata and vocabulary.
+/// metadata and vocabulary ([`load_classifier`]).
 ///
 /// # Errors
 /// When the file cannot be read, holds a pair classifier, or its weights do not fit.
@@ -519,36 +585,139 @@ pub fn load_sentence_classifier<B: ArborBackend>(
     arbor_tasks::ModelMeta,
     Vocab,
 )> {
-    let meta = checkpoint_meta(path)?;
-    let arbor_tasks::ModelConfig::Classify {
-        embedding,
-        encoder,
-        head,
-    } = &meta.model
-    else {
-        anyhow::bail!(
-            "{} holds a pair classifier, not a sentence classifier",
-            path.display()
-        );
-    };
-    let model = head.init(
-        encoder.init::<B>(device),
-        embedding.init::<B>(device),
-        device,
-    );
-    let (model, _) = arbor_train::load_model(model, path, device)?;
-    let vocab = Vocab::from_tokens(meta.vocab.clone())?;
-    Ok((model, meta, vocab))
+    load_classifier(path, device)
 }
 
-/// The model metadata stored in a checkpoint file.
+/// The model metadata stored in a checkpoint file ([`arbor_tasks::ModelMeta::load`]).
 ///
 /// # Errors
 /// When the file cannot be read or holds no arbor classifier metadata.
 pub fn checkpoint_meta(path: &Path) -> Result<arbor_tasks::ModelMeta> {
-    let file = arbor_train::CheckpointFile::load(path)?;
-    arbor_tasks::ModelMeta::from_checkpoint(&file.meta)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    Ok(arbor_tasks::ModelMeta::load(path)?)
+}
+
+/// How a classification program closes a training run: see [`train_and_report`].
+#[derive(Debug, Clone, Copy)]
+pub struct RunEnd<'a> {
+    /// The program, as `result.json` records it (`logic`, `snli`, `sst`, `listops`).
+    pub program: &'a str,
+    /// Its training flags.
+    pub args: &'a crate::cli::TrainArgs,
+    /// Print every split's last evaluation before scoring (`snli`, `sst`).
+    pub print_evals: bool,
+    /// The selection split after which the closing `checkpoints:` line names the best
+    /// checkpoint too (`snli`); `None`: the line names the last checkpoint only.
+    pub best_on: Option<&'a str>,
+}
+
+impl<'a> RunEnd<'a> {
+    /// The end of a run of `program` with `args`: no evaluations printed first, the last
+    /// checkpoint named alone.
+    pub fn new(program: &'a str, args: &'a crate::cli::TrainArgs) -> Self {
+        Self {
+            program,
+            args,
+            print_evals: false,
+            best_on: None,
+        }
+    }
+
+    /// Prints every split's last evaluation first ([`RunEnd::print_evals`]).
+    pub fn with_evals(self) -> Self {
+        Self {
+            print_evals: true,
+            ..self
+        }
+    }
+
+    /// Names the best checkpoint, selected on `split`, in the `checkpoints:` line
+    /// ([`RunEnd::best_on`]).
+    pub fn with_best_on(self, split: &'a str) -> Self {
+        Self {
+            best_on: Some(split),
+            ..self
+        }
+    }
+}
+
+/// The scoring of [`train_and_report`] for a program with no tables of its own: every split of
+/// `splits`, whole ([`RunResult::score_splits`]).
+pub fn score_every_split<'t, B: ArborBackend, M: Classifier<B>, D: Examples, O>(
+    splits: &'t [(String, D)],
+    score_parses: bool,
+    device: &'t B::Device,
+) -> impl FnOnce(&M, &str, &TrainOutcome<O>, &mut RunResult) -> Result<()> + 't {
+    move |model, which, _, result| {
+        result.score_splits(model, splits, score_parses, which, device);
+        Ok(())
+    }
+}
+
+/// The evaluation-mode model of a task trained on `Autodiff<B>`.
+type Inner<B, T> = <<T as Task<Autodiff<B>>>::Model as AutodiffModule<Autodiff<B>>>::InnerModule;
+
+/// Trains `model` on `task` with the program's flags ([`train_on`]) and reports the run, the
+/// part every classification program shares: a blank line; every split's last evaluation when
+/// `end.print_evals`; the weights to score ([`best_or_last`] of [`scored_checkpoint`] on
+/// `valid`), which `score` evaluates, prints and records in the [`RunResult`] (with which
+/// weights they are, and the training run); `result: OUT/result.json` once written; the trees
+/// `show` draws with those weights; and `checkpoints: …`.
+///
+/// # Errors
+/// When training fails, the best checkpoint cannot be read, `score` fails, or the result
+/// cannot be written.
+pub fn train_and_report<B, T>(
+    end: RunEnd<'_>,
+    task: &T,
+    model: T::Model,
+    device: &B::Device,
+    score: impl FnOnce(&Inner<B, T>, &str, &TrainOutcome<T::Model>, &mut RunResult) -> Result<()>,
+    show: impl FnOnce(&Inner<B, T>, &TrainOutcome<T::Model>),
+) -> Result<()>
+where
+    B: ArborBackend,
+    T: Task<Autodiff<B>>,
+{
+    let a = end.args;
+    let outcome = train_on(
+        task,
+        model,
+        &a.train_config(),
+        &a.engine.workers::<Autodiff<B>>(device),
+    )?;
+    println!();
+    if end.print_evals {
+        for (split, r) in &outcome.evals {
+            println!(
+                "{split:>8} accuracy {:.4} ({} / {})",
+                r.accuracy(),
+                r.correct,
+                r.total
+            );
+        }
+    }
+    let (best, which) = best_or_last(
+        outcome.model.valid(),
+        scored_checkpoint(&outcome, "valid"),
+        device,
+    )?;
+    let mut result = RunResult::new(end.program, a, &outcome);
+    score(&best, &which, &outcome, &mut result)?;
+    println!("result: {}", result.write(&a.engine.out)?.display());
+    show(&best, &outcome);
+    let last = outcome.last_checkpoint.display();
+    match end.best_on {
+        Some(split) => println!(
+            "checkpoints: {last} (last){}",
+            outcome
+                .best_checkpoint
+                .as_ref()
+                .map(|p| format!(", {} (best on {split})", p.display()))
+                .unwrap_or_default()
+        ),
+        None => println!("checkpoints: {last}"),
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -17,17 +17,16 @@ use arbor_data::vocab::Vocab;
 use arbor_data::ReadOptions;
 use arbor_encoders::EncoderKind;
 use arbor_heads::SentenceClassifier;
-use arbor_train::{train_on, EvalReport};
+use arbor_train::EvalReport;
 use burn::backend::Autodiff;
-use burn::module::AutodiffModule;
 use clap::{Args, Parser, Subcommand};
 
 use crate::cli::TrainArgs;
 use crate::common::{
-    best_or_last, checkpoint_in, classification_task, load_sentence_classifier, print_tree,
-    scored_checkpoint, Labels, WordLookup,
+    classification_task, load_checkpoint, print_tree, train_and_report, Labels, RunEnd, Trained,
+    WordLookup,
 };
-use crate::result::{RunResult, ScoreTable};
+use crate::result::ScoreTable;
 use arbor_tasks::{evaluate, per_group, ClassifyData, ClassifyTask};
 use arbor_train::device::{resolve, run_on, BackendJob};
 
@@ -427,53 +426,46 @@ impl BackendJob for TrainJob {
             a.dim,
             a.device
         );
-        let outcome = train_on(
+        let valid = &task.splits[0].1;
+        train_and_report::<B, _>(
+            RunEnd::new("listops", a),
             &task,
             model,
-            &a.train_config(),
-            &a.engine.workers::<Ad<B>>(&device),
-        )?;
-        println!();
-        let (model, which) = best_or_last(
-            outcome.model.valid(),
-            scored_checkpoint(&outcome, "valid"),
             &device,
-        )?;
-        let valid = &task.splits[0].1;
-        let mut result = RunResult::new("listops", a, &outcome);
-        let (r, _, _) = report_tables(
-            &format!("valid ({which})"),
-            &model,
-            &self.valid,
-            valid,
-            &device,
-        );
-        result.split("valid", &r);
-        for (k, (path, examples)) in self.tests.iter().enumerate() {
-            let data = to_data(examples, &vocab);
-            let (r, depth, length) = report_tables(
-                &format!("{} ({which})", path.display()),
-                &model,
-                examples,
-                &data,
-                &device,
-            );
-            // The first test file is `test`; more are `test2`, `test3`…
-            let split = if k == 0 {
-                "test".to_string()
-            } else {
-                format!("test{}", k + 1)
-            };
-            let title = |by: &str| format!("{split} ({}) accuracy by {by}", path.display());
-            result
-                .split(&split, &r)
-                .table(ScoreTable::new(title("depth"), &split, "depth", depth))
-                .table(ScoreTable::new(title("length"), &split, "length", length));
-        }
-        println!("result: {}", result.write(&a.engine.out)?.display());
-        show_trees(&model, &self.valid, valid, self.args.show_trees, &device);
-        println!("checkpoints: {}", outcome.last_checkpoint.display());
-        Ok(())
+            |model, which, _, result| {
+                let (r, _, _) = report_tables(
+                    &format!("valid ({which})"),
+                    model,
+                    &self.valid,
+                    valid,
+                    &device,
+                );
+                result.split("valid", &r);
+                for (k, (path, examples)) in self.tests.iter().enumerate() {
+                    let data = to_data(examples, &vocab);
+                    let (r, depth, length) = report_tables(
+                        &format!("{} ({which})", path.display()),
+                        model,
+                        examples,
+                        &data,
+                        &device,
+                    );
+                    // The first test file is `test`; more are `test2`, `test3`…
+                    let split = if k == 0 {
+                        "test".to_string()
+                    } else {
+                        format!("test{}", k + 1)
+                    };
+                    let title = |by: &str| format!("{split} ({}) accuracy by {by}", path.display());
+                    result
+                        .split(&split, &r)
+                        .table(ScoreTable::new(title("depth"), &split, "depth", depth))
+                        .table(ScoreTable::new(title("length"), &split, "length", length));
+                }
+                Ok(())
+            },
+            |model, _| show_trees(model, &self.valid, valid, self.args.show_trees, &device),
+        )
     }
 }
 
@@ -486,8 +478,12 @@ impl BackendJob for EvalJob {
     type Output = Result<()>;
 
     fn run<B: ArborBackend>(self, device: B::Device) -> Result<()> {
-        let path = checkpoint_in(&self.args.checkpoint)?;
-        let (model, meta, vocab) = load_sentence_classifier::<B>(&path, &device)?;
+        let Trained {
+            model, meta, vocab, ..
+        } = load_checkpoint::<B, SentenceClassifier<B, arbor_encoders::Encoder<B>>>(
+            &self.args.checkpoint,
+            &device,
+        )?;
         let encoder = meta.model.encoder();
         for (test, examples) in &self.tests {
             require_trees(test, encoder.kind(), examples)?;

@@ -13,16 +13,15 @@ use arbor_data::readers::logic::{
 };
 use arbor_data::vocab::Vocab;
 use arbor_encoders::EncoderKind;
-use arbor_train::{train_on, EvalReport};
+use arbor_train::EvalReport;
 use burn::backend::Autodiff;
-use burn::module::AutodiffModule;
 use clap::Parser;
 
 use crate::cli::TrainArgs;
 use crate::common::{
-    best_or_last, classification_task, print_tree, scored_checkpoint, Labels, WordLookup,
+    classification_task, print_tree, train_and_report, Labels, RunEnd, WordLookup,
 };
-use crate::result::{RunResult, ScoreTable};
+use crate::result::ScoreTable;
 use arbor_tasks::{evaluate, NliData, NliTask};
 use arbor_train::device::{run_on, BackendJob};
 
@@ -344,85 +343,81 @@ impl BackendJob for Job {
             a.dim,
             a.device
         );
-        let outcome = train_on(
+        let test = &task.splits[1].1;
+        train_and_report::<B, _>(
+            RunEnd::new("logic", a),
             &task,
             model,
-            &a.train_config(),
-            &a.engine.workers::<Ad<B>>(&device),
-        )?;
-        println!();
-        if let Some(r) = outcome.evals.get("test") {
-            let rows: Vec<_> = per_operator_count(r)
-                .into_iter()
-                .map(|(g, (acc, n))| (g.to_string(), (acc * n as f64).round() as usize, n))
-                .collect();
-            print_table("test (last model)", r, &rows);
-        }
-        let (model, which) = best_or_last(
-            outcome.model.valid(),
-            scored_checkpoint(&outcome, "valid"),
             &device,
-        )?;
-        let test = &task.splits[1].1;
-        let parses = task.scores_parses();
-        let valid_report = evaluate(&model, &task.splits[0].1, 256, parses, &device);
-        // One pass over the test set, grouped by (file, operators): both tables come from it.
-        let report = evaluate(
-            &model,
-            &by_file_and_operators(test, &splits),
-            256,
-            parses,
-            &device,
-        );
-        let (files, ops) = file_and_operator_tables(&report, &splits);
-        println!(
-            "valid accuracy {:.4} ({} / {})",
-            valid_report.accuracy(),
-            valid_report.correct,
-            valid_report.total
-        );
-        print_table(&format!("test ({which})"), &report, &ops);
-        println!("  file      pairs  accuracy");
-        for (f, c, n) in &files {
-            println!("  {f:<8}  {n:>5}  {:.4}", *c as f64 / (*n).max(1) as f64);
-        }
-        let mut result = RunResult::new("logic", a, &outcome);
-        result.input = Some(input.name().into());
-        result
-            .split("valid", &valid_report)
-            .split("test", &report)
-            .table(ScoreTable::new(
-                "test accuracy by file",
-                "test",
-                "file",
-                files,
-            ))
-            .table(ScoreTable::new(
-                "test accuracy by operator count",
-                "test",
-                "operators",
-                ops,
-            ));
-        let written = result.write(&a.engine.out)?;
-        println!("result: {}", written.display());
-        let shown: Vec<usize> = (0..test.len()).take(args.show_trees).collect();
-        if !shown.is_empty() {
-            let (batch, _) = test.batch::<B>(&shown, &device);
-            let out = model.forward(batch, arbor_encoders::Decisions::Argmax);
-            if let Some((left, right)) = out.trees {
-                for (k, &i) in shown.iter().enumerate() {
-                    let p = &splits.test[i];
-                    print_tree(&format!("test {i} left"), &left[k], input.tokens(&p.left));
-                    print_tree(
-                        &format!("test {i} right"),
-                        &right[k],
-                        input.tokens(&p.right),
-                    );
+            |model, which, outcome, result| {
+                if let Some(r) = outcome.evals.get("test") {
+                    let rows: Vec<_> = per_operator_count(r)
+                        .into_iter()
+                        .map(|(g, (acc, n))| (g.to_string(), (acc * n as f64).round() as usize, n))
+                        .collect();
+                    print_table("test (last model)", r, &rows);
                 }
-            }
-        }
-        println!("checkpoints: {}", outcome.last_checkpoint.display());
-        Ok(())
+                let parses = task.scores_parses();
+                let valid_report = evaluate(model, &task.splits[0].1, 256, parses, &device);
+                // One pass over the test set, grouped by (file, operators): both tables come
+                // from it.
+                let report = evaluate(
+                    model,
+                    &by_file_and_operators(test, &splits),
+                    256,
+                    parses,
+                    &device,
+                );
+                let (files, ops) = file_and_operator_tables(&report, &splits);
+                println!(
+                    "valid accuracy {:.4} ({} / {})",
+                    valid_report.accuracy(),
+                    valid_report.correct,
+                    valid_report.total
+                );
+                print_table(&format!("test ({which})"), &report, &ops);
+                println!("  file      pairs  accuracy");
+                for (f, c, n) in &files {
+                    println!("  {f:<8}  {n:>5}  {:.4}", *c as f64 / (*n).max(1) as f64);
+                }
+                result.input = Some(input.name().into());
+                result
+                    .split("valid", &valid_report)
+                    .split("test", &report)
+                    .table(ScoreTable::new(
+                        "test accuracy by file",
+                        "test",
+                        "file",
+                        files,
+                    ))
+                    .table(ScoreTable::new(
+                        "test accuracy by operator count",
+                        "test",
+                        "operators",
+                        ops,
+                    ));
+                Ok(())
+            },
+            |model, _| {
+                let shown: Vec<usize> = (0..test.len()).take(args.show_trees).collect();
+                if shown.is_empty() {
+                    return;
+                }
+                let (batch, _) = test.batch::<B>(&shown, &device);
+                let out = model.forward(batch, arbor_encoders::Decisions::Argmax);
+                if let Some((left, right)) = out.trees {
+                    for (k, &i) in shown.iter().enumerate() {
+                        let p = &splits.test[i];
+                        print_tree(&format!("test {i} left"), &left[k], input.tokens(&p.left));
+                        print_tree(
+                            &format!("test {i} right"),
+                            &right[k],
+                            input.tokens(&p.right),
+                        );
+                    }
+                }
+            },
+        )
     }
 }
 

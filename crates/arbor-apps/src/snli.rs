@@ -8,18 +8,18 @@ use arbor_data::download::{ensure_snli_from, DownloadOptions, SnliPaths};
 use arbor_data::readers::snli::{read_snli, NliLabel, SnliPair};
 use arbor_data::vocab::Vocab;
 use arbor_data::{DataError, ReadOptions};
-use arbor_train::{load_model, train_on};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use clap::Parser;
 
 use crate::cli::TrainArgs;
 use crate::common::{
-    best_or_last, checkpoint_in, classification_task, parse_one, print_parse, print_tree,
-    scored_checkpoint, words, Labels, WordLookup,
+    classification_task, load_checkpoint, parse_one, print_parse, print_tree, score_every_split,
+    train_and_report, words, Labels, RunEnd, Trained, WordLookup,
 };
-use crate::result::RunResult;
-use arbor_tasks::{evaluate, ModelConfig, ModelMeta, NliData, NliTask};
+use arbor_encoders::Encoder;
+use arbor_heads::NliClassifier;
+use arbor_tasks::{evaluate, ModelMeta, NliData, NliTask};
 use arbor_train::device::{run_on, BackendJob};
 
 /// Default `--embed-init-std` of this program: the Gumbel Tree-LSTM reference's `normal_(0, 0.01)`.
@@ -243,95 +243,50 @@ impl BackendJob for TrainJob {
             a.dim,
             args.common.device
         );
-        let outcome = train_on(
+        let pairs = &splits.eval[0].1;
+        train_and_report::<B, _>(
+            RunEnd::new("snli", a)
+                .with_evals()
+                .with_best_on(&task.splits[0].0),
             &task,
             model,
-            &a.train_config(),
-            &a.engine.workers::<Ad<B>>(&device),
-        )?;
-        println!();
-        for (split, report) in &outcome.evals {
-            println!(
-                "{split:>8} accuracy {:.4} ({} / {})",
-                report.accuracy(),
-                report.correct,
-                report.total
-            );
-        }
-        let (best, which) = best_or_last(
-            outcome.model.valid(),
-            scored_checkpoint(&outcome, "valid"),
             &device,
-        )?;
-        let mut result = RunResult::new("snli", a, &outcome);
-        result.score_splits(&best, &task.splits, task.scores_parses(), &which, &device);
-        println!("result: {}", result.write(&a.engine.out)?.display());
-        let inner = outcome.model.valid();
-        if let Some((name, data)) = task.splits.first() {
-            let pairs = &splits.eval[0].1;
-            for (i, p) in pairs
-                .iter()
-                .enumerate()
-                .take(args.show_trees.min(data.len()))
-            {
-                let sides = [
-                    ("premise", &data.premises[i], &p.premise),
-                    ("hypothesis", &data.hypotheses[i], &p.hypothesis),
-                ];
-                for (side, ids, sentence) in sides {
-                    if let Some(t) = parse_one(&inner.embedding, &inner.encoder, ids, &device) {
-                        let w = words(&sentence.tokens, LOWERCASE);
-                        print_tree(&format!("{name} {side} {i}"), &t, &w);
+            score_every_split(&task.splits, task.scores_parses(), &device),
+            |_, outcome| {
+                // The last weights' trees.
+                let inner = outcome.model.valid();
+                let (name, data) = &task.splits[0];
+                for (i, p) in pairs
+                    .iter()
+                    .enumerate()
+                    .take(args.show_trees.min(data.len()))
+                {
+                    let sides = [
+                        ("premise", &data.premises[i], &p.premise),
+                        ("hypothesis", &data.hypotheses[i], &p.hypothesis),
+                    ];
+                    for (side, ids, sentence) in sides {
+                        if let Some(t) = parse_one(&inner.embedding, &inner.encoder, ids, &device) {
+                            let w = words(&sentence.tokens, LOWERCASE);
+                            print_tree(&format!("{name} {side} {i}"), &t, &w);
+                        }
                     }
                 }
-            }
-        }
-        println!(
-            "checkpoints: {} (last){}",
-            outcome.last_checkpoint.display(),
-            outcome
-                .best_checkpoint
-                .map(|p| format!(", {} (best on {})", p.display(), task.splits[0].0))
-                .unwrap_or_default()
-        );
-        Ok(())
+            },
+        )
     }
 }
 
 /// Rebuilds a trained pair classifier from a checkpoint file (its model, metadata and
-/// vocabulary), as `--eval-only` and `--parse` do.
+/// vocabulary), as `--eval-only` and `--parse` do ([`crate::common::load_classifier`]).
 ///
 /// # Errors
 /// When the file cannot be read or holds another kind of model.
 pub fn load_trained<B: ArborBackend>(
     path: &std::path::Path,
     device: &B::Device,
-) -> Result<(
-    arbor_heads::NliClassifier<B, arbor_encoders::Encoder<B>>,
-    ModelMeta,
-    Vocab,
-)> {
-    let meta = crate::common::checkpoint_meta(path)?;
-    let ModelConfig::Nli {
-        embedding,
-        encoder,
-        head,
-    } = &meta.model
-    else {
-        bail!(
-            "{} holds a {:?} model, not an NLI classifier",
-            path.display(),
-            meta.model
-        );
-    };
-    let model = head.init(
-        encoder.init::<B>(device),
-        embedding.init::<B>(device),
-        device,
-    );
-    let (model, _) = load_model(model, path, device)?;
-    let vocab = Vocab::from_tokens(meta.vocab.clone())?;
-    Ok((model, meta, vocab))
+) -> Result<(NliClassifier<B, Encoder<B>>, ModelMeta, Vocab)> {
+    crate::common::load_classifier(path, device)
 }
 
 struct EvalJob {
@@ -346,10 +301,14 @@ impl BackendJob for EvalJob {
         let dir = self
             .args
             .checkpoint
-            .clone()
-            .unwrap_or(self.args.common.engine.out.clone());
-        let path = checkpoint_in(&dir)?;
-        let (model, meta, vocab) = load_trained::<B>(&path, &device)?;
+            .as_ref()
+            .unwrap_or(&self.args.common.engine.out);
+        let Trained {
+            path,
+            model,
+            meta,
+            vocab,
+        } = load_checkpoint::<B, NliClassifier<B, Encoder<B>>>(dir, &device)?;
         if let Some(sentence) = &self.args.parse {
             return print_parse(
                 &model.embedding,

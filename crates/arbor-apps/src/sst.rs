@@ -8,17 +8,17 @@ use anyhow::{bail, Result};
 use arbor_data::readers::sst::{read_sst2_tsv, read_sst_trees, sst2_label, Sst2Example};
 use arbor_data::tree::Transition;
 use arbor_data::ReadOptions;
-use arbor_train::train_on;
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use clap::Parser;
 
 use crate::cli::TrainArgs;
 use crate::common::{
-    best_or_last, checkpoint_in, classification_task, load_sentence_classifier, parse_one,
-    print_parse, print_tree, scored_checkpoint, words, Labels, WordLookup,
+    classification_task, load_checkpoint, parse_one, print_parse, print_tree, score_every_split,
+    train_and_report, words, Labels, RunEnd, Trained, WordLookup,
 };
-use crate::result::RunResult;
+use arbor_encoders::Encoder;
+use arbor_heads::SentenceClassifier;
 use arbor_tasks::{ClassifyData, ClassifyTask};
 use arbor_train::device::{run_on, BackendJob};
 
@@ -181,44 +181,29 @@ impl BackendJob for Job {
             a.dim,
             a.device
         );
-        let outcome = train_on(
+        train_and_report::<B, _>(
+            RunEnd::new("sst", a).with_evals(),
             &task,
             model,
-            &a.train_config(),
-            &a.engine.workers::<Ad<B>>(&device),
-        )?;
-        println!();
-        for (split, r) in &outcome.evals {
-            println!(
-                "{split:>8} accuracy {:.4} ({} / {})",
-                r.accuracy(),
-                r.correct,
-                r.total
-            );
-        }
-        let (best, which) = best_or_last(
-            outcome.model.valid(),
-            scored_checkpoint(&outcome, "valid"),
             &device,
-        )?;
-        let mut result = RunResult::new("sst", a, &outcome);
-        result.score_splits(&best, &task.splits, task.scores_parses(), &which, &device);
-        println!("result: {}", result.write(&a.engine.out)?.display());
-        let inner = outcome.model.valid();
-        let (name, data) = &task.splits[0];
-        for i in 0..self.args.show_trees.min(data.len()) {
-            if let Some(t) = parse_one(
-                &inner.embedding,
-                &inner.encoder,
-                &data.sentences[i],
-                &device,
-            ) {
-                let w = words(&self.eval[0].1.examples[i].tokens, LOWERCASE);
-                print_tree(&format!("{name} sentence {i}"), &t, &w);
-            }
-        }
-        println!("checkpoints: {}", outcome.last_checkpoint.display());
-        Ok(())
+            score_every_split(&task.splits, task.scores_parses(), &device),
+            |_, outcome| {
+                // The last weights' trees.
+                let inner = outcome.model.valid();
+                let (name, data) = &task.splits[0];
+                for i in 0..self.args.show_trees.min(data.len()) {
+                    if let Some(t) = parse_one(
+                        &inner.embedding,
+                        &inner.encoder,
+                        &data.sentences[i],
+                        &device,
+                    ) {
+                        let w = words(&self.eval[0].1.examples[i].tokens, LOWERCASE);
+                        print_tree(&format!("{name} sentence {i}"), &t, &w);
+                    }
+                }
+            },
+        )
     }
 }
 
@@ -235,10 +220,14 @@ impl BackendJob for EvalJob {
         let dir = self
             .args
             .checkpoint
-            .clone()
-            .unwrap_or(self.args.common.engine.out.clone());
-        let path = checkpoint_in(&dir)?;
-        let (model, meta, vocab) = load_sentence_classifier::<B>(&path, &device)?;
+            .as_ref()
+            .unwrap_or(&self.args.common.engine.out);
+        let Trained {
+            path,
+            model,
+            meta,
+            vocab,
+        } = load_checkpoint::<B, SentenceClassifier<B, Encoder<B>>>(dir, &device)?;
         let encoder = meta.model.encoder();
         if let Some(sentence) = &self.args.parse {
             return print_parse(

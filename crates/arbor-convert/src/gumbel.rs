@@ -9,7 +9,7 @@ use arbor_heads::{
     NliClassifier, NliClassifierConfig, NliFeatures, SentenceClassifier, SentenceClassifierConfig,
     TokenEmbeddingConfig,
 };
-use arbor_tasks::{ModelConfig, ModelMeta};
+use arbor_tasks::{ClassifierKind, ModelConfig, ModelMeta};
 
 use crate::vocab::{arbor_label_order, gather_rows, ReferenceVocab};
 use crate::{imported_meta, Array, ConvertError, Imported, StateDict, Weights};
@@ -416,44 +416,24 @@ pub fn import_gumbel_snli<B: ArborBackend>(
     opts: &GumbelImport,
     device: &B::Device,
 ) -> Result<Imported<NliClassifier<B, Encoder<B>>>, ConvertError> {
-    let Mapped {
-        e,
-        m,
-        labels,
-        tokens,
-        emb_config,
-        weights: w,
-        path,
-    } = map_model(sd, opts, true, "gumbel-snli")?;
-
-    let encoder = EncoderConfig::Gumbel(e.config);
+    let mapped = map_model(sd, opts, true, "gumbel-snli")?;
+    let (e, m) = (&mapped.e, &mapped.m);
     let head = NliClassifierConfig::new(e.vocab_rows, e.d_word, m.d_hidden)
         .with_features(opts.features)
-        .with_n_classes(labels.len())
+        .with_n_classes(mapped.labels.len())
         .with_n_mlp_hidden(m.hidden)
         .with_dropout(opts.dropout)
         .with_batch_norm(m.batch_norm);
-    let model = head.init(
-        encoder.init::<B>(device),
-        emb_config.init::<B>(device),
-        device,
-    );
-    let model = w.apply(model, &path, "gumbel-snli")?;
-    let meta = ModelMeta {
-        model: ModelConfig::Nli {
-            embedding: emb_config,
+    mapped.import(
+        |embedding, encoder| ModelConfig::Nli {
+            embedding,
             encoder,
             head,
         },
-        vocab: tokens,
-        labels,
-        lowercase: opts.lowercase,
-        case_fallback: false,
-    };
-    Ok(Imported {
-        model,
-        meta: imported_meta(to_json(&meta), &path, "gumbel-snli"),
-    })
+        opts,
+        "gumbel-snli",
+        device,
+    )
 }
 
 /// Imports an `SSTModel` state dict as an arbor sentence classifier (`sst --eval-only
@@ -466,43 +446,62 @@ pub fn import_gumbel_sst<B: ArborBackend>(
     opts: &GumbelImport,
     device: &B::Device,
 ) -> Result<Imported<SentenceClassifier<B, Encoder<B>>>, ConvertError> {
-    let Mapped {
-        e,
-        m,
-        labels,
-        tokens,
-        emb_config,
-        weights: w,
-        path,
-    } = map_model(sd, opts, false, "gumbel-sst")?;
-
-    let encoder = EncoderConfig::Gumbel(e.config);
+    let mapped = map_model(sd, opts, false, "gumbel-sst")?;
+    let m = &mapped.m;
     let head = SentenceClassifierConfig::new(m.d_hidden)
-        .with_n_classes(labels.len())
+        .with_n_classes(mapped.labels.len())
         .with_n_mlp_hidden(m.hidden)
         .with_dropout(opts.dropout)
         .with_batch_norm(m.batch_norm);
-    let model = head.init(
-        encoder.init::<B>(device),
-        emb_config.init::<B>(device),
-        device,
-    );
-    let model = w.apply(model, &path, "gumbel-sst")?;
-    let meta = ModelMeta {
-        model: ModelConfig::Classify {
-            embedding: emb_config,
+    mapped.import(
+        |embedding, encoder| ModelConfig::Classify {
+            embedding,
             encoder,
             head,
         },
-        vocab: tokens,
-        labels,
-        lowercase: opts.lowercase,
-        case_fallback: false,
-    };
-    Ok(Imported {
-        model,
-        meta: imported_meta(to_json(&meta), &path, "gumbel-sst"),
-    })
+        opts,
+        "gumbel-sst",
+        device,
+    )
+}
+
+impl Mapped {
+    /// The classifier that `config` makes of this state dict's embedding and Gumbel encoder
+    /// (adding its head), with the mapped weights, and the checkpoint metadata of the import.
+    fn import<B: ArborBackend, M: ClassifierKind<B> + burn::module::Module<B>>(
+        self,
+        config: impl FnOnce(TokenEmbeddingConfig, EncoderConfig) -> ModelConfig,
+        opts: &GumbelImport,
+        layout: &str,
+        device: &B::Device,
+    ) -> Result<Imported<M>, ConvertError> {
+        let Mapped {
+            e,
+            labels,
+            tokens,
+            emb_config,
+            weights,
+            path,
+            ..
+        } = self;
+        let config = config(emb_config, EncoderConfig::Gumbel(e.config));
+        let model = weights.apply(
+            crate::model::build_classifier(&config, device)?,
+            &path,
+            layout,
+        )?;
+        let meta = ModelMeta {
+            model: config,
+            vocab: tokens,
+            labels,
+            lowercase: opts.lowercase,
+            case_fallback: false,
+        };
+        Ok(Imported {
+            model,
+            meta: imported_meta(to_json(&meta), &path, layout),
+        })
+    }
 }
 
 fn to_json(meta: &ModelMeta) -> serde_json::Value {

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use arbor_cells::ArborBackend;
 use arbor_lm::RnnLmConfig;
-use arbor_tasks::{ModelMeta, R2d2Meta};
+use arbor_tasks::{ClassifierKind, ModelConfig, ModelMeta, R2d2Meta};
 use arbor_train::CheckpointFile;
 use burn::module::Module;
 use burn::prelude::Backend;
@@ -70,31 +70,9 @@ macro_rules! with_model {
     ($kind:expr, $B:ty, $device:expr, |$model:ident| $body:expr) => {{
         use $crate::CheckpointModel as __K;
         match $kind {
-            __K::Classifier(meta) => match &meta.model {
-                arbor_tasks::ModelConfig::Nli {
-                    embedding,
-                    encoder,
-                    head,
-                } => {
-                    let $model = head.init(
-                        encoder.init::<$B>($device),
-                        embedding.init::<$B>($device),
-                        $device,
-                    );
-                    $body
-                }
-                arbor_tasks::ModelConfig::Classify {
-                    embedding,
-                    encoder,
-                    head,
-                } => {
-                    let $model = head.init(
-                        encoder.init::<$B>($device),
-                        embedding.init::<$B>($device),
-                        $device,
-                    );
-                    $body
-                }
+            __K::Classifier(meta) => match meta.model.init::<$B>($device) {
+                arbor_tasks::ClassifierModel::Nli($model) => $body,
+                arbor_tasks::ClassifierModel::Classify($model) => $body,
             },
             __K::R2d2(meta) => {
                 let $model = meta.model.init::<$B>($device);
@@ -109,6 +87,18 @@ macro_rules! with_model {
 }
 
 pub(crate) use with_model;
+
+/// The classifier of kind `M` that `config` describes ([`ModelConfig::init`]), to receive
+/// imported weights.
+pub(crate) fn build_classifier<B: ArborBackend, M: ClassifierKind<B>>(
+    config: &ModelConfig,
+    device: &B::Device,
+) -> Result<M, ConvertError> {
+    config
+        .init::<B>(device)
+        .into_kind()
+        .map_err(|e| ConvertError::Config(format!("the imported model {e}")))
+}
 
 /// The bytes of `model`'s record as arbor checkpoints store them.
 pub fn record_bytes<B: Backend, M: Module<B>>(model: &M) -> Vec<u8> {

@@ -615,18 +615,18 @@ pub fn import_spinn<B: ArborBackend>(
     sd.finish(SPINN_LAYOUT)?;
     let (embedding, encoder, head) = configs(&s, opts, order.len());
     let encoder = EncoderConfig::from(encoder);
-    let model = head.init(
-        encoder.init::<B>(device),
-        embedding.init::<B>(device),
-        device,
-    );
-    let model = w.apply(model, &source, SPINN_LAYOUT)?;
+    let config = ModelConfig::Nli {
+        embedding,
+        encoder,
+        head,
+    };
+    let model = w.apply(
+        crate::model::build_classifier(&config, device)?,
+        &source,
+        SPINN_LAYOUT,
+    )?;
     let meta = ModelMeta {
-        model: ModelConfig::Nli {
-            embedding,
-            encoder,
-            head,
-        },
+        model: config,
         vocab,
         labels,
         lowercase: opts.lowercase,

@@ -10,8 +10,13 @@ use burn::tensor::TensorData;
 /// What a [`ClassificationTask`](crate::ClassificationTask) needs from its examples, and which
 /// model reads them.
 pub trait Examples {
-    /// The classifier that reads these examples.
-    type Model<B: ArborBackend>: crate::Classifier<B>;
+    /// The classifier that reads these examples, one of the kinds a [`ModelConfig`]
+    /// builds ([`ModelConfig::init`], [`ClassifierModel::into_kind`]).
+    ///
+    /// [`ModelConfig`]: crate::ModelConfig
+    /// [`ModelConfig::init`]: crate::ModelConfig::init
+    /// [`ClassifierModel::into_kind`]: crate::ClassifierModel::into_kind
+    type Model<B: ArborBackend>: crate::Classifier<B> + crate::ClassifierKind<B>;
 
     /// Number of examples.
     fn len(&self) -> usize;

@@ -24,7 +24,10 @@ pub use classification::{
     evaluate, ClassificationTask, Classified, Classifier, ClassifyTask, NliTask,
 };
 pub use data::{ClassifyData, Examples, NliData, PairTransitions};
-pub use model::{check_training_memory, ModelConfig, ModelMeta};
+pub use model::{
+    check_training_memory, load_classifier, ClassifierKind, ClassifierModel, LoadError,
+    ModelConfig, ModelMeta, WrongKind,
+};
 pub use r2d2_lm::{R2d2LmTask, R2d2Meta};
 pub use rnn_lm::{evaluate_stream, LmTask};
 
@@ -146,6 +149,14 @@ mod tests {
                 aux_loss: None,
                 trees: None,
             }
+        }
+    }
+
+    impl<B: ArborBackend> crate::ClassifierKind<B> for Oracle {
+        const NAME: &'static str = "an oracle";
+
+        fn from_model(_: crate::ClassifierModel<B>) -> Option<Self> {
+            None
         }
     }
 

@@ -1,5 +1,13 @@
-use arbor_encoders::EncoderConfig;
-use arbor_heads::{NliClassifierConfig, SentenceClassifierConfig, TokenEmbeddingConfig};
+use std::path::{Path, PathBuf};
+
+use arbor_cells::ArborBackend;
+use arbor_encoders::{Encoder, EncoderConfig};
+use arbor_heads::{
+    NliClassifier, NliClassifierConfig, SentenceClassifier, SentenceClassifierConfig,
+    TokenEmbedding, TokenEmbeddingConfig,
+};
+use arbor_train::{CheckpointError, CheckpointFile};
+use burn::module::Module;
 use serde::{Deserialize, Serialize};
 
 /// The head of a model: what its checkpoint needs to rebuild it.
@@ -45,7 +53,125 @@ pub struct ModelMeta {
     pub case_fallback: bool,
 }
 
+/// A classifier of either kind, as [`ModelConfig::init`] builds it.
+#[derive(Debug)]
+pub enum ClassifierModel<B: ArborBackend> {
+    /// A pair classifier ([`ModelConfig::Nli`]).
+    Nli(NliClassifier<B, Encoder<B>>),
+    /// A single-sentence classifier ([`ModelConfig::Classify`]).
+    Classify(SentenceClassifier<B, Encoder<B>>),
+}
+
+/// One kind of classifier a [`ClassifierModel`] may be: the pair classifier or the sentence
+/// classifier, each over arbor's [`Encoder`].
+pub trait ClassifierKind<B: ArborBackend>: Sized {
+    /// The kind's name in messages: `a pair classifier`, `a sentence classifier`.
+    const NAME: &'static str;
+
+    /// The model when it is of this kind (`None`: it is of the other kind).
+    fn from_model(model: ClassifierModel<B>) -> Option<Self>;
+}
+
+impl<B: ArborBackend> ClassifierKind<B> for NliClassifier<B, Encoder<B>> {
+    const NAME: &'static str = "a pair classifier";
+
+    fn from_model(model: ClassifierModel<B>) -> Option<Self> {
+        match model {
+            ClassifierModel::Nli(m) => Some(m),
+            ClassifierModel::Classify(_) => None,
+        }
+    }
+}
+
+impl<B: ArborBackend> ClassifierKind<B> for SentenceClassifier<B, Encoder<B>> {
+    const NAME: &'static str = "a sentence classifier";
+
+    fn from_model(model: ClassifierModel<B>) -> Option<Self> {
+        match model {
+            ClassifierModel::Classify(m) => Some(m),
+            ClassifierModel::Nli(_) => None,
+        }
+    }
+}
+
+impl<B: ArborBackend> ClassifierModel<B> {
+    /// The model's kind in messages ([`ClassifierKind::NAME`]).
+    pub fn name(&self) -> &'static str {
+        match self {
+            ClassifierModel::Nli(_) => <NliClassifier<B, Encoder<B>> as ClassifierKind<B>>::NAME,
+            ClassifierModel::Classify(_) => {
+                <SentenceClassifier<B, Encoder<B>> as ClassifierKind<B>>::NAME
+            }
+        }
+    }
+
+    /// The model as kind `M`, or which kind it is instead.
+    ///
+    /// # Errors
+    /// [`WrongKind`] when the model is of the other kind.
+    pub fn into_kind<M: ClassifierKind<B>>(self) -> Result<M, WrongKind> {
+        let found = self.name();
+        M::from_model(self).ok_or(WrongKind {
+            found,
+            wanted: M::NAME,
+        })
+    }
+}
+
+/// A classifier of one kind where the other was wanted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("holds {found}, not {wanted}")]
+pub struct WrongKind {
+    /// The kind there is ([`ClassifierKind::NAME`]).
+    pub found: &'static str,
+    /// The kind wanted.
+    pub wanted: &'static str,
+}
+
 impl ModelConfig {
+    /// Builds the classifier this configuration describes, freshly initialised (to be trained,
+    /// or to receive a checkpoint's weights: see [`load_classifier`]).
+    pub fn init<B: ArborBackend>(&self, device: &B::Device) -> ClassifierModel<B> {
+        let encoder = self.encoder().init::<B>(device);
+        self.build(encoder, self.embedding().init::<B>(device), device)
+    }
+
+    /// [`ModelConfig::init`] over a word embedding built by the caller (pretrained vectors,
+    /// zeroed special rows) in place of a fresh one of [`ModelConfig::embedding`]'s.
+    pub fn init_with_embedding<B: ArborBackend>(
+        &self,
+        embedding: TokenEmbedding<B>,
+        device: &B::Device,
+    ) -> ClassifierModel<B> {
+        self.build(self.encoder().init::<B>(device), embedding, device)
+    }
+
+    /// The head of this configuration over `encoder` and `embedding`.
+    fn build<B: ArborBackend>(
+        &self,
+        encoder: Encoder<B>,
+        embedding: TokenEmbedding<B>,
+        device: &B::Device,
+    ) -> ClassifierModel<B> {
+        match self {
+            ModelConfig::Nli { head, .. } => {
+                ClassifierModel::Nli(head.init(encoder, embedding, device))
+            }
+            ModelConfig::Classify { head, .. } => {
+                ClassifierModel::Classify(head.init(encoder, embedding, device))
+            }
+        }
+    }
+
+    /// The word embedding's configuration.
+    pub fn embedding(&self) -> &TokenEmbeddingConfig {
+        match self {
+            ModelConfig::Nli { embedding, .. } | ModelConfig::Classify { embedding, .. } => {
+                embedding
+            }
+        }
+    }
+
     /// The encoder's configuration.
     pub fn encoder(&self) -> &EncoderConfig {
         match self {
@@ -127,6 +253,70 @@ impl ModelMeta {
     }
 }
 
+impl ModelMeta {
+    /// The model metadata stored in the checkpoint file at `path`.
+    ///
+    /// # Errors
+    /// When the file cannot be read ([`LoadError::Checkpoint`]) or holds no arbor classifier
+    /// metadata ([`LoadError::Meta`]).
+    pub fn load(path: &Path) -> Result<Self, LoadError> {
+        let file = CheckpointFile::load(path)?;
+        ModelMeta::from_checkpoint(&file.meta).map_err(|message| LoadError::Meta {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+}
+
+/// Why [`load_classifier`] could not rebuild a classifier from a checkpoint file.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file cannot be read, or its weights do not fit the model its metadata describes
+    /// (transparent: the checkpoint error's own message).
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// The file holds no usable classifier metadata.
+    #[error("{}: {message}", path.display())]
+    Meta {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The file holds the other kind of classifier.
+    #[error("{} {kind}", path.display())]
+    WrongKind {
+        /// The file.
+        path: PathBuf,
+        /// Which kind it holds, and which was wanted.
+        kind: WrongKind,
+    },
+}
+
+/// Rebuilds the classifier of kind `M` that the checkpoint file at `path` holds: reads its
+/// metadata ([`ModelMeta::load`]), builds the model ([`ModelConfig::init`]) and loads the
+/// weights ([`arbor_train::load_model`]). Returns the model and its metadata.
+///
+/// # Errors
+/// When the file cannot be read, holds no classifier metadata, holds the other kind of
+/// classifier (the error names the file and both kinds), or its weights do not fit.
+pub fn load_classifier<B: ArborBackend, M: ClassifierKind<B> + Module<B>>(
+    path: &Path,
+    device: &B::Device,
+) -> Result<(M, ModelMeta), LoadError> {
+    let meta = ModelMeta::load(path)?;
+    let model = meta
+        .model
+        .init::<B>(device)
+        .into_kind::<M>()
+        .map_err(|kind| LoadError::WrongKind {
+            path: path.to_path_buf(),
+            kind,
+        })?;
+    let (model, _) = arbor_train::load_model(model, path, device)?;
+    Ok((model, meta))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,6 +328,63 @@ mod tests {
             encoder: EncoderConfig::of_kind(kind, 128, 128),
             head: SentenceClassifierConfig::new(128).with_n_classes(10),
         }
+    }
+
+    /// Writes `model` with `meta` as a model-only checkpoint, as the engine and the importers do.
+    fn save<M: Module<burn::backend::Flex>>(model: &M, meta: &ModelMeta, path: &Path) {
+        use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+        let rec = BinBytesRecorder::<FullPrecisionSettings>::default();
+        let bytes =
+            Recorder::<burn::backend::Flex>::record(&rec, model.clone().into_record(), ()).unwrap();
+        CheckpointFile {
+            meta: serde_json::json!({ "task": meta }),
+            model: bytes,
+            optim: Vec::new(),
+        }
+        .save(path)
+        .unwrap();
+    }
+
+    #[test]
+    fn a_checkpoint_rebuilds_its_classifier_and_refuses_the_other_kind() {
+        type B = burn::backend::Flex;
+        let device = Default::default();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sentence.ckpt");
+        let meta = ModelMeta {
+            model: classifier(EncoderKind::Lstm),
+            vocab: (0..20).map(|i| format!("w{i}")).collect(),
+            labels: (0..10).map(|i| i.to_string()).collect(),
+            lowercase: true,
+            case_fallback: false,
+        };
+        let ClassifierModel::Classify(model) = meta.model.init::<B>(&device) else {
+            panic!("a sentence-classifier configuration builds a sentence classifier")
+        };
+        let weights = |m: &SentenceClassifier<B, Encoder<B>>| {
+            m.embedding
+                .embedding
+                .weight
+                .val()
+                .into_data()
+                .to_vec::<f32>()
+                .unwrap()
+        };
+        // Read first: a lazily initialised parameter takes its value when first read.
+        let saved = weights(&model);
+        save(&model, &meta, &path);
+        let (back, read) =
+            load_classifier::<B, SentenceClassifier<B, Encoder<B>>>(&path, &device).unwrap();
+        assert_eq!(read.vocab, meta.vocab);
+        assert!(weights(&back) == saved, "the weights come back");
+        let err = load_classifier::<B, NliClassifier<B, Encoder<B>>>(&path, &device).unwrap_err();
+        assert!(matches!(err, LoadError::WrongKind { .. }), "{err:?}");
+        let err = err.to_string();
+        assert!(
+            err.contains("sentence.ckpt")
+                && err.contains("holds a sentence classifier, not a pair classifier"),
+            "{err}"
+        );
     }
 
     #[test]
