@@ -1,0 +1,163 @@
+//! `lstm_sequence`: values against the plain-op reference and the recurrence written out on
+//! the host (frozen rows included), gradients, and finite differences in f64.
+
+use arbor_kernels::{reference, ArborBackend};
+use burn::backend::{Autodiff, Flex, NdArray};
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::TensorPrimitive;
+
+use crate::support::{assert_close, assert_fused_agrees, central_differences, tensor, to_vec};
+
+/// `lstm_sequence` inputs: `xp` a strided view (`4h` of `4h + 3` columns, as a narrowed
+/// projection would be), `u` scaled as a recurrent weight, `h0`, `c0`.
+fn lstm_inputs<B: Backend>(b: usize, t: usize, h: usize) -> [Tensor<B, 3>; 4] {
+    let xp = tensor::<B, 3>([b, t, 4 * h + 3], 2.0, 51).narrow(2, 2, 4 * h);
+    let u = tensor::<B, 2>([h, 4 * h], 1.0 / (h as f64).sqrt(), 52).unsqueeze_dim::<3>(0);
+    let h0 = tensor::<B, 2>([b, h], 1.0, 53).unsqueeze_dim::<3>(0);
+    let c0 = tensor::<B, 2>([b, h], 1.0, 54).unsqueeze_dim::<3>(0);
+    [xp, u, h0, c0]
+}
+
+/// The fused op, or the plain-op reference forward (which autodiff differentiates op by op).
+fn lstm<B: ArborBackend>(xs: [Tensor<B, 3>; 4], lengths: &[usize], fused: bool) -> Tensor<B, 3> {
+    let [xp, u, h0, c0] = xs;
+    let (h, b) = (u.dims()[1], h0.dims()[1]);
+    let (u, h0, c0) = (
+        u.reshape([h, 4 * h]),
+        h0.reshape([b, h]),
+        c0.reshape([b, h]),
+    );
+    if fused {
+        arbor_kernels::lstm_sequence(xp, u, h0, c0, lengths)
+    } else {
+        let p2 = |t: Tensor<B, 2>| t.into_primitive().tensor();
+        let (out, _) = reference::lstm_sequence::<B>(
+            xp.into_primitive().tensor(),
+            p2(u),
+            p2(h0),
+            p2(c0),
+            lengths,
+            false,
+        );
+        Tensor::from_primitive(TensorPrimitive::Float(out))
+    }
+}
+
+const LSTM_CASES: [(usize, usize, usize, &[usize]); 5] = [
+    (3, 5, 4, &[]),
+    (4, 6, 8, &[6, 1, 0, 4]),
+    (2, 1, 16, &[]),
+    (1, 7, 3, &[7]),
+    (
+        24,
+        9,
+        32,
+        &[
+            9, 9, 3, 8, 1, 9, 2, 9, 9, 5, 9, 9, 9, 7, 9, 9, 9, 9, 4, 9, 9, 9, 9, 6,
+        ],
+    ),
+];
+
+#[test]
+fn lstm_sequence_forward_matches_reference_and_the_recurrence() {
+    fn check<B: ArborBackend>() {
+        for (b, t, h, lengths) in LSTM_CASES {
+            let xs = lstm_inputs::<B>(b, t, h);
+            let fused = to_vec(lstm(xs.clone(), lengths, true));
+            let want = to_vec(lstm(xs.clone(), lengths, false));
+            assert_close(
+                &fused,
+                &want,
+                2e-5,
+                &format!("lstm [{b}, {t}, {h}] {lengths:?}"),
+            );
+            // The recurrence written out on the host, frozen rows included.
+            let [xp, u, h0, c0] = xs.map(to_vec);
+            let (mut hs, mut cs) = (h0.clone(), c0.clone());
+            let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
+            for s in 0..t {
+                for r in 0..b {
+                    let live = lengths.get(r).is_none_or(|&len| s < len);
+                    if live {
+                        let pre: Vec<f64> = (0..4 * h)
+                            .map(|k| {
+                                xp[(r * t + s) * 4 * h + k]
+                                    + (0..h)
+                                        .map(|j| hs[r * h + j] * u[j * 4 * h + k])
+                                        .sum::<f64>()
+                            })
+                            .collect();
+                        for j in 0..h {
+                            let (i, f, g, o) = (
+                                sig(pre[j]),
+                                sig(pre[h + j]),
+                                pre[2 * h + j].tanh(),
+                                sig(pre[3 * h + j]),
+                            );
+                            cs[r * h + j] = f * cs[r * h + j] + i * g;
+                            hs[r * h + j] = o * cs[r * h + j].tanh();
+                        }
+                    }
+                    for j in 0..h {
+                        let at = (r * t + s) * 2 * h;
+                        assert!((fused[at + j] - hs[r * h + j]).abs() < 1e-4, "h step {s}");
+                        assert!(
+                            (fused[at + h + j] - cs[r * h + j]).abs() < 1e-4,
+                            "c step {s}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    check::<Flex>();
+    check::<NdArray>();
+}
+
+fn lstm_grads<B: AutodiffBackend + ArborBackend>(
+    fused: bool,
+    b: usize,
+    t: usize,
+    h: usize,
+    lengths: &[usize],
+) -> Vec<Vec<f64>> {
+    let xs = lstm_inputs::<B>(b, t, h).map(|x| x.require_grad());
+    let w = tensor::<B, 3>([b, t, 2 * h], 1.0, 55);
+    let g = lstm(xs.clone(), lengths, fused).mul(w).sum().backward();
+    xs.iter().map(|x| to_vec(x.grad(&g).unwrap())).collect()
+}
+
+#[test]
+fn lstm_sequence_gradients_match_reference() {
+    for (b, t, h, lengths) in LSTM_CASES {
+        assert_fused_agrees!(
+            lstm_grads(b, t, h, lengths),
+            ["d xp", "d u", "d h0", "d c0"],
+            5e-5,
+            format!("[{b}, {t}, {h}] {lengths:?}")
+        );
+    }
+}
+
+#[test]
+fn lstm_sequence_finite_differences_f64() {
+    type Inner = NdArray<f64>;
+    for (b, t, h, lengths) in [(2, 4, 3, &[][..]), (3, 4, 2, &[4, 2, 0][..])] {
+        let ad = lstm_grads::<Autodiff<Inner>>(true, b, t, h, lengths);
+        let inputs = lstm_inputs::<Inner>(b, t, h);
+        let w = tensor::<Inner, 3>([b, t, 2 * h], 1.0, 55);
+        let f = |xs: [Tensor<Inner, 3>; 4]| -> f64 {
+            lstm(xs, lengths, true).mul(w.clone()).sum().into_scalar()
+        };
+        let fd = central_differences(&inputs, 1e-5, f);
+        for i in 0..4 {
+            assert_close(
+                &ad[i],
+                &fd[i],
+                1e-6,
+                &format!("fd lstm input {i} {lengths:?}"),
+            );
+        }
+    }
+}
