@@ -25,7 +25,7 @@ use crate::result::ScoreTable;
 use arbor_tasks::{evaluate, NliData, NliTask};
 use arbor_train::device::{run_on, BackendJob};
 
-/// Default `--embed-init-std` of this program: SPINN's `nn.Embedding` default; measured in docs/results.md.
+/// Default `--embed-init-std` of this program: SPINN's `nn.Embedding` default; measured in docs/log/results.md.
 pub const EMBED_INIT_STD: f64 = 1.0;
 
 /// Train a sentence-pair encoder on propositional-logic inference.

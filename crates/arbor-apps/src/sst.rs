@@ -22,7 +22,7 @@ use arbor_heads::SentenceClassifier;
 use arbor_tasks::{ClassifyData, ClassifyTask};
 use arbor_train::device::{run_on, BackendJob};
 
-/// Default `--embed-init-std` of this program: the Gumbel Tree-LSTM reference's `normal_(0, 0.01)`; on SST-2 a small start also learns faster than N(0, 1), docs/results.md.
+/// Default `--embed-init-std` of this program: the Gumbel Tree-LSTM reference's `normal_(0, 0.01)`; on SST-2 a small start also learns faster than N(0, 1), docs/log/results.md.
 pub const EMBED_INIT_STD: f64 = 0.01;
 
 /// Train a sentence classifier on SST-2.
