@@ -17,7 +17,7 @@ use arbor_data::vocab::Vocab;
 use arbor_lm::{Batchified, RnnLm, RnnLmConfig};
 use arbor_tasks::{evaluate_stream, LmTask};
 use arbor_train::{
-    load_model, seed_everything, train_on, CheckpointFile, OptimizerKind, TrainConfig,
+    load_model_from, seed_everything, train_on, CheckpointFile, OptimizerKind, TrainConfig,
 };
 use burn::backend::Autodiff;
 use clap::Parser;
@@ -214,7 +214,7 @@ fn load_trained<B: ArborBackend>(
     let tokens: Vec<String> = serde_json::from_value(task["vocab"].clone())
         .with_context(|| format!("{}: no vocabulary", path.display()))?;
     let vocab = Vocab::from_tokens(tokens)?;
-    let (model, meta) = load_model(config.init::<B>(device), &path, device)?;
+    let (model, meta) = load_model_from(config.init::<B>(device), file, &path, device)?;
     Ok((model, vocab, meta, path))
 }
 

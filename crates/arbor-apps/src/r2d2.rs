@@ -16,7 +16,7 @@ use arbor_encoders::r2d2::{
     word_tree, CompositionConfig, R2d2Config, R2d2Lm, R2d2LmConfig, R2d2SpecialIds, TreeRule,
 };
 use arbor_encoders::Decisions;
-use arbor_train::{load_model, seed_everything, train_on, CheckpointFile, OptimizerKind};
+use arbor_train::{load_model_from, seed_everything, train_on, CheckpointFile, OptimizerKind};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use clap::{Args, Parser, Subcommand};
@@ -447,7 +447,7 @@ fn load<B: ArborBackend>(
     let meta = R2d2Meta::from_checkpoint(&file.meta)
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let tok = WordPieceTokenizer::from_pieces(&meta.vocab, true)?;
-    let (model, _) = load_model(meta.model.init::<B>(device), path, device)?;
+    let (model, _) = load_model_from(meta.model.init::<B>(device), file, path, device)?;
     Ok((model, tok, meta.tree_rule))
 }
 

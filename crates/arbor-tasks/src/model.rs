@@ -260,7 +260,11 @@ impl ModelMeta {
     /// When the file cannot be read ([`LoadError::Checkpoint`]) or holds no arbor classifier
     /// metadata ([`LoadError::Meta`]).
     pub fn load(path: &Path) -> Result<Self, LoadError> {
-        let file = CheckpointFile::load(path)?;
+        Self::of_file(&CheckpointFile::load(path)?, path)
+    }
+
+    /// The model metadata of a checkpoint file already read from `path`.
+    fn of_file(file: &CheckpointFile, path: &Path) -> Result<Self, LoadError> {
         ModelMeta::from_checkpoint(&file.meta).map_err(|message| LoadError::Meta {
             path: path.to_path_buf(),
             message,
@@ -293,9 +297,9 @@ pub enum LoadError {
     },
 }
 
-/// Rebuilds the classifier of kind `M` that the checkpoint file at `path` holds: reads its
-/// metadata ([`ModelMeta::load`]), builds the model ([`ModelConfig::init`]) and loads the
-/// weights ([`arbor_train::load_model`]). Returns the model and its metadata.
+/// Rebuilds the classifier of kind `M` that the checkpoint file at `path` holds: reads the
+/// file once, builds the model its metadata describes ([`ModelConfig::init`]) and loads the
+/// weights ([`arbor_train::load_model_from`]). Returns the model and its metadata.
 ///
 /// # Errors
 /// When the file cannot be read, holds no classifier metadata, holds the other kind of
@@ -304,7 +308,9 @@ pub fn load_classifier<B: ArborBackend, M: ClassifierKind<B> + Module<B>>(
     path: &Path,
     device: &B::Device,
 ) -> Result<(M, ModelMeta), LoadError> {
-    let meta = ModelMeta::load(path)?;
+    // One read of the file: the metadata builds the model, the record fills it.
+    let file = CheckpointFile::load(path)?;
+    let meta = ModelMeta::of_file(&file, path)?;
     let model = meta
         .model
         .init::<B>(device)
@@ -313,7 +319,7 @@ pub fn load_classifier<B: ArborBackend, M: ClassifierKind<B> + Module<B>>(
             path: path.to_path_buf(),
             kind,
         })?;
-    let (model, _) = arbor_train::load_model(model, path, device)?;
+    let (model, _) = arbor_train::load_model_from(model, file, path, device)?;
     Ok((model, meta))
 }
 

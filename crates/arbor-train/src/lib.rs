@@ -39,10 +39,10 @@ pub use clip::{
     clip_factor, clip_global_norm, clip_on_device, global_grad_norm, grad_norm_on_device,
 };
 pub use engine::{
-    load_model, plateau_decay, seed_everything, shares, step_seed, train, train_on, warmed_up,
-    CheckpointEvery, EvalReport, LrSchedule, NonFiniteTensor, OptimizerKind, StepContext,
-    StepOutput, StopReason, Task, TauAnneal, TrainConfig, TrainError, TrainOutcome, TrainState,
-    DEFAULT_LOG_EVERY,
+    load_model, load_model_from, plateau_decay, seed_everything, shares, step_seed, train,
+    train_on, warmed_up, CheckpointEvery, EvalReport, LrSchedule, NonFiniteTensor, OptimizerKind,
+    StepContext, StepOutput, StopReason, Task, TauAnneal, TrainConfig, TrainError, TrainOutcome,
+    TrainState, DEFAULT_LOG_EVERY,
 };
 pub use log::{MetricsLog, MetricsRecord};
 pub use outdir::{claim, OutDirError, RunLock, StartMode};

@@ -44,7 +44,7 @@ pub use config::{CheckpointEvery, OptimizerKind, TrainConfig, DEFAULT_LOG_EVERY}
 pub use error::{NonFiniteTensor, TrainError};
 pub use optim::{plateau_decay, seed_everything, step_seed, warmed_up};
 pub use parallel::shares;
-pub use records::load_model;
+pub use records::{load_model, load_model_from};
 pub use schedule::{LrSchedule, TauAnneal};
 pub use state::{StopReason, TrainOutcome, TrainState};
 pub use task::{EvalReport, StepContext, StepOutput, Task};

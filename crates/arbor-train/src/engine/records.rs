@@ -118,7 +118,20 @@ pub fn load_model<B: Backend, M: Module<B>>(
     path: &Path,
     device: &B::Device,
 ) -> Result<(M, serde_json::Value), CheckpointError> {
-    let file = CheckpointFile::load(path)?;
+    load_model_from(model, CheckpointFile::load(path)?, path, device)
+}
+
+/// [`load_model`] from a checkpoint file already read (`file`, read from `path`, which errors
+/// name): for callers that read the metadata first to build `model`, so the file is read once.
+///
+/// # Errors
+/// The record does not decode into `model`.
+pub fn load_model_from<B: Backend, M: Module<B>>(
+    model: M,
+    file: CheckpointFile,
+    path: &Path,
+    device: &B::Device,
+) -> Result<(M, serde_json::Value), CheckpointError> {
     let bytes = file.model;
     let model =
         decode_record(|| load_weights::<B, M>(model, bytes, device)).map_err(|message| {
