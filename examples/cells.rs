@@ -6,7 +6,7 @@
 //! cargo run --release --features cuda --example cells -- --device cuda
 //! ```
 
-use arbor::cells::names::ValueEnum;
+use arbor::cells::names::VariantArray;
 use arbor::cells::ArborBackend;
 use std::time::Instant;
 
@@ -155,7 +155,7 @@ fn check(args: &Args, cells: &[CellKind]) -> Result<()> {
 fn main() -> Result<()> {
     let args = Args::parse();
     let cells = if args.cells.is_empty() {
-        CellKind::value_variants().to_vec()
+        CellKind::VARIANTS.to_vec()
     } else {
         args.cells.clone()
     };
@@ -222,9 +222,7 @@ mod tests {
 
     fn refused(flags: &[&str], needle: &str) {
         let args = Args::try_parse_from(["cells"].iter().chain(flags)).unwrap();
-        let e = check(&args, CellKind::value_variants())
-            .unwrap_err()
-            .to_string();
+        let e = check(&args, CellKind::VARIANTS).unwrap_err().to_string();
         assert!(e.contains(needle), "{flags:?}: {e}");
     }
 
@@ -244,6 +242,6 @@ mod tests {
             "--d-hidden",
         );
         let good = Args::try_parse_from(["cells"]).unwrap();
-        check(&good, CellKind::value_variants()).unwrap();
+        check(&good, CellKind::VARIANTS).unwrap();
     }
 }

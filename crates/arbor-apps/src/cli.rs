@@ -3,7 +3,10 @@
 
 use std::path::PathBuf;
 
-use arbor_encoders::{ClassifierInput, EncoderConfig, EncoderKind, LeafKind, Pooling};
+use arbor_cells::names::KindName;
+use arbor_encoders::{
+    ClassifierInput, EncoderConfig, EncoderKind, EncoderOptions, LeafKind, Pooling,
+};
 use arbor_train::device::DeviceList;
 use arbor_train::{CheckpointEvery, LrSchedule, OptimizerKind, TauAnneal, TrainConfig};
 use clap::{Args, ValueEnum};
@@ -187,7 +190,7 @@ pub struct TrainArgs {
     #[arg(long)]
     pub skip_memory_check: bool,
     /// Sentence encoder.
-    #[arg(long, default_value = "gumbel", value_parser = parse_encoder)]
+    #[arg(long, default_value = "gumbel", value_parser = kind_parser::<EncoderKind>())]
     pub encoder: EncoderKind,
     /// Hidden width of the encoder (and word-embedding width unless --embed-dim or --glove).
     #[arg(long, allow_negative_numbers = true, default_value_t = 100)]
@@ -199,7 +202,7 @@ pub struct TrainArgs {
     #[arg(long, allow_negative_numbers = true)]
     pub mlp_dim: Option<usize>,
     /// Leaves of Gumbel Tree-LSTM (bi-lstm: two directions of --dim / 2 each; --dim even).
-    #[arg(long, value_enum, default_value = "lstm")]
+    #[arg(long, default_value = "lstm", value_parser = kind_parser::<LeafKind>())]
     pub leaf: LeafKind,
     /// Gumbel Tree-LSTM: the sentence vector is intra-attention over every tree node's h
     /// instead of the root h (the reference's intra_attention).
@@ -207,11 +210,11 @@ pub struct TrainArgs {
     pub intra_attention: bool,
     /// Full SPINN: what the transition classifier reads from the tracking LSTM, h or h-c
     /// ([h; c], the PyTorch port's predict_use_cell). Default: h-c.
-    #[arg(long, value_enum, value_name = "INPUT")]
+    #[arg(long, value_name = "INPUT", value_parser = kind_parser::<ClassifierInput>())]
     pub transition_input: Option<ClassifierInput>,
     /// Sentence vector of the recurrent encoders: last real state, or mean or max over the
     /// real words.
-    #[arg(long, default_value = "last", value_parser = parse_pooling)]
+    #[arg(long, default_value = "last", value_parser = kind_parser::<Pooling>())]
     pub pooling: Pooling,
     /// Stacked encoder layers (LSTM family and Transformer).
     #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
@@ -249,12 +252,55 @@ pub struct TrainArgs {
     pub engine: EngineArgs,
 }
 
-fn parse_encoder(s: &str) -> Result<EncoderKind, String> {
-    s.parse()
+/// The flag parser of a model crate's kind enum ([`KindName`]): the kind's own forgiving
+/// `FromStr` (case, `-` and `_` not significant; an error names the kind and lists every name),
+/// and the names with their doc comments as the flag's possible values in `--help`. The model
+/// crates name their kinds without clap; this is where the names meet the command line.
+pub fn kind_parser<T>() -> KindParser<T>
+where
+    T: KindName + std::str::FromStr<Err = String>,
+{
+    KindParser(std::marker::PhantomData)
 }
 
-fn parse_pooling(s: &str) -> Result<Pooling, String> {
-    s.parse()
+/// See [`kind_parser`].
+#[derive(Debug)]
+pub struct KindParser<T>(std::marker::PhantomData<T>);
+
+impl<T> Clone for KindParser<T> {
+    fn clone(&self) -> Self {
+        KindParser(std::marker::PhantomData)
+    }
+}
+
+impl<T> clap::builder::TypedValueParser for KindParser<T>
+where
+    T: KindName + std::str::FromStr<Err = String>,
+{
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<T, clap::Error> {
+        clap::builder::StringValueParser::new()
+            .try_map(|s| s.parse::<T>())
+            .parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(T::VARIANTS.iter().map(|&v| {
+            let value = clap::builder::PossibleValue::new(v.name());
+            match v.help() {
+                Some(help) => value.help(help),
+                None => value,
+            }
+        })))
+    }
 }
 
 impl TrainArgs {
@@ -291,13 +337,7 @@ impl TrainArgs {
         // Every encoder has at least one dim × dim and one dim × embed-dim weight matrix.
         let (d, e) = (self.dim as f64, self.embed_dim.unwrap_or(self.dim) as f64);
         check_weights_fit("--dim/--embed-dim", d * d + d * e, &self.device)?;
-        let stacks_layers = match EncoderConfig::of_kind(self.encoder, self.dim, self.dim) {
-            EncoderConfig::Recurrent(_)
-            | EncoderConfig::R2d2(_)
-            | EncoderConfig::Transformer(_) => true,
-            EncoderConfig::Gumbel(_) | EncoderConfig::Spinn(_) => false,
-        };
-        if self.layers > 1 && !stacks_layers {
+        if self.layers > 1 && !self.encoder.stacks_layers() {
             anyhow::bail!(
                 "--layers {}: the {} encoder has no stacked layers (--layers applies to the LSTM \
                  family, the Transformers and R2D2)",
@@ -340,31 +380,23 @@ impl TrainArgs {
     /// The encoder configuration for word embeddings of width `d_embed`: the kind's defaults
     /// ([`EncoderConfig::of_kind`]) with these flags applied to the models they concern.
     pub fn encoder_config(&self, d_embed: usize) -> EncoderConfig {
-        match EncoderConfig::of_kind(self.encoder, d_embed, self.dim).with_layers(self.layers) {
-            EncoderConfig::Gumbel(c) => c
-                .with_leaf(self.leaf)
-                .with_intra_attention(Some(self.intra_attention))
-                .into(),
-            EncoderConfig::Recurrent(c) => c.with_pooling(self.pooling).into(),
-            EncoderConfig::Transformer(mut c) => {
-                if self.heads > 0 {
-                    c.stack.n_heads = self.heads;
-                }
-                if self.ff_dim > 0 {
-                    c.stack.d_ff = self.ff_dim;
-                }
-                c.into()
-            }
-            EncoderConfig::R2d2(mut c) => {
-                if self.heads > 0 {
-                    c.composition.n_heads = self.heads;
-                }
-                c.into()
-            }
-            EncoderConfig::Spinn(c) => match self.transition_input {
-                Some(input) => c.with_classifier_input(Some(input)).into(),
-                None => c.into(),
-            },
+        self.encoder_options(d_embed).config()
+    }
+
+    /// The encoder choices these flags make, for word embeddings of width `d_embed` (`--heads`
+    /// and `--ff-dim` at 0 leave the model's defaults).
+    pub fn encoder_options(&self, d_embed: usize) -> EncoderOptions {
+        EncoderOptions {
+            kind: self.encoder,
+            d_input: d_embed,
+            d_hidden: self.dim,
+            n_layers: self.layers,
+            n_heads: (self.heads > 0).then_some(self.heads),
+            d_ff: (self.ff_dim > 0).then_some(self.ff_dim),
+            leaf: self.leaf,
+            intra_attention: self.intra_attention,
+            pooling: self.pooling,
+            transition_input: self.transition_input,
         }
     }
 }
@@ -508,5 +540,40 @@ mod tests {
             panic!("a SPINN configuration")
         };
         assert_eq!(c.transition_input(), ClassifierInput::Hidden);
+    }
+
+    /// Every kind is a flag value (its name, and forgivingly spelt), builds the configuration of
+    /// its own kind, and `--help` lists every name; a bad name is an error that lists them.
+    #[test]
+    fn every_encoder_kind_round_trips_through_the_command_line() {
+        use arbor_cells::names::VariantArray;
+        for &kind in EncoderKind::VARIANTS {
+            let name = kind.to_string();
+            let dim = if kind == EncoderKind::R2d2 { "16" } else { "8" };
+            assert_eq!(
+                encoder(&["--encoder", &name, "--dim", dim]).kind(),
+                kind,
+                "{kind}"
+            );
+            let shouted = name.to_ascii_uppercase().replace('-', "_");
+            assert_eq!(encoder(&["--encoder", &shouted, "--dim", dim]).kind(), kind);
+        }
+        let help = <Cli as clap::CommandFactory>::command()
+            .render_long_help()
+            .to_string();
+        for &kind in EncoderKind::VARIANTS {
+            assert!(help.contains(&kind.to_string()), "--help lists {kind}");
+        }
+        for &leaf in LeafKind::VARIANTS {
+            assert!(help.contains(&leaf.to_string()), "--help lists {leaf}");
+        }
+        let err = Cli::try_parse_from(["prog", "--encoder", "gru"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--encoder") && err.contains("unknown encoder `gru`"),
+            "{err}"
+        );
+        assert!(err.contains("transformer-fasttrees"), "{err}");
     }
 }

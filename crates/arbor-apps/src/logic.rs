@@ -450,8 +450,8 @@ mod tests {
 
     #[test]
     fn brackets_reach_every_encoder_that_does_not_follow_gold_trees() {
-        use clap::ValueEnum;
-        for &kind in EncoderKind::value_variants() {
+        use arbor_cells::names::VariantArray;
+        for &kind in EncoderKind::VARIANTS {
             let input = LogicInput::choose(kind, false);
             assert_eq!(
                 input == LogicInput::Leaves,

@@ -243,7 +243,7 @@ pub struct ParseArgs {
     /// best split as ranked when it was composed) or arbor's (the best split that cuts no
     /// terminal merged by pruning); docs/r2d2.md, "Tree recovery". Default: the rule the
     /// checkpoint records (reference for imported checkpoints, arbor for arbor-trained ones).
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = crate::cli::kind_parser::<TreeRule>())]
     pub tree_rule: Option<TreeRule>,
     /// Output file (default: stdout).
     #[arg(long)]

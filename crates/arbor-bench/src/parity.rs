@@ -151,15 +151,11 @@ pub enum Case {
 impl Case {
     /// Every op and every encoder.
     pub fn all() -> Vec<Case> {
-        use clap::ValueEnum;
+        use arbor_cells::names::VariantArray;
         Op::ALL
             .into_iter()
             .map(Case::Op)
-            .chain(
-                EncoderKind::value_variants()
-                    .iter()
-                    .map(|&e| Case::Encoder(e)),
-            )
+            .chain(EncoderKind::VARIANTS.iter().map(|&e| Case::Encoder(e)))
             .collect()
     }
 

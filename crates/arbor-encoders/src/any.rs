@@ -16,8 +16,9 @@ use arbor_cells::CellKind;
 use burn::prelude::*;
 
 use crate::{
-    Decisions, EncoderInput, EncoderOutput, GumbelTreeLstm, GumbelTreeLstmConfig, LstmEncoder,
-    LstmEncoderConfig, R2d2, R2d2Config, SentenceEncoder, Spinn, SpinnConfig, SpinnVariant,
+    ClassifierInput, Decisions, EncoderInput, EncoderOutput, GumbelTreeLstm, GumbelTreeLstmConfig,
+    LeafKind, LstmEncoder, LstmEncoderConfig, Pooling, R2d2, R2d2Config, SentenceEncoder, Spinn,
+    SpinnConfig, SpinnVariant,
 };
 use crate::{TransformerSentenceEncoder, TransformerSentenceEncoderConfig};
 
@@ -28,9 +29,20 @@ pub const TRANSFORMER_EMBED_INIT_STD: f64 = 1.0;
 
 /// The sentence encoders arbor provides, by their command-line (and serde) names.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    strum::VariantArray,
+    strum::IntoStaticStr,
+    strum::EnumMessage,
 )]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum EncoderKind {
     /// [`GumbelTreeLstm`].
     Gumbel,
@@ -40,15 +52,15 @@ pub enum EncoderKind {
     OnLstm,
     /// [`LstmEncoder`] with FastTrees cells.
     #[serde(rename = "fasttrees")]
-    #[value(name = "fasttrees")]
+    #[strum(serialize = "fasttrees")]
     FastTrees,
     /// [`LstmEncoder`] with Faster FastTrees cells.
     #[serde(rename = "faster-fasttrees")]
-    #[value(name = "faster-fasttrees")]
+    #[strum(serialize = "faster-fasttrees")]
     FasterFastTrees,
     /// [`LstmEncoder`] with Conv FastTrees cells.
     #[serde(rename = "conv-fasttrees")]
-    #[value(name = "conv-fasttrees")]
+    #[strum(serialize = "conv-fasttrees")]
     ConvFastTrees,
     /// [`R2d2`]: pruned differentiable CKY with a recursive Transformer.
     R2d2,
@@ -62,7 +74,7 @@ pub enum EncoderKind {
     Transformer,
     /// [`TransformerSentenceEncoder`] with a FastTrees gate after self-attention in every layer.
     #[serde(rename = "transformer-fasttrees")]
-    #[value(name = "transformer-fasttrees")]
+    #[strum(serialize = "transformer-fasttrees")]
     TransformerFastTrees,
 }
 
@@ -152,6 +164,106 @@ impl EncoderKind {
     /// kinds: always in training; PI-NT and PI also at evaluation).
     pub fn needs_transitions(self) -> bool {
         self.spinn_variant().is_some()
+    }
+
+    /// Whether the encoder has stacked layers ([`EncoderOptions::n_layers`] above 1 means
+    /// something): the recurrent stacks, the Transformers and R2D2's composition function.
+    pub fn stacks_layers(self) -> bool {
+        match self {
+            EncoderKind::Lstm
+            | EncoderKind::OnLstm
+            | EncoderKind::FastTrees
+            | EncoderKind::FasterFastTrees
+            | EncoderKind::ConvFastTrees
+            | EncoderKind::R2d2
+            | EncoderKind::Transformer
+            | EncoderKind::TransformerFastTrees => true,
+            EncoderKind::Gumbel
+            | EncoderKind::SpinnPiNt
+            | EncoderKind::SpinnPi
+            | EncoderKind::Spinn => false,
+        }
+    }
+}
+
+/// What a program chooses about its encoder, without a command-line parser: the programs fill it
+/// from their flags and [`EncoderOptions::config`] is the one place the choices reach the
+/// models' nested configurations. A choice the kind has no use for is ignored (the programs
+/// refuse such flags first, e.g. `--layers 2` for Gumbel, with [`EncoderKind::stacks_layers`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EncoderOptions {
+    /// Which encoder.
+    pub kind: EncoderKind,
+    /// Width of the word embeddings it reads.
+    pub d_input: usize,
+    /// Width of its states and sentence vector.
+    pub d_hidden: usize,
+    /// Stacked layers (recurrent stacks, Transformers, R2D2's composition function).
+    pub n_layers: usize,
+    /// Attention heads (Transformers, R2D2); `None`: [`arbor_blocks::default_heads`].
+    pub n_heads: Option<usize>,
+    /// Feed-forward width of the Transformers; `None`: `4·d_hidden`.
+    pub d_ff: Option<usize>,
+    /// Gumbel Tree-LSTM's leaves.
+    pub leaf: LeafKind,
+    /// Gumbel Tree-LSTM: intra-attention over every node instead of the root.
+    pub intra_attention: bool,
+    /// Sentence vector of the recurrent stacks.
+    pub pooling: Pooling,
+    /// Full SPINN: what the transition classifier reads; `None`: the configuration's default.
+    pub transition_input: Option<ClassifierInput>,
+}
+
+impl EncoderOptions {
+    /// Encoder `kind` from `d_input`-wide embeddings to `d_hidden`-wide sentence vectors, with
+    /// every other choice at its default (one layer, the default heads and feed-forward width,
+    /// LSTM leaves without intra-attention, last-state pooling).
+    pub fn new(kind: EncoderKind, d_input: usize, d_hidden: usize) -> Self {
+        Self {
+            kind,
+            d_input,
+            d_hidden,
+            n_layers: 1,
+            n_heads: None,
+            d_ff: None,
+            leaf: LeafKind::default(),
+            intra_attention: false,
+            pooling: Pooling::default(),
+            transition_input: None,
+        }
+    }
+
+    /// The encoder configuration: [`EncoderConfig::of_kind`]'s defaults with these choices
+    /// applied to the models they concern.
+    pub fn config(&self) -> EncoderConfig {
+        let base = EncoderConfig::of_kind(self.kind, self.d_input, self.d_hidden)
+            .with_layers(self.n_layers);
+        match base {
+            EncoderConfig::Gumbel(c) => c
+                .with_leaf(self.leaf)
+                .with_intra_attention(Some(self.intra_attention))
+                .into(),
+            EncoderConfig::Recurrent(c) => c.with_pooling(self.pooling).into(),
+            EncoderConfig::Transformer(mut c) => {
+                if let Some(heads) = self.n_heads {
+                    c.stack.n_heads = heads;
+                }
+                if let Some(d_ff) = self.d_ff {
+                    c.stack.d_ff = d_ff;
+                }
+                c.into()
+            }
+            EncoderConfig::R2d2(mut c) => {
+                if let Some(heads) = self.n_heads {
+                    c.composition.n_heads = heads;
+                }
+                c.into()
+            }
+            EncoderConfig::Spinn(c) => match self.transition_input {
+                Some(input) => c.with_classifier_input(Some(input)).into(),
+                None => c.into(),
+            },
+        }
     }
 }
 
@@ -416,7 +528,7 @@ impl<B: ArborBackend> SentenceEncoder<B> for Encoder<B> {
 mod tests {
     use super::*;
     use crate::LeafKind;
-    use arbor_cells::names::ValueEnum;
+    use arbor_cells::names::VariantArray;
     use burn::backend::Flex;
 
     /// The estimates grow at each model's own rate, and sit near what `listops train` measured
@@ -467,7 +579,7 @@ mod tests {
 
     #[test]
     fn kinds_round_trip_through_their_names() {
-        for &kind in EncoderKind::value_variants() {
+        for &kind in EncoderKind::VARIANTS {
             assert_eq!(kind.to_string().parse::<EncoderKind>(), Ok(kind));
             assert_eq!(
                 kind.to_string().to_uppercase().parse::<EncoderKind>(),
@@ -484,7 +596,7 @@ mod tests {
             err.contains("spinn-x") && err.contains("gumbel, lstm, on-lstm"),
             "{err}"
         );
-        for &leaf in LeafKind::value_variants() {
+        for &leaf in LeafKind::VARIANTS {
             assert_eq!(leaf.to_string().parse::<LeafKind>(), Ok(leaf));
         }
         assert!("tree"
@@ -497,7 +609,7 @@ mod tests {
     /// registry's properties agree with the configuration each kind builds.
     #[test]
     fn every_kind_round_trips_through_its_saved_config_and_its_properties_agree() {
-        for &kind in EncoderKind::value_variants() {
+        for &kind in EncoderKind::VARIANTS {
             let config = EncoderConfig::of_kind(kind, 5, 8);
             let json = serde_json::to_string(&config).unwrap();
             let back: EncoderConfig = serde_json::from_str(&json).unwrap();
@@ -531,8 +643,8 @@ mod tests {
     #[test]
     fn init_builds_every_kind_with_the_configured_width() {
         let device = Default::default();
-        for &kind in EncoderKind::value_variants() {
-            for &leaf in LeafKind::value_variants() {
+        for &kind in EncoderKind::VARIANTS {
+            for &leaf in LeafKind::VARIANTS {
                 // The bidirectional leaf splits the width in two halves.
                 let d = if leaf == LeafKind::BiLstm { 8 } else { 7 };
                 let config = config(kind, leaf, 3, d);
@@ -578,7 +690,7 @@ mod tests {
 
     #[test]
     fn every_kind_round_trips_through_its_tagged_json() {
-        for &kind in EncoderKind::value_variants() {
+        for &kind in EncoderKind::VARIANTS {
             let config = EncoderConfig::of_kind(kind, 5, 8).with_layers(3);
             let json = serde_json::to_value(&config).unwrap();
             assert!(json["model"].is_string(), "{json}");

@@ -16,7 +16,7 @@ pub mod r2d2;
 pub mod spinn;
 mod transformer;
 
-pub use any::{Encoder, EncoderConfig, EncoderKind, TRANSFORMER_EMBED_INIT_STD};
+pub use any::{Encoder, EncoderConfig, EncoderKind, EncoderOptions, TRANSFORMER_EMBED_INIT_STD};
 pub use gumbel_tree_lstm::{
     BiLstmLeaf, CandidateSchedule, GumbelSettings, GumbelTreeLstm, GumbelTreeLstmConfig,
     GumbelTreeOutput, Leaf, LeafKind,

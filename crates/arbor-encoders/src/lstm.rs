@@ -43,9 +43,12 @@ pub struct LstmEncoderConfig {
     Default,
     serde::Serialize,
     serde::Deserialize,
-    clap::ValueEnum,
+    strum::VariantArray,
+    strum::IntoStaticStr,
+    strum::EnumMessage,
 )]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum Pooling {
     /// `h_n`, the output after the last real word (the default).
     #[default]

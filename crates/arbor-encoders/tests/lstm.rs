@@ -97,8 +97,8 @@ fn every_recurrent_kind_is_an_encoder_and_padding_invariant() {
     assert_eq!(arbor_encoders::default_chunk_size(100), 10);
     assert_eq!(arbor_encoders::default_chunk_size(32), 8);
     assert_eq!(arbor_encoders::default_chunk_size(7), 7);
-    use arbor_cells::names::ValueEnum;
-    for kind in EncoderKind::value_variants()
+    use arbor_cells::names::VariantArray;
+    for kind in EncoderKind::VARIANTS
         .iter()
         .copied()
         .filter(|k| k.cell().is_some())

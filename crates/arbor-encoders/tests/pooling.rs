@@ -13,7 +13,7 @@ const TIME: usize = 5;
 #[test]
 fn pooling_reads_the_real_outputs_only() {
     let x = padded_batch::<Fx>(&LENGTHS, TIME, D_IN, 3);
-    for &pooling in <Pooling as arbor_cells::names::ValueEnum>::value_variants() {
+    for &pooling in <Pooling as arbor_cells::names::VariantArray>::VARIANTS {
         let enc: LstmEncoder<Fx> = LstmEncoderConfig::new(D_IN, H)
             .with_n_layers(2)
             .with_cell(arbor_cells::CellKind::FastTrees)

@@ -204,7 +204,7 @@ fn a_sentence_alone_equals_the_same_sentence_in_a_padded_batch() {
     let (d_in, d, time) = (3, 5, 7);
     let trees = random_trees(&lengths, 11);
     let x = padded_batch::<Fx>(&lengths, time, d_in, 12);
-    for (&variant, input) in <SpinnVariant as arbor_cells::names::ValueEnum>::value_variants()
+    for (&variant, input) in <SpinnVariant as arbor_cells::names::VariantArray>::VARIANTS
         .iter()
         .flat_map(|v| {
             [

@@ -109,7 +109,7 @@ fn the_transformer_kinds_round_trip_through_their_names() {
         assert_eq!(kind.to_string().parse::<EncoderKind>(), Ok(kind));
         let json = serde_json::to_string(&kind).unwrap();
         assert_eq!(serde_json::from_str::<EncoderKind>(&json).unwrap(), kind);
-        assert!(<EncoderKind as arbor_cells::names::ValueEnum>::value_variants().contains(&kind));
+        assert!(<EncoderKind as arbor_cells::names::VariantArray>::VARIANTS.contains(&kind));
         assert_eq!(kind.cell(), None);
     }
     // Defaults: heads divide the width, d_ff = 4·D, gate chunks from the cells' rule.

@@ -1,7 +1,7 @@
 //! The language model: learning, truncated-BPTT state carry, deterministic evaluation and the
 //! AWD-LSTM regularisers.
 
-use arbor_cells::names::ValueEnum;
+use arbor_cells::names::VariantArray;
 use arbor_cells::ArborBackend;
 use std::sync::Mutex;
 
@@ -62,7 +62,7 @@ fn carrying_the_state_across_segments_equals_running_the_joined_segment() {
     let rows: [&[u32]; 2] = [&[1, 4, 2, 7, 3, 9, 0, 5], &[10, 2, 2, 6, 8, 1, 3, 4]];
     let first: [&[u32]; 2] = [&rows[0][..3], &rows[1][..3]];
     let second: [&[u32]; 2] = [&rows[0][3..], &rows[1][3..]];
-    for &cell in CellKind::value_variants() {
+    for &cell in CellKind::VARIANTS {
         let model: RnnLm<Fx> = config(cell).with_kernel_size(3).init(&Default::default());
         let joined = model.forward(ids(&rows), None);
         let a = model.forward(ids(&first), None);

@@ -201,7 +201,7 @@ impl FlatR2d2LmConfig {
 
 #[cfg(test)]
 mod tests {
-    use arbor_cells::names::ValueEnum;
+    use arbor_cells::names::VariantArray;
     use serde_json::json;
 
     use crate::{ModelConfig, ModelMeta, R2d2Meta};
@@ -231,7 +231,7 @@ mod tests {
 
     #[test]
     fn format_1_encoder_records_map_onto_todays_configurations() {
-        for &kind in EncoderKind::value_variants() {
+        for &kind in EncoderKind::VARIANTS {
             let meta = ModelMeta::from_checkpoint(&format1(kind))
                 .unwrap_or_else(|e| panic!("{kind}: {e}"));
             let ModelConfig::Classify { encoder, .. } = &meta.model else {

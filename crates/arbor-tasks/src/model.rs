@@ -393,6 +393,60 @@ mod tests {
         );
     }
 
+    /// Every encoder kind goes through configuration, init, a checkpoint and back: the loaded
+    /// classifier's configuration names the same kind and its weights are the saved ones.
+    #[test]
+    fn every_encoder_kind_round_trips_through_a_checkpoint() {
+        use arbor_cells::names::VariantArray;
+        type B = burn::backend::Flex;
+        let device = Default::default();
+        let dir = tempfile::tempdir().unwrap();
+        for &kind in EncoderKind::VARIANTS {
+            let path = dir.path().join(format!("{kind}.ckpt"));
+            let meta = ModelMeta {
+                model: ModelConfig::Classify {
+                    embedding: TokenEmbeddingConfig::new(12, 16),
+                    encoder: EncoderConfig::of_kind(kind, 16, 16),
+                    head: SentenceClassifierConfig::new(16).with_n_classes(3),
+                },
+                vocab: (0..12).map(|i| format!("w{i}")).collect(),
+                labels: (0..3).map(|i| i.to_string()).collect(),
+                lowercase: false,
+                case_fallback: false,
+            };
+            let ClassifierModel::Classify(model) = meta.model.init::<B>(&device) else {
+                panic!("{kind}: a sentence classifier")
+            };
+            // Every float parameter's values, in visiting order (read first: a lazily
+            // initialised parameter takes its value when first read).
+            let params = |m: &SentenceClassifier<B, Encoder<B>>| {
+                struct Values(Vec<f32>);
+                impl burn::module::ModuleVisitor<B> for Values {
+                    fn visit_float<const D: usize>(
+                        &mut self,
+                        param: &burn::module::Param<burn::tensor::Tensor<B, D>>,
+                    ) {
+                        self.0
+                            .extend(param.val().into_data().to_vec::<f32>().unwrap());
+                    }
+                }
+                let mut values = Values(Vec::new());
+                m.visit(&mut values);
+                values.0
+            };
+            let saved = params(&model);
+            save(&model, &meta, &path);
+            let (back, read) =
+                load_classifier::<B, SentenceClassifier<B, Encoder<B>>>(&path, &device)
+                    .unwrap_or_else(|e| panic!("{kind}: {e}"));
+            let ModelConfig::Classify { encoder, .. } = &read.model else {
+                panic!("{kind}: a sentence-classifier configuration")
+            };
+            assert_eq!(encoder.kind(), kind);
+            assert!(params(&back) == saved, "{kind}: the weights come back");
+        }
+    }
+
     #[test]
     fn a_batch_that_cannot_fit_is_refused_with_the_flags_that_help() {
         let gib = 1u64 << 30;

@@ -1,6 +1,6 @@
 //! The recurrent cells (issue: FastTrees is 20–40% faster than ON-LSTM).
 
-use arbor_cells::names::ValueEnum;
+use arbor_cells::names::VariantArray;
 use arbor_cells::ArborBackend;
 use arbor_cells::{CellKind, RecurrentStack, RecurrentStackConfig};
 use burn::backend::Autodiff;
@@ -22,7 +22,7 @@ pub const CONFIGS: [(&str, usize, usize, usize, usize, usize); 2] = [
 pub fn workloads<B: ArborBackend>(device: &B::Device) -> Vec<Workload> {
     let mut out = Vec::new();
     for (tag, d_in, d_h, chunk, batch, len) in CONFIGS {
-        for &kind in CellKind::value_variants() {
+        for &kind in CellKind::VARIANTS {
             let device = device.clone();
             let params = json!({
                 "cell": kind.to_string(), "d_input": d_in, "d_hidden": d_h, "chunk_size": chunk,

@@ -2,11 +2,22 @@
 
 /// The recurrent cells a [`RecurrentStack`](crate::RecurrentStack) can be built from. The
 /// names (`lstm`, `on-lstm`, `fasttrees`, `faster-fasttrees`, `conv-fasttrees`) are derived for
-/// the command line ([`clap::ValueEnum`]), serde, `Display` and `FromStr`.
+/// serde, `Display`, `FromStr` and the programs' flags ([`crate::names`]).
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    strum::VariantArray,
+    strum::IntoStaticStr,
+    strum::EnumMessage,
 )]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum CellKind {
     /// [`LstmCell`](crate::LstmCell).
     Lstm,
@@ -14,15 +25,15 @@ pub enum CellKind {
     OnLstm,
     /// [`FastTreesCell`](crate::FastTreesCell).
     #[serde(rename = "fasttrees")]
-    #[value(name = "fasttrees")]
+    #[strum(serialize = "fasttrees")]
     FastTrees,
     /// [`FasterFastTreesCell`](crate::FasterFastTreesCell).
     #[serde(rename = "faster-fasttrees")]
-    #[value(name = "faster-fasttrees")]
+    #[strum(serialize = "faster-fasttrees")]
     FasterFastTrees,
     /// [`ConvFastTreesCell`](crate::ConvFastTreesCell).
     #[serde(rename = "conv-fasttrees")]
-    #[value(name = "conv-fasttrees")]
+    #[strum(serialize = "conv-fasttrees")]
     ConvFastTrees,
 }
 

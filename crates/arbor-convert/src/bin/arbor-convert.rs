@@ -111,7 +111,7 @@ struct R2d2Args {
     /// The tree rule recorded in the checkpoint, which `r2d2 parse` uses unless its
     /// --tree-rule says otherwise: the reference's `get_token_tree` (reference) or arbor's
     /// (docs/r2d2.md, "Tree recovery").
-    #[arg(long, value_enum, default_value_t = TreeRule::Reference)]
+    #[arg(long, default_value_t = TreeRule::Reference, value_parser = |s: &str| s.parse::<TreeRule>())]
     tree_rule: TreeRule,
 }
 

@@ -18,9 +18,12 @@ use burn::tensor::TensorData;
     Default,
     serde::Serialize,
     serde::Deserialize,
-    clap::ValueEnum,
+    strum::VariantArray,
+    strum::IntoStaticStr,
+    strum::EnumMessage,
 )]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum LeafKind {
     /// One affine map `x → [h; c]` per word (eq. 6): leaves see only their own word.
     Affine,

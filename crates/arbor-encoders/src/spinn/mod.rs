@@ -89,21 +89,24 @@ pub enum SpinnError {
     Default,
     serde::Serialize,
     serde::Deserialize,
-    clap::ValueEnum,
+    strum::VariantArray,
+    strum::IntoStaticStr,
+    strum::EnumMessage,
 )]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum SpinnVariant {
     /// SPINN-PI-NT: given transitions, no tracking LSTM. Computes exactly a recursive
     /// Tree-LSTM over the given trees.
-    #[value(name = "spinn-pi-nt")]
+    #[strum(serialize = "spinn-pi-nt")]
     PiNt,
     /// SPINN-PI: given transitions and a tracking LSTM whose state feeds every composition.
     #[default]
-    #[value(name = "spinn-pi")]
+    #[strum(serialize = "spinn-pi")]
     Pi,
     /// Full SPINN: SPINN-PI plus a transition classifier; teacher-forced in training (with
     /// `α`·cross-entropy on the transitions), parsing with its own predictions at evaluation.
-    #[value(name = "spinn")]
+    #[strum(serialize = "spinn")]
     Full,
 }
 
@@ -120,17 +123,20 @@ arbor_cells::value_enum_names!(SpinnVariant, "SPINN variant");
     Default,
     serde::Serialize,
     serde::Deserialize,
-    clap::ValueEnum,
+    strum::VariantArray,
+    strum::IntoStaticStr,
+    strum::EnumMessage,
 )]
+#[strum(serialize_all = "kebab-case")]
 pub enum ClassifierInput {
     /// The tracking `h` only (the paper; arbor before this option existed).
     #[serde(rename = "h")]
-    #[value(name = "h")]
+    #[strum(serialize = "h")]
     Hidden,
     /// `[h; c]`, the PyTorch port's `predict_use_cell` (its default).
     #[default]
     #[serde(rename = "h-c")]
-    #[value(name = "h-c")]
+    #[strum(serialize = "h-c")]
     HiddenCell,
 }
 
@@ -189,8 +195,8 @@ pub struct SpinnConfig {
 /// neither read nor write nor step the tracker; every read of a missing item gives zeros. So
 /// each sentence gets exactly what it gets alone.
 ///
-/// The variant is given by which parts exist: no tracker = PI-NT, tracker without classifier =
-/// PI, both = full.
+/// The variant and what the classifier reads are kept from the configuration at
+/// [`SpinnConfig::init`] (not stored in a record: a loaded checkpoint keeps the module's).
 #[derive(Module, Debug)]
 pub struct Spinn<B: Backend> {
     /// Word → `[h; c]` leaf projection.
@@ -206,6 +212,12 @@ pub struct Spinn<B: Backend> {
     pub d_hidden: usize,
     /// Weight `α` of the transition loss.
     pub transition_weight: f64,
+    /// The variant, from [`SpinnConfig::variant`].
+    #[module(skip)]
+    variant: SpinnVariant,
+    /// What the transition classifier reads (full SPINN), from [`SpinnConfig::transition_input`].
+    #[module(skip)]
+    transition_input: Option<ClassifierInput>,
 }
 
 impl SpinnConfig {
@@ -260,6 +272,8 @@ impl SpinnConfig {
             }),
             d_hidden: d,
             transition_weight: self.transition_weight,
+            variant: self.variant,
+            transition_input: (self.variant == SpinnVariant::Full).then(|| self.transition_input()),
         }
     }
 }
@@ -317,23 +331,14 @@ enum Plan {
 }
 
 impl<B: ArborBackend> Spinn<B> {
-    /// The variant this encoder is.
+    /// The variant this encoder is (its configuration's).
     pub fn variant(&self) -> SpinnVariant {
-        match (&self.tracker, &self.classifier) {
-            (None, _) => SpinnVariant::PiNt,
-            (Some(_), None) => SpinnVariant::Pi,
-            (Some(_), Some(_)) => SpinnVariant::Full,
-        }
+        self.variant
     }
 
-    /// What the transition classifier reads, from its input width (`None` without one).
+    /// What the transition classifier reads (`None` without one), as configured.
     pub fn transition_input(&self) -> Option<ClassifierInput> {
-        let (cell, classifier) = (self.tracker.as_ref()?, self.classifier.as_ref()?);
-        Some(if classifier.weight.dims()[0] == 2 * cell.d_hidden() {
-            ClassifierInput::HiddenCell
-        } else {
-            ClassifierInput::Hidden
-        })
+        self.transition_input
     }
 
     /// Whether this call parses with the classifier rather than following given transitions.

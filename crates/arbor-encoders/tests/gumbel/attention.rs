@@ -56,7 +56,7 @@ fn reference_attention(m: &GumbelTreeLstm<Fx>, x: &Tensor<Fx, 3>) -> (Vec<f64>, 
 
 #[test]
 fn intra_attention_is_padding_invariant_ignores_padding_and_matches_a_host_reference() {
-    for &leaf in <LeafKind as arbor_cells::names::ValueEnum>::value_variants() {
+    for &leaf in <LeafKind as arbor_cells::names::VariantArray>::VARIANTS {
         let m = attending_model::<Fx>(leaf, 44);
         let x = padded_batch::<Fx>(&LENGTHS, TIME, D_IN, 45);
         let n = *LENGTHS.iter().max().unwrap();
@@ -117,7 +117,7 @@ fn intra_attention_is_padding_invariant_ignores_padding_and_matches_a_host_refer
 
 #[test]
 fn intra_attention_gradients_reach_every_parameter() {
-    for &leaf in <LeafKind as arbor_cells::names::ValueEnum>::value_variants() {
+    for &leaf in <LeafKind as arbor_cells::names::VariantArray>::VARIANTS {
         let m = attending_model::<Ad>(leaf, 46);
         let lengths = [4, 2, 5];
         let x = padded_batch::<Ad>(&lengths, 5, D_IN, 47);

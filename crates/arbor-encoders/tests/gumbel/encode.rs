@@ -63,7 +63,7 @@ fn non_finite_inputs_give_trees_not_a_panic() {
     // A diverged model: every score is NaN. The encoder must still return one tree per
     // sentence over its words (the sentence vectors are NaN, which the engine reports).
     let device = dev::<Fx>();
-    for &leaf in <LeafKind as arbor_cells::names::ValueEnum>::value_variants() {
+    for &leaf in <LeafKind as arbor_cells::names::VariantArray>::VARIANTS {
         let enc = GumbelTreeLstmConfig::new(3, 4)
             .with_leaf(leaf)
             .init::<Fx>(&device);

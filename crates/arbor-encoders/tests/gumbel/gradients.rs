@@ -9,7 +9,7 @@ use crate::support::{model, D, D_IN};
 
 #[test]
 fn gradients_reach_the_query_the_composition_and_the_leaves() {
-    for &leaf in <LeafKind as arbor_cells::names::ValueEnum>::value_variants() {
+    for &leaf in <LeafKind as arbor_cells::names::VariantArray>::VARIANTS {
         let m = model::<Ad>(leaf, 17);
         let lengths = [4, 2, 5];
         let x = padded_batch::<Ad>(&lengths, 5, D_IN, 18);

@@ -12,7 +12,7 @@ use crate::support::{check_root, model, reference, reference_leaves, D_IN, LENGT
 
 #[test]
 fn argmax_is_padding_invariant_and_matches_a_per_example_reference() {
-    for &leaf in <LeafKind as arbor_cells::names::ValueEnum>::value_variants() {
+    for &leaf in <LeafKind as arbor_cells::names::VariantArray>::VARIANTS {
         let m = model::<Fx>(leaf, 1);
         let x = padded_batch::<Fx>(&LENGTHS, TIME, D_IN, 2);
         let out = m.forward(x.clone(), &LENGTHS, Decisions::Argmax);
@@ -70,7 +70,7 @@ fn arranged_noise(lengths: &[usize], seed: u64) -> (Vec<Tensor<Fx, 2>>, Vec<Vec<
 
 #[test]
 fn sampling_with_matched_noise_is_padding_invariant_and_ignores_padded_noise() {
-    for &leaf in <LeafKind as arbor_cells::names::ValueEnum>::value_variants() {
+    for &leaf in <LeafKind as arbor_cells::names::VariantArray>::VARIANTS {
         let m = model::<Fx>(leaf, 3);
         let x = padded_batch::<Fx>(&LENGTHS, TIME, D_IN, 4);
         let (noise, per_example) = arranged_noise(&LENGTHS, 5);
@@ -122,7 +122,7 @@ fn the_sampler_path_uses_one_noise_draw_per_layer() {
 
 #[test]
 fn a_length_one_sentence_returns_its_leaf() {
-    for &leaf in <LeafKind as arbor_cells::names::ValueEnum>::value_variants() {
+    for &leaf in <LeafKind as arbor_cells::names::VariantArray>::VARIANTS {
         let m = model::<Fx>(leaf, 8);
         let lengths = [3, 1, 4, 1];
         let x = padded_batch::<Fx>(&lengths, 5, D_IN, 9);
@@ -160,7 +160,7 @@ fn a_length_one_sentence_returns_its_leaf() {
 
 #[test]
 fn a_length_two_sentence_is_one_composition_of_its_leaves() {
-    for &leaf in <LeafKind as arbor_cells::names::ValueEnum>::value_variants() {
+    for &leaf in <LeafKind as arbor_cells::names::VariantArray>::VARIANTS {
         let m = model::<Fx>(leaf, 10);
         let lengths = [2, 4, 2];
         let x = padded_batch::<Fx>(&lengths, 4, D_IN, 11);

@@ -82,9 +82,12 @@ pub struct ChartConfig {
     Hash,
     serde::Serialize,
     serde::Deserialize,
-    clap::ValueEnum,
+    strum::VariantArray,
+    strum::IntoStaticStr,
+    strum::EnumMessage,
 )]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum TreeRule {
     /// The R2D2 reference's (`ChartTable.get_token_tree`, and `ChartModelWrapper` for word-level
     /// trees, StructuredLM_RTDT at `6edf2ac`): every cell's best split as ranked when it was
@@ -97,6 +100,8 @@ pub enum TreeRule {
     #[default]
     Arbor,
 }
+
+arbor_cells::value_enum_names!(TreeRule, "tree rule");
 
 /// Counters of one chart construction: the work done.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
