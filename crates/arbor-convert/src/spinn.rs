@@ -28,7 +28,7 @@ pub const SPINN_PAD: &str = "*PADDING*";
 pub const SPINN_UNK: &str = "_";
 /// The default SNLI label order: the port's `LABEL_MAP` at `031c845`
 /// (`spinn/data/snli/load_snli_data.py`; checked by the authors' fixtures,
-/// `tests/authors_spinn.rs`); `SpinnImport::labels` overrides it.
+/// `tests/convert/authors_spinn.rs`); `SpinnImport::labels` overrides it.
 pub const SPINN_SNLI_LABELS: [&str; 3] = ["entailment", "neutral", "contradiction"];
 
 /// What the weights cannot tell about a SPINN model.

@@ -2,7 +2,7 @@
 //! match the reference's (computed by `fixtures/spinn.py`, committed under
 //! `tests/fixtures/spinn-*/`) to 1e-5, and bad input is refused with every problem named.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -1,9 +1,9 @@
 //! Every cell runs on both CPU backends (`flex` and `ndarray`) and gives the same outputs from
 //! the same weights.
 
-mod common;
+use crate::common;
 
-use arbor_cells::names::ValueEnum;
+use arbor_cells::names::VariantArray;
 use arbor_cells::*;
 use arbor_cells::{ArborAutodiffBackend, ArborBackend};
 use burn::backend::{Flex, NdArray};
@@ -31,7 +31,7 @@ fn same_weights<M1: Module<Flex>, M2: Module<Nd>>(flex: M1, nd: M2) -> (M1, M2) 
 fn every_cell_agrees_across_flex_and_ndarray() {
     let (b, t, d, h) = (3, 5, 6, 8);
     let lengths = [5usize, 2, 4];
-    for &kind in CellKind::value_variants() {
+    for &kind in CellKind::VARIANTS {
         let config = RecurrentStackConfig::new(kind, d, h)
             .with_chunk_size(4)
             .with_n_layers(2);
@@ -159,7 +159,7 @@ fn every_cell_gradient_agrees_across_flex_and_ndarray() {
         all.extend(c.out);
         all
     }
-    for &kind in CellKind::value_variants() {
+    for &kind in CellKind::VARIANTS {
         let config = RecurrentStackConfig::new(kind, d, h)
             .with_chunk_size(4)
             .with_n_layers(2);

@@ -14,7 +14,7 @@
 //! sha256 of the authors' (`tokens_sha256`, `trees_sha256`; the trees are also stored as merge
 //! positions).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -13,7 +13,7 @@
 //! runs (`snli --eval-only --checkpoint … --test FILE`, `snli --parse`) in a child process whose
 //! output is read.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

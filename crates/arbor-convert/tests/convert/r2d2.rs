@@ -3,7 +3,7 @@
 //! 1e-5: the composition function, the chart (root, every cell's `log p` and `log p̃`, the best
 //! splits), the bidirectional LM's log-probabilities and the PPPL terms.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -12,7 +12,7 @@
 //! checkpoint records (`WordLookup::of`: the port's case fallback), and `arbor_tasks`'s
 //! evaluation batches.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

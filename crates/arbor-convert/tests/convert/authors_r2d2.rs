@@ -7,7 +7,7 @@
 //! dict, the vocabulary file and the flags the model's configuration needs (`--heads`,
 //! `--window`).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

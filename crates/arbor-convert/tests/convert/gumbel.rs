@@ -1,7 +1,7 @@
 //! Gumbel Tree-LSTM models saved with jihunchoi/unsupervised-treelstm's layout import and
 //! reproduce the reference outputs (fixtures from `fixtures/gumbel.py`) to 1e-5.
 
-mod common;
+use crate::common;
 
 use arbor_convert::gumbel::{
     import_gumbel_snli, import_gumbel_sst, with_reference_specials, GumbelImport, QueryScale,

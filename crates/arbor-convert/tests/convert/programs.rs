@@ -1,7 +1,7 @@
 //! Imported checkpoints are accepted by arbor's programs: `snli`/`sst` `--eval-only
 //! --checkpoint` and `--parse`.
 
-mod common;
+use crate::common;
 
 use arbor_apps::snli::SnliArgs;
 use arbor_apps::sst::SstArgs;

@@ -3,7 +3,7 @@
 //! top-layer outputs and per-layer distances; bad state dicts and vocabularies are refused with
 //! every problem named.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -2,9 +2,9 @@
 //! Conv FastTrees causality and batch independence, Faster FastTrees = its recurrence,
 //! ST Gumbel selection rules.
 
-mod common;
+use crate::common;
 
-use arbor_cells::names::ValueEnum;
+use arbor_cells::names::VariantArray;
 use arbor_cells::*;
 use burn::backend::Flex;
 use burn::prelude::*;
@@ -23,7 +23,7 @@ const H: usize = 8;
 const CHUNK: usize = 2;
 
 fn all_cells() -> Vec<AnyCell<Fx>> {
-    CellKind::value_variants()
+    CellKind::VARIANTS
         .iter()
         .copied()
         .map(|kind| {
@@ -399,7 +399,7 @@ fn temperature_sharpens_the_soft_distribution() {
 
 #[test]
 fn stack_runs_layers_and_reports_distances_per_layer() {
-    for &kind in CellKind::value_variants() {
+    for &kind in CellKind::VARIANTS {
         let stack = RecurrentStackConfig::new(kind, D_IN, H)
             .with_n_layers(2)
             .with_chunk_size(CHUNK)

@@ -6,7 +6,7 @@
 //! the `ptb_lm` program does (`--eval`: `read_token_stream` → `Batchified` → `evaluate_stream`;
 //! `--parse`: `load_gold(parse_prep())` → `layer_distances` → `BinaryTree::from_distances`).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 
