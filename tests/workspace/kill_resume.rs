@@ -101,13 +101,22 @@ fn spawn(data: &Path, out: &Path, extra: &[&str]) -> Child {
     spawn_program(args)
 }
 
+/// The name the test harness gives test `name` of this module: the modules of the test binary
+/// prefix it (not the binary's own name), so `--exact` must be given the whole path.
+fn test_path(name: &str) -> String {
+    match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::{name}"),
+        None => name.to_string(),
+    }
+}
+
 /// Starts this test binary as the child running the program with `args` (`args[0]` is its
 /// name).
 fn spawn_program(args: Vec<String>) -> Child {
     Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "child_runs_the_program",
+            &test_path("child_runs_the_program"),
             "--ignored",
             "--test-threads",
             "1",

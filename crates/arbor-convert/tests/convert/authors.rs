@@ -275,12 +275,26 @@ fn program_evaluation(model: &Model, meta: &ModelMeta, vocab: &Vocab, pairs: &Pa
 /// program with them.
 const SNLI_ARGS: &str = "ARBOR_TEST_SNLI_ARGS";
 
+/// The name the test harness gives test `name` of this module: the modules of the test binary
+/// prefix it (not the binary's own name), so `--exact` must be given the whole path.
+fn test_path(name: &str) -> String {
+    match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::{name}"),
+        None => name.to_string(),
+    }
+}
+
 /// Runs the `snli` program's entry point with `args` in a child process (this test binary
 /// running [`snli_program_child`] alone), so that what the program prints can be read; returns
 /// its standard output.
 fn snli_program(args: &[&str]) -> String {
     let o = Command::new(std::env::current_exe().unwrap())
-        .args(["snli_program_child", "--exact", "--ignored", "--nocapture"])
+        .args([
+            &test_path("snli_program_child"),
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
         .env(SNLI_ARGS, args.join("\n"))
         .output()
         .unwrap();
