@@ -7,7 +7,7 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::TensorPrimitive;
 
-use super::support::{assert_close, assert_fused_agrees, central_differences, tensor, to_vec};
+use crate::support::{assert_close, assert_fused_agrees, central_differences, tensor, to_vec};
 
 /// `select_mix` inputs: a soft selection (any values, so every gradient term is exercised) and
 /// parent/left/right states, where left and right are the Gumbel encoder's strided views.

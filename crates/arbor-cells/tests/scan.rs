@@ -2,7 +2,7 @@
 //! syntactic distances and gradients, with padding (an empty example included) and an initial
 //! state. Faster FastTrees is the cell with a scan.
 
-use crate::common;
+mod common;
 
 use arbor_cells::{run_sequence, CellStep, RecurrentCell, ScanOutput, SequenceOutput};
 use arbor_cells::{

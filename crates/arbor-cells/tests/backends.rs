@@ -1,7 +1,7 @@
 //! Every cell runs on both CPU backends (`flex` and `ndarray`) and gives the same outputs from
 //! the same weights.
 
-use crate::common;
+mod common;
 
 use arbor_cells::names::VariantArray;
 use arbor_cells::*;

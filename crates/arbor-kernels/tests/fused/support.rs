@@ -90,7 +90,7 @@ macro_rules! assert_fused_agrees {
             ),
         ] {
             for (k, name) in $names.iter().enumerate() {
-                $crate::fused::support::assert_close(
+                $crate::support::assert_close(
                     &fused[k],
                     &want[k],
                     $tol,

@@ -7,7 +7,7 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::TensorPrimitive;
 
-use super::support::{assert_close, from_f64, tensor, to_vec};
+use crate::support::{assert_close, from_f64, tensor, to_vec};
 
 /// The reference cell and output as tensors (plain ops, so autodiff records every one).
 fn reference_both<B: Backend, const D: usize>(

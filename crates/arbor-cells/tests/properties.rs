@@ -2,7 +2,7 @@
 //! Conv FastTrees causality and batch independence, Faster FastTrees = its recurrence,
 //! ST Gumbel selection rules.
 
-use crate::common;
+mod common;
 
 use arbor_cells::names::VariantArray;
 use arbor_cells::*;

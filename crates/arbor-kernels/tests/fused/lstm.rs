@@ -7,7 +7,7 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::TensorPrimitive;
 
-use super::support::{assert_close, assert_fused_agrees, central_differences, tensor, to_vec};
+use crate::support::{assert_close, assert_fused_agrees, central_differences, tensor, to_vec};
 
 /// `lstm_sequence` inputs: `xp` a strided view (`4h` of `4h + 3` columns, as a narrowed
 /// projection would be), `u` scaled as a recurrent weight, `h0`, `c0`.

@@ -6,7 +6,7 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::TensorPrimitive;
 
-use super::support::{assert_close, tensor, to_vec};
+use crate::support::{assert_close, tensor, to_vec};
 
 fn pairs<B: AutodiffBackend + ArborBackend>(fused: bool, b: usize, m: usize) -> [Vec<f64>; 2] {
     // A strided view (the first m of m + 1 nodes), as a layer's `h` can be.

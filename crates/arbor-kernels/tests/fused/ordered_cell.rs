@@ -7,7 +7,7 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::TensorPrimitive;
 
-use super::support::{assert_close, assert_fused_agrees, central_differences, tensor, to_vec};
+use crate::support::{assert_close, assert_fused_agrees, central_differences, tensor, to_vec};
 
 /// `ordered_cell` inputs: gates `[n, 4h]`, master gates in (0, 1) `[n, c]`, `c_prev` `[n, h]`.
 fn ordered_inputs<B: Backend>(n: usize, c: usize, h: usize) -> [Tensor<B, 2>; 4] {

@@ -6,7 +6,7 @@ use burn::backend::{Autodiff, Flex, NdArray};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 
-use super::support::{assert_close, assert_fused_agrees, tensor, to_vec};
+use crate::support::{assert_close, assert_fused_agrees, tensor, to_vec};
 
 #[test]
 fn write_rows_matches_slice_assign_and_never_changes_a_shared_tensor() {

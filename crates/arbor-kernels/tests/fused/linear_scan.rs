@@ -7,7 +7,7 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::TensorPrimitive;
 
-use super::support::{assert_close, assert_fused_agrees, central_differences, tensor, to_vec};
+use crate::support::{assert_close, assert_fused_agrees, central_differences, tensor, to_vec};
 
 /// `linear_scan` inputs: `a` in (0.1, 1.1) as forget gates are, `u`, `c0`; `a` and `u` are
 /// strided views of one `[b, t, 2h]` tensor (as a cell's precomputed gates are).

@@ -3,7 +3,7 @@
 //! then `step`): outputs, last states, distances and every gradient, with padding (an empty
 //! example included) and an initial state, on Flex and on NdArray in f64.
 
-use crate::common;
+mod common;
 
 use arbor_cells::{run_sequence, RecurrentCell, SequenceOutput};
 use arbor_cells::{ArborBackend, FastTreesCellConfig, LstmCellConfig, LstmState, OnLstmCellConfig};

@@ -7,7 +7,7 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::TensorPrimitive;
 
-use super::support::{assert_close, assert_fused_agrees, central_differences, tensor, to_vec};
+use crate::support::{assert_close, assert_fused_agrees, central_differences, tensor, to_vec};
 
 /// Sigmoid, tanh, GELU and the input's gradient, fused or with Burn's own activations, on a
 /// strided view (60 of 62 columns) of values up to ±12; large enough that the CPU kernels split

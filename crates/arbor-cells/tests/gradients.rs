@@ -1,6 +1,6 @@
 //! Finite-difference gradient checks in f64 for every cell and for ST Gumbel's backward.
 
-use crate::common;
+mod common;
 
 use arbor_cells::*;
 use burn::prelude::*;
