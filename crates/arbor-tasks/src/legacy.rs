@@ -113,10 +113,14 @@ impl FlatEncoderConfig {
                     .with_pooling(self.transformer_pooling.unwrap_or(TransformerPooling::Mean))
                     .into()
             }
-            kind => LstmEncoderConfig::new(d_in, d)
+            EncoderKind::Lstm
+            | EncoderKind::OnLstm
+            | EncoderKind::FastTrees
+            | EncoderKind::FasterFastTrees
+            | EncoderKind::ConvFastTrees => LstmEncoderConfig::new(d_in, d)
                 .with_n_layers(self.n_layers)
                 .with_dropout(self.dropout)
-                .with_cell(kind.cell().unwrap_or(CellKind::Lstm))
+                .with_cell(self.kind.cell().unwrap_or(CellKind::Lstm))
                 .with_chunk_size(self.chunk_size)
                 .with_pooling(self.pooling)
                 .into(),
