@@ -34,7 +34,7 @@ fn burns<B: Backend, const D: usize>(
     let d = x.dims()[D - 1];
     let (g, b) = match affine {
         Some((g, b)) => (g, Some(b)),
-        None => (Tensor::ones([d], &x.device()), None),
+        None => (Tensor::ones([d], (&x.device(), x.dtype())), None),
     };
     Tensor::from_primitive(TensorPrimitive::Float(B::layer_norm(
         x.into_primitive().tensor(),
@@ -42,6 +42,14 @@ fn burns<B: Backend, const D: usize>(
         b.map(|b| b.into_primitive().tensor()),
         eps,
     )))
+}
+
+/// The backend's own float type. Tensors are built with it explicitly: Burn fixes a device's
+/// default float type for the whole process on first use, and `NdArray<f32>` and
+/// `NdArray<f64>` share one device, so without it the f64 checks would compute in f32 whenever
+/// an f32 test of this binary touched the device first.
+fn own_dtype<B: Backend>() -> burn::tensor::DType {
+    <B::FloatElem as burn::tensor::Element>::dtype()
 }
 
 /// Values in `[lo, hi)` from a seeded xorshift generator: the inputs are the same in every run
@@ -65,8 +73,8 @@ fn seeded<B: Backend, const D: usize>(
         })
         .collect();
     Tensor::from_data(
-        TensorData::new(v, shape).convert::<B::FloatElem>(),
-        &Default::default(),
+        TensorData::new(v, shape),
+        (&Default::default(), own_dtype::<B>()),
     )
 }
 
@@ -145,13 +153,22 @@ fn layer_norm_gradients_match_finite_differences() {
         .collect();
     let loss = |x: &[f64], g: &[f64], b: &[f64]| -> f64 {
         let t = |v: &[f64], shape: Vec<usize>| {
-            Tensor::<F, 2>::from_data(TensorData::new(v.to_vec(), shape), &device)
+            Tensor::<F, 2>::from_data(
+                TensorData::new(v.to_vec(), shape),
+                (&device, own_dtype::<F>()),
+            )
         };
         let y = burns(
             t(x, vec![rows, d]),
             Some((
-                Tensor::<F, 1>::from_data(TensorData::new(g.to_vec(), [d]), &device),
-                Tensor::<F, 1>::from_data(TensorData::new(b.to_vec(), [d]), &device),
+                Tensor::<F, 1>::from_data(
+                    TensorData::new(g.to_vec(), [d]),
+                    (&device, own_dtype::<F>()),
+                ),
+                Tensor::<F, 1>::from_data(
+                    TensorData::new(b.to_vec(), [d]),
+                    (&device, own_dtype::<F>()),
+                ),
             )),
             eps,
         );

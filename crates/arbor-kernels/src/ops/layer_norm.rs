@@ -69,7 +69,8 @@ pub(crate) mod reference {
             Some((g, b)) => (g, Some(b)),
             None => {
                 let d = x.shape()[1];
-                let ones = Tensor::<B, 1>::ones([d], &B::float_device(&x));
+                // In `x`'s own float type: the device's default need not be the backend's.
+                let ones = Tensor::<B, 1>::ones([d], (&B::float_device(&x), x.dtype()));
                 (ones.into_primitive().tensor(), None)
             }
         };
