@@ -8,7 +8,7 @@
 //! device and builds no trees in training; R2D2 runs its pruned chart's FIND and merges on the
 //! device (as a classifier's encoder and in its own LM pretraining task).
 
-mod common;
+use crate::common;
 
 use std::sync::Mutex;
 
@@ -26,9 +26,6 @@ use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 
 type C = Counting<Flex>;
 type Ad = Autodiff<C>;
-
-/// The backend's generator is process-global: runs must not interleave.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 const DIM: usize = 8;
 const BATCH: usize = 6;
@@ -86,7 +83,6 @@ fn model(task: &ClassifyTask<Ad>) -> Model {
 /// The reads of each of `steps` training steps of `kind` as the engine runs them: the task's
 /// step, backward, global-norm clipping, an Adam step.
 fn reads_per_step(kind: EncoderKind, steps: usize) -> Vec<u64> {
-    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let task = task(kind);
     let mut model = model(&task);
     let mut optim = AdamConfig::new().init::<Ad, Model>();
@@ -120,6 +116,7 @@ fn counted_step<T: Task<Ad>>(
 
 #[test]
 fn recurrent_transformer_spinn_and_gumbel_steps_read_nothing() {
+    let _serial = crate::serial();
     for kind in [
         EncoderKind::Lstm,
         EncoderKind::OnLstm,
@@ -140,9 +137,9 @@ fn recurrent_transformer_spinn_and_gumbel_steps_read_nothing() {
 
 #[test]
 fn r2d2_pretraining_steps_read_nothing() {
+    let _serial = crate::serial();
     use arbor_encoders::r2d2::{CompositionConfig, R2d2Config, R2d2LmConfig};
     use arbor_tasks::{R2d2LmTask, R2d2Meta};
-    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let device = Default::default();
     seed_everything::<Ad>(&device, 5);
     // Sentences of 1 to 9 pieces, so that steps mix sentences that prune (window 2) with ones
@@ -209,7 +206,7 @@ impl Task<Ad> for Recording {
 
 #[test]
 fn the_engine_reads_once_per_logging_interval_on_an_lstm_classifier() {
-    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = crate::serial();
     let inner = task(EncoderKind::Lstm);
     let m = model(&inner);
     let task = Recording {

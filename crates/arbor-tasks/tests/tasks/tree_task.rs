@@ -36,6 +36,7 @@ fn data(n: usize, seed: u64) -> ClassifyData {
 
 #[test]
 fn gumbel_tree_lstm_learns_a_tree_task() {
+    let _serial = crate::serial();
     let device = Default::default();
     seed_everything::<Ad>(&device, 0);
     let embedding = TokenEmbeddingConfig::new(6, 16);

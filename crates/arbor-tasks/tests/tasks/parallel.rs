@@ -4,7 +4,7 @@
 //! the shares are weighted by their tokens) and for the recurrent LM (whose workers each carry
 //! the state of their band of rows from one segment to the next), to f32 tolerance.
 
-mod common;
+use crate::common;
 
 use arbor_encoders::r2d2::{CompositionConfig, R2d2Config, R2d2LmConfig};
 use arbor_encoders::{EncoderConfig, EncoderKind};
@@ -16,9 +16,6 @@ use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::prelude::*;
 
 type Ad = Autodiff<Flex>;
-
-/// The backend's generator and Burn's collective server are process-global.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// `n` sentences of 2 to 9 tokens (see `common::sentences`).
 fn data(n: usize, seed: u64) -> ClassifyData {
@@ -58,7 +55,6 @@ where
     T: Task<Ad>,
     F: Fn() -> T::Model,
 {
-    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let device = Default::default();
     let single: TrainOutcome<T::Model> =
@@ -90,6 +86,7 @@ where
 
 #[test]
 fn an_lstm_classifier_trains_the_same_on_two_workers() {
+    let _serial = crate::serial();
     let dim = 8;
     let embedding = TokenEmbeddingConfig::new(6, dim);
     let encoder = EncoderConfig::of_kind(EncoderKind::Lstm, dim, dim);
@@ -132,6 +129,7 @@ fn an_lstm_classifier_trains_the_same_on_two_workers() {
 
 #[test]
 fn r2d2_pretraining_trains_the_same_on_two_workers() {
+    let _serial = crate::serial();
     // Sentences of 1 to 9 pieces: the shares hold different numbers of tokens.
     let sentences: Vec<Vec<u32>> = (0..30u32)
         .map(|i| (0..1 + (i * 7) % 9).map(|t| 1 + (i + t) % 11).collect())
@@ -161,6 +159,7 @@ fn r2d2_pretraining_trains_the_same_on_two_workers() {
 
 #[test]
 fn the_recurrent_lm_trains_the_same_on_two_workers() {
+    let _serial = crate::serial();
     use arbor_cells::CellKind;
     use arbor_lm::{Batchified, RnnLmConfig};
     use arbor_tasks::LmTask;
