@@ -3,7 +3,7 @@
 use arbor_train::*;
 use burn::backend::Flex;
 
-use crate::support::{config, fresh, serial, Ad, Mlp, Probe};
+use super::support::{config, fresh, serial, Ad, Mlp, Probe};
 
 /// A run stopped at step 3 in a fresh directory, with data fingerprint `aaaa`.
 fn stopped_run(task: &mut Probe) -> (tempfile::TempDir, TrainConfig) {

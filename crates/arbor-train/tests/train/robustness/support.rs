@@ -13,12 +13,7 @@ use burn::tensor::TensorData;
 
 pub type Ad = Autodiff<Flex>;
 
-/// The backend's generator is process-global: runs must not interleave.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-pub fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+pub use crate::serial;
 
 #[derive(Module, Debug)]
 pub struct Mlp<B: Backend> {

@@ -14,9 +14,6 @@ use burn::tensor::TensorData;
 type C = Counting<Flex>;
 type Ad = Autodiff<C>;
 
-/// The backend's generator is process-global: runs must not interleave.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 #[derive(Module, Debug)]
 struct Lin<B: Backend> {
     l: Linear<B>,
@@ -101,7 +98,7 @@ impl Task<Ad> for Counted {
 
 /// The reads made by each step but the last (from its start to the next step's start).
 fn reads_per_step(log_every: u64, clip: Option<f64>) -> (Vec<u64>, Vec<MetricsRecord>) {
-    let _guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _guard = crate::serial();
     let dir = tempfile::tempdir().unwrap();
     let mut c = TrainConfig::new(dir.path());
     c.batch_size = 4; // 24 steps

@@ -93,6 +93,7 @@ fn logged_lrs(dir: &std::path::Path) -> Vec<f64> {
 
 #[test]
 fn cosine_anneals_over_the_whole_run() {
+    let _serial = crate::serial();
     let dir = tempfile::tempdir().unwrap();
     let mut c = config(dir.path());
     c.lr_schedule = LrSchedule::Cosine { steps: None };
@@ -112,6 +113,7 @@ fn cosine_anneals_over_the_whole_run() {
 
 #[test]
 fn step_schedule_and_warmup_compose() {
+    let _serial = crate::serial();
     let dir = tempfile::tempdir().unwrap();
     let mut c = config(dir.path());
     c.lr_schedule = LrSchedule::Step {
@@ -132,6 +134,7 @@ fn step_schedule_and_warmup_compose() {
 
 #[test]
 fn the_task_receives_the_annealed_temperature() {
+    let _serial = crate::serial();
     let dir = tempfile::tempdir().unwrap();
     let mut c = config(dir.path());
     c.tau_anneal = Some(TauAnneal::new(0.1, 4));
@@ -164,6 +167,7 @@ fn the_task_receives_the_annealed_temperature() {
 
 #[test]
 fn early_stopping_ends_the_run_and_a_resume_stays_stopped() {
+    let _serial = crate::serial();
     let dir = tempfile::tempdir().unwrap();
     let mut c = config(dir.path());
     c.epochs = 50;
@@ -188,6 +192,7 @@ fn early_stopping_ends_the_run_and_a_resume_stays_stopped() {
 
 #[test]
 fn impossible_schedules_are_refused_before_training() {
+    let _serial = crate::serial();
     let dir = tempfile::tempdir().unwrap();
     let mut c = config(dir.path());
     c.lr = 2.0;

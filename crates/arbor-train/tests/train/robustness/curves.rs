@@ -2,7 +2,7 @@
 
 use arbor_train::*;
 
-use crate::support::{config, fresh, log, serial, Probe};
+use super::support::{config, fresh, log, serial, Probe};
 
 #[test]
 fn a_run_draws_its_curves_as_svg() {

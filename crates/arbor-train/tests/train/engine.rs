@@ -10,12 +10,7 @@ use burn::tensor::TensorData;
 
 type Ad = Autodiff<Flex>;
 
-/// The backend's generator is process-global: tests that depend on it must not interleave.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+use crate::serial;
 
 #[derive(Module, Debug)]
 struct Toy<B: Backend> {

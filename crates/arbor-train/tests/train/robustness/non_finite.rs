@@ -3,7 +3,7 @@
 use arbor_train::*;
 use burn::backend::Flex;
 
-use crate::support::{config, fresh, log, saved_step, serial, Mlp, Probe, Spoil};
+use super::support::{config, fresh, log, saved_step, serial, Mlp, Probe, Spoil};
 
 #[test]
 fn a_nan_loss_stops_naming_step_epoch_batch_and_keeps_the_last_good_checkpoint() {

@@ -4,7 +4,7 @@ use arbor_train::*;
 use burn::backend::Flex;
 use burn::optim::GradientsParams;
 
-use crate::support::{config, fresh, log, serial, Ad, Mlp, Probe};
+use super::support::{config, fresh, log, serial, Ad, Mlp, Probe};
 
 #[test]
 fn warm_up_ramps_linearly_then_holds() {

@@ -6,7 +6,7 @@ use arbor_train::*;
 use burn::backend::Flex;
 use proptest::prelude::*;
 
-use crate::support::{config, fresh, serial, Mlp, Probe};
+use super::support::{config, fresh, serial, Mlp, Probe};
 
 /// The bytes of a real `last.ckpt` (a two-step run).
 fn real_checkpoint() -> &'static [u8] {

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use arbor_train::*;
 
-use crate::support::{config, fresh, log, saved_step, serial, weights, Probe, Spoil};
+use super::support::{config, fresh, log, saved_step, serial, weights, Probe, Spoil};
 
 #[test]
 fn a_tiny_time_budget_stops_early_with_a_resumable_checkpoint() {
