@@ -54,7 +54,8 @@ enum Cmd {
     /// the CUDA build check.
     Ci,
     /// Run the benchmark suite (`arbor-bench`): `--device`, `--filter`, `--quick`, `--out`, `--list`;
-    /// `--x86-v4` builds it with the AVX-512 matrix kernels (cargo feature `x86-v4`).
+    /// `--no-x86-v4` builds it without the AVX-512 matrix kernels (cargo feature `x86-v4`, on
+    /// by default), to compare the two kernel sets on one AVX-512 CPU.
     Bench {
         /// Arguments for `arbor-bench` (see `cargo xtask bench --help-bench`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -110,10 +111,16 @@ fn backend_feature(args: &[String]) -> Result<String> {
     features_for(device.unwrap_or("auto"), gpu_present())
 }
 
+/// The feature every build of xtask's adds to its backend's: `gemm`'s AVX-512 matrix kernels,
+/// picked at run time on CPUs with AVX-512F (the facade's and `arbor-bench`'s default too;
+/// docs/bench.md, "AVX-512 matrix products"). xtask builds with `--no-default-features`, so it
+/// names the feature itself.
+const CPU_PRODUCTS: &str = "x86-v4";
+
 /// [`backend_feature`] for a device name, knowing whether the machine has a GPU.
 fn features_for(device: &str, gpu: bool) -> Result<String> {
     let device = device.to_ascii_lowercase();
-    Ok(match device.as_str() {
+    let backend = match device.as_str() {
         "auto" if gpu => "flex,cuda",
         "auto" | "flex" | "cpu" => "flex",
         "ndarray" => "ndarray",
@@ -121,22 +128,27 @@ fn features_for(device: &str, gpu: bool) -> Result<String> {
         other => {
             bail!("unknown --device `{other}`: expected auto, flex, ndarray, cuda or cuda:N")
         }
-    }
-    .to_string())
+    };
+    Ok(format!("{backend},{CPU_PRODUCTS}"))
 }
 
-/// xtask's own flag of `cargo xtask bench`: build `arbor-bench` with the `x86-v4` feature (the
-/// AVX-512 matrix kernels); everything else goes to `arbor-bench`.
-const X86_V4_FLAG: &str = "--x86-v4";
+/// xtask's own flag of `cargo xtask bench`: build `arbor-bench` without the `x86-v4` feature
+/// (only `gemm`'s AVX2/FMA matrix kernels, to compare with the default on an AVX-512 CPU);
+/// everything else goes to `arbor-bench`.
+const NO_X86_V4_FLAG: &str = "--no-x86-v4";
 
 /// The cargo features `cargo xtask bench ARGS` builds `arbor-bench` with, and the arguments it
-/// passes on (without xtask's own `--x86-v4`; `--help-bench` becomes `arbor-bench --help`).
+/// passes on (without xtask's own `--no-x86-v4`; `--help-bench` becomes `arbor-bench --help`).
 fn bench_build(args: &[String]) -> Result<(String, Vec<String>)> {
     let mut feature = backend_feature(args)?;
     let mut forwarded = Vec::with_capacity(args.len());
     for a in args {
-        if a == X86_V4_FLAG {
-            feature.push_str(",x86-v4");
+        if a == NO_X86_V4_FLAG {
+            feature = feature
+                .split(',')
+                .filter(|f| *f != CPU_PRODUCTS)
+                .collect::<Vec<_>>()
+                .join(",");
         } else if a == "--help-bench" {
             forwarded.push("--help".to_string());
         } else {
@@ -217,34 +229,40 @@ mod tests {
 
     #[test]
     fn the_device_picks_the_backend_feature() {
-        // No --device is auto: the CPU, plus CUDA on a machine with a GPU.
-        let auto = if gpu_present() { "flex,cuda" } else { "flex" };
+        // No --device is auto: the CPU, plus CUDA on a machine with a GPU; every build has the
+        // AVX-512 matrix kernels.
+        let auto = if gpu_present() {
+            "flex,cuda,x86-v4"
+        } else {
+            "flex,x86-v4"
+        };
         assert_eq!(backend_feature(&strings(&["--quick"])).unwrap(), auto);
-        assert_eq!(features_for("auto", true).unwrap(), "flex,cuda");
-        assert_eq!(features_for("AUTO", false).unwrap(), "flex");
+        assert_eq!(features_for("auto", true).unwrap(), "flex,cuda,x86-v4");
+        assert_eq!(features_for("AUTO", false).unwrap(), "flex,x86-v4");
         assert_eq!(
             backend_feature(&strings(&["--device", "cuda"])).unwrap(),
-            "cuda"
+            "cuda,x86-v4"
         );
         assert_eq!(
             backend_feature(&strings(&["--device=cuda:1"])).unwrap(),
-            "cuda"
+            "cuda,x86-v4"
         );
         assert_eq!(
             backend_feature(&strings(&["--device", "ndarray"])).unwrap(),
-            "ndarray"
+            "ndarray,x86-v4"
         );
         assert!(backend_feature(&strings(&["--device", "tpu"])).is_err());
     }
 
     #[test]
-    fn x86_v4_is_xtasks_own_flag() {
+    fn no_x86_v4_is_xtasks_own_flag() {
         let (features, forwarded) =
-            bench_build(&strings(&["--quick", "--x86-v4", "--filter", "cells"])).unwrap();
-        assert!(features.ends_with(",x86-v4"), "{features}");
+            bench_build(&strings(&["--quick", "--no-x86-v4", "--filter", "cells"])).unwrap();
+        assert!(!features.contains("x86-v4"), "{features}");
+        assert!(features.starts_with("flex"), "{features}");
         assert_eq!(forwarded, strings(&["--quick", "--filter", "cells"]));
         let (features, forwarded) = bench_build(&strings(&["--help-bench"])).unwrap();
-        assert!(!features.contains("x86-v4"));
+        assert!(features.ends_with(",x86-v4"), "{features}");
         assert_eq!(forwarded, strings(&["--help"]));
     }
 
