@@ -159,6 +159,34 @@ impl<B: ArborBackend> BinaryTreeLstm<B> {
         (state, gates)
     }
 
+    /// The Gumbel Tree-LSTM's layers with argmax decisions over `leaves`, as one op
+    /// ([`arbor_kernels::argmax_tree`]): every adjacent pair composed by this cell and scored
+    /// `query·h / √D`, the first best merged, layer after layer. `None` where the backend has
+    /// no such op (autodiff, CUDA, non-`f32` data) or the cell has an external input.
+    ///
+    /// # Shapes
+    /// - `leaves`: `[batch, n, D]` each; `query`: `[D]`; `lengths`: `batch` entries in `1..=n`
+    /// - output: see [`arbor_kernels::ArgmaxTree`]
+    pub fn argmax_tree(
+        &self,
+        leaves: &LstmState<B, 3>,
+        query: Tensor<B, 1>,
+        lengths: &[usize],
+    ) -> Option<arbor_kernels::ArgmaxTree<B>> {
+        if self.external.is_some() {
+            return None;
+        }
+        arbor_kernels::argmax_tree(
+            leaves.h.clone(),
+            leaves.c.clone(),
+            self.children.weight.val(),
+            self.children.bias.as_ref().map(|b| b.val()),
+            query,
+            lengths,
+            &GateLayout::binary_tree_lstm(),
+        )
+    }
+
     /// The gate pre-activations `[h_l; h_r]·W + b` of given pairs, with no autodiff node (the
     /// inputs and the weights are read as constants): for values that
     /// [`forward_adjacent_with_gates`](Self::forward_adjacent_with_gates) is then given.

@@ -209,6 +209,17 @@ macro_rules! host_backend {
                     => $crate::ops::select_mix::host::select_mix_backward::<Self>;
                 fn adjacent_pairs(x: FloatTensor<Self>) -> FloatTensor<Self>
                     => $crate::ops::adjacent::host::adjacent_pairs::<Self>;
+                #[allow(clippy::too_many_arguments)]
+                fn argmax_tree(
+                    leaf_h: FloatTensor<Self>,
+                    leaf_c: FloatTensor<Self>,
+                    weight: FloatTensor<Self>,
+                    bias: Option<FloatTensor<Self>>,
+                    query: FloatTensor<Self>,
+                    lengths: &[usize],
+                    layout: &GateLayout,
+                ) -> Option<$crate::ArgmaxTreeParts<Self>>
+                    => $crate::ops::argmax_tree::host::argmax_tree::<Self>;
                 fn adjacent_pairs_backward(grad: FloatTensor<Self>) -> FloatTensor<Self>
                     => $crate::ops::adjacent::host::adjacent_pairs_backward::<Self>;
                 fn activation(x: FloatTensor<Self>, act: Activation) -> FloatTensor<Self>

@@ -89,6 +89,7 @@ mod cuda;
 
 pub use ops::activation::{gelu, sigmoid, tanh, Activation};
 pub use ops::adjacent::adjacent_pairs;
+pub use ops::argmax_tree::{argmax_tree, ArgmaxTree, ArgmaxTreeParts};
 pub use ops::gated_cell::{gated_cell, gated_output, GateLayout};
 pub use ops::layer_norm::layer_norm;
 pub use ops::linear::{cpu_product_kernels, linear, linear_given, linear_pair};
@@ -375,6 +376,23 @@ pub trait ArborBackend: Backend {
         grad: FloatTensor<Self>,
     ) -> [FloatTensor<Self>; 4] {
         reference::lstm_sequence_backward::<Self>(u, h0, c0, out, gates, lengths, grad)
+    }
+
+    /// The Gumbel Tree-LSTM's layers with argmax decisions as one op; see [`argmax_tree`].
+    /// `None` (the default): the backend has no such op, and the caller runs the layers as
+    /// tensor ops.
+    #[allow(clippy::too_many_arguments)]
+    fn argmax_tree(
+        leaf_h: FloatTensor<Self>,
+        leaf_c: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        query: FloatTensor<Self>,
+        lengths: &[usize],
+        layout: &GateLayout,
+    ) -> Option<ArgmaxTreeParts<Self>> {
+        let _ = (leaf_h, leaf_c, weight, bias, query, lengths, layout);
+        None
     }
 
     /// The linear recurrence `c_t = a_t ⊙ c_{t−1} + u_t` over every step; see [`linear_scan`].

@@ -20,13 +20,16 @@ use super::GumbelTreeLstm;
 pub enum CandidateSchedule {
     /// Only the two pairs around the last merge are composed; every other candidate is carried
     /// from the previous layer. Evaluation (argmax) carries the candidates themselves: `O(n)`
-    /// compositions per sentence. Training carries their gate pre-activations, so the forward
-    /// products are `O(n)` and the backward pass, which must reach every candidate, is the same
-    /// as recomposition's. The default.
+    /// compositions per sentence, and on the CPU backends (without autodiff) the whole pass is
+    /// one op ([`arbor_kernels::argmax_tree`]: nodes kept in place, no per-layer copy of the
+    /// layer). Training carries their gate pre-activations, so the forward products are `O(n)`
+    /// and the backward pass, which must reach every candidate, is the same as
+    /// recomposition's. The default.
     #[default]
     Carry,
-    /// Argmax decisions carry the candidates themselves; sampled decisions recompose every
-    /// pair (the default before training carried its gates).
+    /// Argmax decisions carry the candidates themselves as tensor ops on every backend (the
+    /// path `Carry` takes where the backend has no fused pass); sampled decisions recompose
+    /// every pair (the default before training carried its gates).
     CarryInEvaluation,
     /// Every adjacent pair composed at every layer, as the authors' code does: the reference
     /// path, `O(n²)` compositions per sentence.
@@ -39,9 +42,8 @@ impl CandidateSchedule {
             (CandidateSchedule::Recompose, _) | (CandidateSchedule::CarryInEvaluation, false) => {
                 Carry::Nothing
             }
-            (CandidateSchedule::Carry | CandidateSchedule::CarryInEvaluation, true) => {
-                Carry::Values
-            }
+            (CandidateSchedule::Carry, true) => Carry::Fused,
+            (CandidateSchedule::CarryInEvaluation, true) => Carry::Values,
             (CandidateSchedule::Carry, false) => Carry::Gates,
         }
     }
@@ -54,6 +56,9 @@ pub(super) enum Carry {
     Nothing,
     /// The candidates' `h`, `c` and scores (argmax decisions only).
     Values,
+    /// The whole pass as the backend's fused op where it has one, else `Values` (argmax
+    /// decisions only).
+    Fused,
     /// The candidates' gate pre-activations (any decisions; the gradients of recomposition).
     Gates,
 }

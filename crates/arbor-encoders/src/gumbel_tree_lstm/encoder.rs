@@ -182,6 +182,10 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
     ///   candidates' `h`, `c` and scores are carried; 2 compositions per layer instead of
     ///   `m − 1`, `O(n)` instead of `O(n²)` per sentence, and the gradients are the same,
     ///   because a constant one-hot selection copies them as the identity;
+    /// - `Carry::Fused` (argmax decisions): the whole pass as one op of the backend
+    ///   ([`BinaryTreeLstm::argmax_tree`]: the same values with the nodes kept in place, so no
+    ///   per-layer copy of the layer), where it has one (the CPU backends without autodiff);
+    ///   `Carry::Values` elsewhere;
     /// - `Carry::Gates` (sampled decisions): the straight-through selection sends gradient
     ///   into every next-layer node, so each layer's backward pass must still run through
     ///   every candidate. The gate pre-activations `[h_k; h_{k+1}]·W + b` are carried (and the
@@ -210,6 +214,14 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
             embeddings
         };
         let leaves = self.leaf.forward(x, lengths);
+        if carry == Carry::Fused && n >= 2 {
+            if let Some(tree) = self
+                .composition
+                .argmax_tree(&leaves, self.query.val(), lengths)
+            {
+                return self.fused_output(tree, leaves, lengths);
+            }
+        }
         let mut layer = leaves.clone();
         let mut selected = Vec::with_capacity(n.saturating_sub(1));
         let mut probabilities = Vec::with_capacity(n.saturating_sub(1));
@@ -253,7 +265,7 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
             );
             if m > 2 {
                 carried = match (carry, gates) {
-                    (Carry::Values, _) => {
+                    (Carry::Values | Carry::Fused, _) => {
                         let (parent, logits) = self.carry_values(
                             &parent,
                             logits,
@@ -286,6 +298,49 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
         let root = LstmState::new(layer.h.reshape([batch, d]), layer.c.reshape([batch, d]));
         let (sentence, attention) = if attend {
             let (sentence, weights) = intra_attention(Tensor::cat(nodes, 1), lengths);
+            (sentence, Some(weights))
+        } else {
+            (root.h.clone(), None)
+        };
+        GumbelTreeOutput {
+            root,
+            sentence,
+            attention,
+            leaves,
+            selected,
+            probabilities,
+            lengths: lengths.to_vec(),
+        }
+    }
+}
+
+impl<B: ArborBackend> GumbelTreeLstm<B> {
+    /// The output of a fused argmax pass ([`BinaryTreeLstm::argmax_tree`]) in the layout the
+    /// layers' loop gives: per-layer selections and probabilities, intra-attention over the
+    /// leaves and the chosen parents.
+    fn fused_output(
+        &self,
+        tree: arbor_cells::kernels::ArgmaxTree<B>,
+        leaves: LstmState<B, 3>,
+        lengths: &[usize],
+    ) -> GumbelTreeOutput<B> {
+        let [batch, layers] = tree.selected.dims();
+        let selected = (0..layers)
+            .map(|t| tree.selected.clone().narrow(1, t, 1).reshape([batch]))
+            .collect();
+        let probabilities = (0..layers)
+            .map(|t| {
+                tree.probabilities
+                    .clone()
+                    .narrow(1, t, 1)
+                    .reshape([batch, layers])
+                    .narrow(1, 0, layers - t)
+            })
+            .collect();
+        let root = LstmState::new(tree.root_h, tree.root_c);
+        let (sentence, attention) = if self.settings.intra_attention {
+            let nodes = Tensor::cat(vec![leaves.h.clone(), tree.chosen], 1);
+            let (sentence, weights) = intra_attention(nodes, lengths);
             (sentence, Some(weights))
         } else {
             (root.h.clone(), None)

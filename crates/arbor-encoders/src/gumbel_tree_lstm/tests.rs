@@ -171,3 +171,82 @@ fn carried_candidates_match_recomposition_flex_f32() {
 fn carried_candidates_match_recomposition_ndarray_f64() {
     carried_candidates_match_recomposition::<Autodiff<NdArray<f64>>>(1e-12);
 }
+
+/// The fused argmax pass (the default schedule on a CPU backend without autodiff) equals the
+/// layers run as tensor ops, carried and recomposed: the trees, the selection probabilities of
+/// every layer, the root, the sentence vector and the intra-attention weights.
+fn fused_evaluation_matches_the_tensor_layers<B: ArborBackend>(tol: f64) {
+    let device = Default::default();
+    let lengths = [9, 1, 2, 7, 3, 9, 5, 8, 4, 6];
+    for (seed, leaf, attend) in [
+        (1, LeafKind::Affine, false),
+        (2, LeafKind::Lstm, true),
+        (3, LeafKind::BiLstm, true),
+    ] {
+        let what = format!("seed {seed}");
+        B::seed(&device, seed);
+        let mut m = GumbelTreeLstmConfig::new(4, 6)
+            .with_leaf(leaf)
+            .with_intra_attention(Some(attend))
+            .init::<B>(&device);
+        m.query = Param::from_tensor(Tensor::random([6], Distribution::Normal(0.0, 1.0), &device));
+        let x = Tensor::<B, 3>::random([lengths.len(), 10, 4], Distribution::Default, &device);
+        let leaves = m.leaf.forward(x.clone().narrow(1, 0, 9), &lengths);
+        assert!(
+            m.composition
+                .argmax_tree(&leaves, m.query.val(), &lengths)
+                .is_some(),
+            "{what}: the backend runs the fused pass"
+        );
+        let run = |schedule| m.forward_scheduled(x.clone(), &lengths, Decisions::Argmax, schedule);
+        let fused = run(CandidateSchedule::default());
+        let flat =
+            |t: Tensor<B, 2>| -> Vec<f64> { t.into_data().convert::<f64>().to_vec().unwrap() };
+        for other in [
+            CandidateSchedule::CarryInEvaluation,
+            CandidateSchedule::Recompose,
+        ] {
+            let o = run(other);
+            let what = format!("{what}, against {other:?}");
+            assert_eq!(fused.layer_indices(), o.layer_indices(), "{what}: trees");
+            let close = |p: Vec<f64>, q: Vec<f64>, part: &str| {
+                assert_eq!(p.len(), q.len(), "{what}: {part}");
+                for (i, (u, v)) in p.iter().zip(&q).enumerate() {
+                    assert!((u - v).abs() <= tol, "{what}: {part}[{i}]: {u} vs {v}");
+                }
+            };
+            assert_eq!(fused.probabilities.len(), o.probabilities.len());
+            for (t, (p, q)) in fused.probabilities.iter().zip(&o.probabilities).enumerate() {
+                close(
+                    flat(p.clone()),
+                    flat(q.clone()),
+                    &format!("layer {t} probabilities"),
+                );
+            }
+            close(flat(fused.root.h.clone()), flat(o.root.h.clone()), "root h");
+            close(flat(fused.root.c.clone()), flat(o.root.c.clone()), "root c");
+            close(
+                flat(fused.sentence.clone()),
+                flat(o.sentence.clone()),
+                "sentence",
+            );
+            match (&fused.attention, &o.attention) {
+                (Some(a), Some(b)) => close(flat(a.clone()), flat(b.clone()), "attention"),
+                (a, b) => assert_eq!(a.is_some(), b.is_some(), "{what}: attention"),
+            }
+        }
+        assert!(
+            fused.layer_indices().iter().flatten().any(|&k| k > 0),
+            "{what}: some merge away from the left edge"
+        );
+    }
+}
+
+#[test]
+fn fused_evaluation_matches_the_tensor_layers_flex() {
+    fused_evaluation_matches_the_tensor_layers::<Flex>(2e-5);
+}
+
+// Flex only: NdArray<f32> and NdArray<f64> share one device, whose default float type a
+// concurrent f64 test may set (arbor-kernels' `tests/fused/argmax_tree.rs` runs the op on
+// NdArray<f32> with explicit dtypes).

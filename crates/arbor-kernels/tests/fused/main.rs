@@ -5,6 +5,7 @@
 
 mod activation;
 mod adjacent;
+mod argmax_tree;
 mod gated_cell;
 mod linear_scan;
 mod lstm;

@@ -1,0 +1,411 @@
+//! `argmax_tree`: a whole evaluation (argmax) pass of the Gumbel Tree-LSTM's bottom-up layers
+//! as one op on the CPU backends.
+
+use burn::prelude::*;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{TensorData, TensorPrimitive};
+
+use crate::{ArborBackend, GateLayout};
+
+/// What [`argmax_tree`] returns.
+#[derive(Debug, Clone)]
+pub struct ArgmaxTree<B: Backend> {
+    /// Every sentence's root `h` `[batch, D]` (a one-token sentence's root is its leaf).
+    pub root_h: Tensor<B, 2>,
+    /// Every sentence's root `c` `[batch, D]`.
+    pub root_c: Tensor<B, 2>,
+    /// The `h` of the parent selected at each layer `[batch, n − 1, D]`; zeros once an
+    /// example's tree is complete.
+    pub chosen: Tensor<B, 3>,
+    /// The index selected at each layer `[batch, n − 1]` (the position of the merged pair among
+    /// the layer's `n − t − 1` pairs); 0 once an example's tree is complete.
+    pub selected: Tensor<B, 2, Int>,
+    /// The softmax of the valid candidates' scores at each layer `[batch, n − 1, n − 1]`: layer
+    /// `t` in row `t`, its `n − 1 − t` pairs in columns `0..n − 1 − t`; zeros elsewhere, on
+    /// invalid pairs and once an example's tree is complete.
+    pub probabilities: Tensor<B, 3>,
+}
+
+/// What a backend's [`ArborBackend::argmax_tree`] returns: [`ArgmaxTree`]'s tensors as
+/// primitives, the selections as `[batch, n − 1]` row-major indices.
+#[derive(Debug)]
+pub struct ArgmaxTreeParts<B: Backend> {
+    /// [`ArgmaxTree::root_h`].
+    pub root_h: FloatTensor<B>,
+    /// [`ArgmaxTree::root_c`].
+    pub root_c: FloatTensor<B>,
+    /// [`ArgmaxTree::chosen`].
+    pub chosen: FloatTensor<B>,
+    /// [`ArgmaxTree::selected`], row-major.
+    pub selected: Vec<i64>,
+    /// [`ArgmaxTree::probabilities`].
+    pub probabilities: FloatTensor<B>,
+}
+
+/// The Gumbel Tree-LSTM's bottom-up layers with argmax decisions (Choi, Yoo & Lee 2018, at
+/// evaluation) as one op, or `None` where the backend has no such op (the caller then runs the
+/// layers as tensor ops): the CPU backends on `f32` data have it; autodiff backends (whose
+/// callers may want gradients), CUDA and other float types do not.
+///
+/// At each layer every adjacent pair `(l, r)` of the current nodes has a candidate parent from
+/// the binary Tree-LSTM `[gates] = [h_l; h_r]·W + b` (`layout`: the blocks of the input,
+/// forget-left, forget-right, output and candidate gates), `c = σ(i)⊙tanh(g) + σ(f_l)⊙c_l +
+/// σ(f_r)⊙c_r`, `h = σ(o)⊙tanh(c)`, scored `q·h / √D`; the first pair of highest score is
+/// merged. Only the two pairs around the merged node are new at the next layer, so the op
+/// keeps every other candidate and composes `2·batch` pairs per layer (`O(n)` compositions per
+/// sentence), and keeps the nodes in place (a linked list) instead of shifting them. The
+/// result is that of composing every pair at every layer, to rounding.
+///
+/// # Shapes
+/// - `leaf_h`, `leaf_c`: `[batch, n, D]`; positions past an example's length are not read
+/// - `weight`: `[2D, 5D]` (Burn's `[in, out]`), `bias`: `[5D]`, `query`: `[D]`
+/// - `lengths`: `batch` entries in `1..=n`
+/// - output: see [`ArgmaxTree`]
+///
+/// # Panics
+/// If the shapes disagree, `layout` is not five blocks, or a length is outside `1..=n`.
+pub fn argmax_tree<B: ArborBackend>(
+    leaf_h: Tensor<B, 3>,
+    leaf_c: Tensor<B, 3>,
+    weight: Tensor<B, 2>,
+    bias: Option<Tensor<B, 1>>,
+    query: Tensor<B, 1>,
+    lengths: &[usize],
+    layout: &GateLayout,
+) -> Option<ArgmaxTree<B>> {
+    let [batch, n, d] = leaf_h.dims();
+    assert_eq!(leaf_c.dims(), [batch, n, d], "argmax_tree: leaf_c's shape");
+    assert_eq!(weight.dims(), [2 * d, 5 * d], "argmax_tree: weight's shape");
+    if let Some(b) = &bias {
+        assert_eq!(b.dims(), [5 * d], "argmax_tree: bias's shape");
+    }
+    assert_eq!(query.dims(), [d], "argmax_tree: query's shape");
+    assert!(
+        layout.is_valid() && layout.blocks == 5 && layout.forgets.len() == 2,
+        "argmax_tree: a binary Tree-LSTM layout has five blocks and two forget gates: {layout:?}"
+    );
+    assert!(
+        lengths.len() == batch && lengths.iter().all(|&l| (1..=n).contains(&l)),
+        "argmax_tree: {} lengths for {batch} rows of {n} nodes: {lengths:?}",
+        lengths.len()
+    );
+    let device = leaf_h.device();
+    let p = |t: Tensor<B, 3>| t.into_primitive().tensor();
+    let parts = B::argmax_tree(
+        p(leaf_h),
+        p(leaf_c),
+        weight.into_primitive().tensor(),
+        bias.map(|b| b.into_primitive().tensor()),
+        query.into_primitive().tensor(),
+        lengths,
+        layout,
+    )?;
+    fn float<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
+        Tensor::from_primitive(TensorPrimitive::Float(t))
+    }
+    let layers = n - 1;
+    Some(ArgmaxTree {
+        root_h: float(parts.root_h),
+        root_c: float(parts.root_c),
+        chosen: float(parts.chosen),
+        selected: Tensor::from_data(TensorData::new(parts.selected, [batch, layers]), &device),
+        probabilities: float(parts.probabilities),
+    })
+}
+
+/// The CPU loops: the layers over `f32` rows.
+pub(crate) mod cpu {
+    use crate::ops::gated_cell::cpu::{gated_cell, gated_output};
+    use crate::ops::linear::host::gemm_slices;
+    use crate::par;
+    use crate::GateLayout;
+
+    /// No node (the end of a linked list).
+    const NONE: usize = usize::MAX;
+
+    /// The inputs of [`argmax_tree`]: the leaves `[batch, n, D]`, the composition's weight as
+    /// `(slice, row stride, column stride)` of its `[2D, 5D]` matrix, the bias `[5D]` and the
+    /// query `[D]`.
+    pub(crate) struct Inputs<'a> {
+        pub(crate) leaf_h: &'a [f32],
+        pub(crate) leaf_c: &'a [f32],
+        pub(crate) weight: (&'a [f32], usize, usize),
+        pub(crate) bias: Option<&'a [f32]>,
+        pub(crate) query: &'a [f32],
+        pub(crate) lengths: &'a [usize],
+        pub(crate) n: usize,
+        pub(crate) d: usize,
+    }
+
+    /// [`super::argmax_tree`]'s outputs, row-major: root `h`, root `c` (`[batch, D]` each),
+    /// chosen parents `[batch, n − 1, D]`, selections `[batch, n − 1]`, probabilities
+    /// `[batch, n − 1, n − 1]`.
+    pub(crate) struct Outputs {
+        pub(crate) root_h: Vec<f32>,
+        pub(crate) root_c: Vec<f32>,
+        pub(crate) chosen: Vec<f32>,
+        pub(crate) selected: Vec<i64>,
+        pub(crate) probabilities: Vec<f32>,
+    }
+
+    /// The per-layer work buffers of the compositions, reused across layers.
+    #[derive(Default)]
+    struct Scratch {
+        pairs: Vec<f32>,
+        gates: Vec<f32>,
+        c_left: Vec<f32>,
+        c_right: Vec<f32>,
+        c: Vec<f32>,
+        h: Vec<f32>,
+    }
+
+    /// See [`super::argmax_tree`]. Nodes stay at their leaf positions: merging pair `(p, q)`
+    /// writes the parent at `p` and unlinks `q`; the candidate of pair `(p, next(p))` is kept
+    /// at `p`.
+    pub(crate) fn argmax_tree(x: &Inputs<'_>, layout: &GateLayout) -> Outputs {
+        let (n, d) = (x.n, x.d);
+        let batch = x.lengths.len();
+        let layers = n.saturating_sub(1);
+        let mut h = x.leaf_h[..batch * n * d].to_vec();
+        let mut c = x.leaf_c[..batch * n * d].to_vec();
+        let (mut cand_h, mut cand_c) = (vec![0f32; batch * n * d], vec![0f32; batch * n * d]);
+        let mut score = vec![0f32; batch * n];
+        let mut next = vec![NONE; batch * n];
+        let mut prev = vec![NONE; batch * n];
+        for (b, &len) in x.lengths.iter().enumerate() {
+            for i in 0..len {
+                if i + 1 < len {
+                    next[b * n + i] = b * n + i + 1;
+                }
+                if i > 0 {
+                    prev[b * n + i] = b * n + i - 1;
+                }
+            }
+        }
+        let mut out = Outputs {
+            root_h: vec![0f32; batch * d],
+            root_c: vec![0f32; batch * d],
+            chosen: vec![0f32; batch * layers * d],
+            selected: vec![0i64; batch * layers],
+            probabilities: vec![0f32; batch * layers * layers],
+        };
+        let mut scratch = Scratch::default();
+        // Layer 0: every adjacent pair of every example (`(left, right)` global node indices).
+        let mut todo: Vec<(usize, usize)> = x
+            .lengths
+            .iter()
+            .enumerate()
+            .flat_map(|(b, &len)| {
+                (0..len.saturating_sub(1)).map(move |i| (b * n + i, b * n + i + 1))
+            })
+            .collect();
+        let mut row_scores = vec![0f32; layers];
+        for t in 0..layers {
+            compose(
+                x,
+                layout,
+                &todo,
+                &h,
+                &c,
+                &mut cand_h,
+                &mut cand_c,
+                &mut score,
+                &mut scratch,
+            );
+            todo.clear();
+            for (b, &len) in x.lengths.iter().enumerate() {
+                if len < t + 2 {
+                    continue; // complete: no selection, zeros
+                }
+                // The layer's pairs in order along the list from node 0.
+                let k = len - t - 1;
+                let mut at = b * n;
+                let (mut best, mut best_at, mut best_score) = (0, at, f32::NAN);
+                for (j, s) in row_scores[..k].iter_mut().enumerate() {
+                    *s = score[at];
+                    // The first of the highest scores, as an argmax; a NaN is never higher.
+                    if j == 0 || *s > best_score {
+                        (best, best_at, best_score) = (j, at, *s);
+                    }
+                    at = next[at];
+                }
+                softmax(
+                    &row_scores[..k],
+                    &mut out.probabilities[(b * layers + t) * layers..][..k],
+                );
+                out.selected[b * layers + t] = best as i64;
+                // Merge `(best_at, q)`: the parent takes `best_at`'s place, `q` leaves the list.
+                let p = best_at;
+                let q = next[p];
+                h[p * d..(p + 1) * d].copy_from_slice(&cand_h[p * d..(p + 1) * d]);
+                c[p * d..(p + 1) * d].copy_from_slice(&cand_c[p * d..(p + 1) * d]);
+                out.chosen[(b * layers + t) * d..][..d].copy_from_slice(&h[p * d..(p + 1) * d]);
+                let after = next[q];
+                next[p] = after;
+                if after != NONE {
+                    prev[after] = p;
+                }
+                if prev[p] != NONE {
+                    todo.push((prev[p], p));
+                }
+                if after != NONE {
+                    todo.push((p, after));
+                }
+            }
+        }
+        for b in 0..batch {
+            // Node 0 is never unlinked: it is every sentence's root at the end.
+            out.root_h[b * d..(b + 1) * d].copy_from_slice(&h[b * n * d..(b * n + 1) * d]);
+            out.root_c[b * d..(b + 1) * d].copy_from_slice(&c[b * n * d..(b * n + 1) * d]);
+        }
+        out
+    }
+
+    /// `out = softmax(s)` with the largest score subtracted first; a sum under `1e-12` is
+    /// clamped to it (as `masked_softmax`).
+    fn softmax(s: &[f32], out: &mut [f32]) {
+        let max = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut z = 0f32;
+        for (o, &v) in out.iter_mut().zip(s) {
+            *o = (v - max).exp();
+            z += *o;
+        }
+        let z = z.max(1e-12);
+        for o in out.iter_mut() {
+            *o /= z;
+        }
+    }
+
+    /// The candidate parent of every pair in `todo` (global node indices `(left, right)`),
+    /// written with its score at the left node's place in `cand_h`, `cand_c`, `score`: one
+    /// product for all pairs, then the fused cell update of every row.
+    #[allow(clippy::too_many_arguments)]
+    fn compose(
+        x: &Inputs<'_>,
+        layout: &GateLayout,
+        todo: &[(usize, usize)],
+        h: &[f32],
+        c: &[f32],
+        cand_h: &mut [f32],
+        cand_c: &mut [f32],
+        score: &mut [f32],
+        s: &mut Scratch,
+    ) {
+        let (d, rows) = (x.d, todo.len());
+        if rows == 0 {
+            return;
+        }
+        let w = 5 * d;
+        let node = |i: usize| i * d..(i + 1) * d;
+        s.pairs.clear();
+        s.c_left.clear();
+        s.c_right.clear();
+        for &(l, r) in todo {
+            s.pairs.extend_from_slice(&h[node(l)]);
+            s.pairs.extend_from_slice(&h[node(r)]);
+            s.c_left.extend_from_slice(&c[node(l)]);
+            s.c_right.extend_from_slice(&c[node(r)]);
+        }
+        s.gates.clear();
+        match x.bias {
+            Some(bias) => (0..rows).for_each(|_| s.gates.extend_from_slice(&bias[..w])),
+            None => s.gates.resize(rows * w, 0.0),
+        }
+        let (weight, w_rs, w_cs) = x.weight;
+        gemm_slices(
+            (rows, w, 2 * d),
+            &mut s.gates,
+            w,
+            true,
+            &s.pairs,
+            (2 * d, 1),
+            weight,
+            (w_rs, w_cs),
+        );
+        s.c.resize(rows * d, 0.0);
+        s.h.resize(rows * d, 0.0);
+        let (gates, cl, cr) = (&s.gates, &s.c_left, &s.c_right);
+        par::rows(
+            rows,
+            w + 3 * d,
+            vec![(&mut s.c[..rows * d], d), (&mut s.h[..rows * d], d)],
+            &|r, o| {
+                let [co, ho] = o else {
+                    unreachable!("two outputs")
+                };
+                let g = par::at(gates, &r, w);
+                gated_cell(g, &[par::at(cl, &r, d), par::at(cr, &r, d)], layout, d, co);
+                gated_output(g, co, layout, d, ho);
+            },
+        );
+        let scale = (d as f32).sqrt();
+        for (row, &(l, _)) in todo.iter().enumerate() {
+            let hr = &s.h[row * d..(row + 1) * d];
+            cand_h[l * d..(l + 1) * d].copy_from_slice(hr);
+            cand_c[l * d..(l + 1) * d].copy_from_slice(&s.c[row * d..(row + 1) * d]);
+            let dot: f32 = hr.iter().zip(x.query).map(|(a, b)| a * b).sum();
+            score[l] = dot / scale;
+        }
+    }
+}
+
+/// The CPU backends' entry point.
+pub(crate) mod host {
+    use burn::prelude::Backend;
+    use burn::tensor::ops::FloatTensor;
+    use burn::tensor::Shape;
+
+    use super::{cpu, ArgmaxTreeParts};
+    use crate::host::{dims3, HostTensor};
+    use crate::GateLayout;
+
+    /// The CPU op on `f32` tensors whose weight's strides are exposed; `None` otherwise.
+    pub(crate) fn argmax_tree<B: Backend>(
+        leaf_h: FloatTensor<B>,
+        leaf_c: FloatTensor<B>,
+        weight: FloatTensor<B>,
+        bias: Option<FloatTensor<B>>,
+        query: FloatTensor<B>,
+        lengths: &[usize],
+        layout: &GateLayout,
+    ) -> Option<ArgmaxTreeParts<B>>
+    where
+        FloatTensor<B>: HostTensor,
+    {
+        let (batch, n, d) = dims3(&leaf_h);
+        let (lh, lc, q) = (leaf_h.host()?, leaf_c.host()?, query.host()?);
+        let bias = match &bias {
+            Some(b) => Some(b.host()?),
+            None => None,
+        };
+        // The weight's own memory where the backend exposes its strides, else a row-major copy.
+        let copy;
+        let weight = match weight.matrix() {
+            Some((ws, wo, rs, cs)) => (&ws[wo..], rs as usize, cs as usize),
+            None => {
+                copy = weight.host()?;
+                (&copy[..], 5 * d, 1)
+            }
+        };
+        let inputs = cpu::Inputs {
+            leaf_h: &lh,
+            leaf_c: &lc,
+            weight,
+            bias: bias.as_deref(),
+            query: &q,
+            lengths,
+            n,
+            d,
+        };
+        let out = cpu::argmax_tree(&inputs, layout);
+        let layers = n.saturating_sub(1);
+        let t = <FloatTensor<B> as HostTensor>::from_f32;
+        Some(ArgmaxTreeParts {
+            root_h: t(out.root_h, Shape::new([batch, d])),
+            root_c: t(out.root_c, Shape::new([batch, d])),
+            chosen: t(out.chosen, Shape::new([batch, layers, d])),
+            selected: out.selected,
+            probabilities: t(out.probabilities, Shape::new([batch, layers, layers])),
+        })
+    }
+}
