@@ -252,6 +252,7 @@ fn compare_with_pytorch<B: ArborBackend>(
         python: python.clone(),
         torch_version: None,
         threads,
+        omp_wait_policy: versus::omp_wait_policy(),
         skipped: None,
         notes: Vec::new(),
     };

@@ -193,11 +193,15 @@ pub fn markdown(report: &Report) -> String {
             None => {
                 let _ = writeln!(
                     s,
-                    "- versus PyTorch {} (`{}`): the twins (`crates/arbor-bench/pytorch/twins.py`) and, where they run, the authors' own modules (`pytorch/authors.py`, the repository and commit in `bench.json`); {} thread(s) on both sides (arbor's rayon pool; `torch.set_num_threads({})`), each side timed as often as arbor was; arbor/X = arbor throughput ÷ X's throughput (above 1: arbor is faster); *fastest* is against the faster of the two\n",
+                    "- versus PyTorch {} (`{}`): the twins (`crates/arbor-bench/pytorch/twins.py`) and, where they run, the authors' own modules (`pytorch/authors.py`, the repository and commit in `bench.json`); {} thread(s) on both sides (arbor's rayon pool; `torch.set_num_threads({})`), each side timed as often as arbor was; {}; arbor/X = arbor throughput ÷ X's throughput (above 1: arbor is faster); *fastest* is against the faster of the two\n",
                     v.torch_version.as_deref().unwrap_or("?"),
                     v.python,
                     v.threads,
-                    v.threads
+                    v.threads,
+                    match &v.omp_wait_policy {
+                        None => "PyTorch's default OpenMP wait policy (`OMP_WAIT_POLICY` unset)".to_string(),
+                        Some(p) => format!("`OMP_WAIT_POLICY={p}` (not PyTorch's default: `PASSIVE` slows its many-small-op workloads on a quiet machine)"),
+                    }
                 );
             }
         }
@@ -525,9 +529,22 @@ mod tests {
             python: "python3".into(),
             torch_version: Some("2.15.0".into()),
             threads: 2,
+            omp_wait_policy: None,
             skipped: None,
             notes,
         });
+        let md = markdown(&report);
+        assert!(
+            md.contains("PyTorch's default OpenMP wait policy (`OMP_WAIT_POLICY` unset)"),
+            "{md}"
+        );
+        if let Some(v) = report.versus.as_mut() {
+            v.omp_wait_policy = Some("PASSIVE".into());
+        }
+        assert!(markdown(&report).contains("`OMP_WAIT_POLICY=PASSIVE` (not PyTorch's default"));
+        if let Some(v) = report.versus.as_mut() {
+            v.omp_wait_policy = None;
+        }
         let md = markdown(&report);
         assert!(
             md.contains("| twin ms | authors' ms | arbor/twin | arbor/authors | arbor/fastest |"),

@@ -78,6 +78,11 @@ pub struct Versus {
     pub torch_version: Option<String>,
     /// Threads on both sides: arbor's CPU backend pool and `torch.set_num_threads`.
     pub threads: usize,
+    /// `OMP_WAIT_POLICY` as the twins inherited it (`None`: unset, PyTorch's default). `PASSIVE`
+    /// slows PyTorch's many-small-op workloads on a quiet machine (1.2–3.8× on the 2-core
+    /// Zen 3 VM, docs/bench.md), so a report says which one ran.
+    #[serde(default)]
+    pub omp_wait_policy: Option<String>,
     /// Why the comparison did not run (torch missing, script missing, the twins crashed).
     pub skipped: Option<String>,
     /// Workloads without a PyTorch result and why, and caveats.
@@ -235,6 +240,14 @@ pub fn arbor_threads() -> usize {
         .and_then(|v| v.trim().parse::<usize>().ok())
         .filter(|&n| n > 0)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// `OMP_WAIT_POLICY` from the environment the twins inherit; `None` when unset or blank.
+pub fn omp_wait_policy() -> Option<String> {
+    std::env::var("OMP_WAIT_POLICY")
+        .ok()
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
 }
 
 /// The Python interpreter: `$ARBOR_PYTHON`, else `python3`.
