@@ -296,11 +296,29 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
             probabilities.push(sel.soft);
         }
         let root = LstmState::new(layer.h.reshape([batch, d]), layer.c.reshape([batch, d]));
-        let (sentence, attention) = if attend {
-            let (sentence, weights) = intra_attention(Tensor::cat(nodes, 1), lengths);
-            (sentence, Some(weights))
-        } else {
-            (root.h.clone(), None)
+        let nodes = attend.then(|| Tensor::cat(nodes, 1));
+        Self::output(root, nodes, leaves, selected, probabilities, lengths)
+    }
+
+    /// The pass's output from its root, its tree nodes for intra-attention (`None` without it:
+    /// the sentence vector is the root `h`) and its per-layer selections.
+    ///
+    /// # Shapes
+    /// - `nodes`: `[batch, 2n − 1, D]`: the leaves, then the parent selected at each layer
+    fn output(
+        root: LstmState<B, 2>,
+        nodes: Option<Tensor<B, 3>>,
+        leaves: LstmState<B, 3>,
+        selected: Vec<Tensor<B, 1, Int>>,
+        probabilities: Vec<Tensor<B, 2>>,
+        lengths: &[usize],
+    ) -> GumbelTreeOutput<B> {
+        let (sentence, attention) = match nodes {
+            Some(nodes) => {
+                let (sentence, weights) = intra_attention(nodes, lengths);
+                (sentence, Some(weights))
+            }
+            None => (root.h.clone(), None),
         };
         GumbelTreeOutput {
             root,
@@ -312,9 +330,7 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
             lengths: lengths.to_vec(),
         }
     }
-}
 
-impl<B: ArborBackend> GumbelTreeLstm<B> {
     /// The output of a fused argmax pass ([`BinaryTreeLstm::argmax_tree`]) in the layout the
     /// layers' loop gives: per-layer selections and probabilities, intra-attention over the
     /// leaves and the chosen parents.
@@ -338,22 +354,11 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
             })
             .collect();
         let root = LstmState::new(tree.root_h, tree.root_c);
-        let (sentence, attention) = if self.settings.intra_attention {
-            let nodes = Tensor::cat(vec![leaves.h.clone(), tree.chosen], 1);
-            let (sentence, weights) = intra_attention(nodes, lengths);
-            (sentence, Some(weights))
-        } else {
-            (root.h.clone(), None)
-        };
-        GumbelTreeOutput {
-            root,
-            sentence,
-            attention,
-            leaves,
-            selected,
-            probabilities,
-            lengths: lengths.to_vec(),
-        }
+        let nodes = self
+            .settings
+            .intra_attention
+            .then(|| Tensor::cat(vec![leaves.h.clone(), tree.chosen], 1));
+        Self::output(root, nodes, leaves, selected, probabilities, lengths)
     }
 }
 

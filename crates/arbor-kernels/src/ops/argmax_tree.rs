@@ -103,7 +103,7 @@ pub fn argmax_tree<B: ArborBackend>(
     fn float<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
         Tensor::from_primitive(TensorPrimitive::Float(t))
     }
-    let layers = n - 1;
+    let layers = n.saturating_sub(1);
     Some(ArgmaxTree {
         root_h: float(parts.root_h),
         root_c: float(parts.root_c),
