@@ -46,6 +46,12 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
             right: FloatTensor<Self>,
         ) -> FloatTensor<Self>
             => ops::select_mix::autodiff::select_mix::<B, C>;
+        fn merge_place(
+            old: FloatTensor<Self>,
+            new: FloatTensor<Self>,
+            s: FloatTensor<Self>,
+        ) -> FloatTensor<Self>
+            => ops::select_mix::autodiff::merge_place::<B, C>;
         fn select_rows(t: FloatTensor<Self>, rows: &[usize]) -> FloatTensor<Self>
             => ops::rows::autodiff::select_rows::<B, C>;
         fn write_rows(

@@ -207,6 +207,12 @@ macro_rules! host_backend {
                     grad: FloatTensor<Self>,
                 ) -> [FloatTensor<Self>; 4]
                     => $crate::ops::select_mix::host::select_mix_backward::<Self>;
+                fn merge_place(
+                    old: FloatTensor<Self>,
+                    new: FloatTensor<Self>,
+                    s: FloatTensor<Self>,
+                ) -> FloatTensor<Self>
+                    => $crate::ops::select_mix::host::merge_place::<Self>;
                 fn adjacent_pairs(x: FloatTensor<Self>) -> FloatTensor<Self>
                     => $crate::ops::adjacent::host::adjacent_pairs::<Self>;
                 #[allow(clippy::too_many_arguments)]

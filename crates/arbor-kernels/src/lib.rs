@@ -98,7 +98,7 @@ pub use ops::lstm::lstm_sequence;
 pub use ops::memory::{contiguous, zeros};
 pub use ops::ordered_cell::{ordered_cell, ordered_gates};
 pub use ops::rows::{select_rows, write_rows};
-pub use ops::select_mix::select_mix;
+pub use ops::select_mix::{merge_place, select_mix};
 
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
@@ -242,6 +242,16 @@ pub trait ArborBackend: Backend {
         act: Activation,
     ) -> FloatTensor<Self> {
         reference::activation_backward::<Self>(y, grad, act)
+    }
+
+    /// The Gumbel Tree-LSTM's carried per-candidate values; see [`merge_place`]. The default
+    /// runs the two [`ArborBackend::select_mix`] calls it stands for.
+    fn merge_place(
+        old: FloatTensor<Self>,
+        new: FloatTensor<Self>,
+        s: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        ops::select_mix::merge_place_by_select_mix::<Self>(old, new, s)
     }
 
     /// Rows `rows` of `t` (Burn's `select` on dimension 0); see [`select_rows`].

@@ -2,7 +2,7 @@
 //! it (the candidates themselves, or their gate pre-activations), with the two new pairs
 //! around the merge composed ([`CandidateSchedule`]).
 
-use arbor_cells::kernels::select_mix;
+use arbor_cells::kernels::merge_place;
 use arbor_cells::ArborBackend;
 use arbor_cells::LstmState;
 use burn::prelude::*;
@@ -121,25 +121,9 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
     /// - `s`: `[batch, K]` the one-hot selection (zero rows for complete examples)
     /// - output: `[batch, K − 1, w]`
     fn place(old: Tensor<B, 3>, new: Tensor<B, 3>, s: &Tensor<B, 2>) -> Tensor<B, 3> {
-        let [batch, k, w] = old.dims();
-        let kept = k - 1;
-        // The selection again, over the next layer's pairs: at i (right pair) and at i − 1.
-        let at_merge = s.clone().narrow(1, 0, kept);
-        let left_of_merge = s.clone().narrow(1, 1, kept);
-        let new_at = |p: usize| {
-            new.clone()
-                .narrow(0, p, 1)
-                .reshape([batch, 1, w])
-                .expand([batch, kept, w])
-        };
-        // s·new_right + (1 − cum)·old_j + (cum − s)·old_{j+1}, then new_left at i − 1.
-        let shifted = select_mix(
-            at_merge,
-            new_at(1),
-            old.clone().narrow(1, 0, kept),
-            old.narrow(1, 1, kept),
-        );
-        select_mix(left_of_merge, new_at(0), shifted.clone(), shifted)
+        // s·new_right + (1 − cum)·old_j + (cum − s)·old_{j+1}, then new_left at i − 1: one op
+        // where nothing is tracked (the carried gates, evaluation), else two `select_mix` nodes.
+        merge_place(old, new, s.clone())
     }
 
     /// The next layer's candidate parents and scores from this layer's (`Carry::Values`, see

@@ -2,6 +2,7 @@
 //! `s ⊙ p + (1 − cum) ⊙ l + (cum − s) ⊙ r` with `cum = cumsum(s)` along the nodes.
 
 use burn::prelude::*;
+use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorPrimitive;
 
 use crate::ArborBackend;
@@ -32,6 +33,70 @@ pub fn select_mix<B: ArborBackend>(
         p(left),
         p(right),
     )))
+}
+
+/// The next layer's values of a per-candidate quantity in the Gumbel Tree-LSTM, carried from
+/// this layer's (`old`) and the two new candidates around the merge (`new`): with
+/// `a = s[:, ..K − 1]` and `t = s[:, 1..]`,
+/// `m = select_mix(a, new₁, old[:, ..K − 1], old[:, 1..])`, then `select_mix(t, new₀, m, m)`, each
+/// `new_p` broadcast over the candidates. With a one-hot `s` selecting `i`: `old_j` for
+/// `j < i − 1`, `new₀` at `i − 1`, `new₁` at `i`, `old_{j+1}` for `j > i`; a zero row of `s`
+/// keeps `old[:, ..K − 1]`.
+///
+/// One op on the CPU backends where no input is tracked by autodiff (the carried gate
+/// pre-activations in training, the carried candidates in evaluation): it reads `old` in place
+/// and writes the output once, with the same arithmetic as the two [`select_mix`] calls, which
+/// every other case runs (tracked inputs get their gradients through them).
+///
+/// # Shapes
+/// - `old`: `[batch, K, w]`, `K ≥ 2`
+/// - `new`: `[2, batch, w]`
+/// - `s`: `[batch, K]`
+/// - output: `[batch, K − 1, w]`
+pub fn merge_place<B: ArborBackend>(
+    old: Tensor<B, 3>,
+    new: Tensor<B, 3>,
+    s: Tensor<B, 2>,
+) -> Tensor<B, 3> {
+    let [b, k, w] = old.dims();
+    assert!(k >= 2, "merge_place needs at least two candidates");
+    assert_eq!(new.dims(), [2, b, w], "new candidates' shape");
+    assert_eq!(s.dims(), [b, k], "selection shape");
+    let p = |t: Tensor<B, 3>| t.into_primitive().tensor();
+    Tensor::from_primitive(TensorPrimitive::Float(B::merge_place(
+        p(old),
+        p(new),
+        s.into_primitive().tensor(),
+    )))
+}
+
+/// [`merge_place`] as two [`ArborBackend::select_mix`] calls on views: the default of
+/// [`ArborBackend::merge_place`], and its autodiff path for tracked inputs.
+pub(crate) fn merge_place_by_select_mix<B: ArborBackend>(
+    old: FloatTensor<B>,
+    new: FloatTensor<B>,
+    s: FloatTensor<B>,
+) -> FloatTensor<B> {
+    let old = Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(old));
+    let new = Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(new));
+    let s = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(s));
+    let [batch, k, w] = old.dims();
+    let kept = k - 1;
+    let new_at = |p: usize| {
+        new.clone()
+            .narrow(0, p, 1)
+            .reshape([batch, 1, w])
+            .expand([batch, kept, w])
+    };
+    let shifted = select_mix(
+        s.clone().narrow(1, 0, kept),
+        new_at(1),
+        old.clone().narrow(1, 0, kept),
+        old.narrow(1, 1, kept),
+    );
+    select_mix(s.narrow(1, 1, kept), new_at(0), shifted.clone(), shifted)
+        .into_primitive()
+        .tensor()
 }
 
 /// The mix in plain Burn ops.
@@ -129,6 +194,40 @@ pub(crate) mod cpu {
         }
     }
 
+    /// [`merge_place`](super::merge_place) for `[batch, k]` selections, `[batch, k, w]` old
+    /// values and the new ones `new0`, `new1` (`[batch, w]` each), into `out` `[batch, k − 1, w]`:
+    /// both mixes of each output row in one pass, with [`select_mix`]'s arithmetic (so the same
+    /// values to the bit as the two calls).
+    pub fn merge_place(
+        s: &[f32],
+        old: &[f32],
+        new0: &[f32],
+        new1: &[f32],
+        k: usize,
+        w: usize,
+        out: &mut [f32],
+    ) {
+        let kept = k - 1;
+        for (b, sel) in s.chunks_exact(k).enumerate() {
+            let (n0, n1) = (&new0[b * w..(b + 1) * w], &new1[b * w..(b + 1) * w]);
+            let (mut cum_a, mut cum_t) = (0f32, 0f32);
+            for j in 0..kept {
+                let (a, t) = (sel[j], sel[j + 1]);
+                cum_a += a;
+                cum_t += t;
+                let (a1, a2) = (1.0 - cum_a, cum_a - a);
+                let (t1, t2) = (1.0 - cum_t, cum_t - t);
+                let at = (b * k + j) * w;
+                let (l, r) = (&old[at..at + w], &old[at + w..at + 2 * w]);
+                let o = &mut out[(b * kept + j) * w..(b * kept + j + 1) * w];
+                for e in 0..w {
+                    let m = a * n1[e] + a1 * l[e] + a2 * r[e];
+                    o[e] = t * n0[e] + t1 * m + t2 * m;
+                }
+            }
+        }
+    }
+
     /// The gradients of [`select_mix`], written into `d_s` `[batch, k]` and `d_p`, `d_l`, `d_r`
     /// `[batch, k, d]`.
     #[allow(clippy::too_many_arguments)]
@@ -179,10 +278,12 @@ pub(crate) mod cpu {
 pub(crate) mod host {
     use burn::prelude::Backend;
     use burn::tensor::ops::FloatTensor;
+    use burn::tensor::Shape;
 
     use super::{cpu, reference};
     use crate::host::HostTensor;
     use crate::par;
+    use crate::ArborBackend;
 
     /// The CPU kernel on `f32` memory, [`reference::select_mix`] otherwise.
     pub(crate) fn select_mix<B: Backend>(
@@ -212,6 +313,39 @@ pub(crate) mod host {
             cpu::select_mix(par::at(&ss, &rg, k), p, l, r, k, d, o[0]);
         });
         Some(T::from_f32(out, shape))
+    }
+
+    /// The CPU kernel on `f32` memory, two [`ArborBackend::select_mix`] calls otherwise.
+    pub(crate) fn merge_place<B: ArborBackend>(
+        old: FloatTensor<B>,
+        new: FloatTensor<B>,
+        s: FloatTensor<B>,
+    ) -> FloatTensor<B>
+    where
+        FloatTensor<B>: HostTensor,
+    {
+        merge_place_f32(&old, &new, &s)
+            .unwrap_or_else(|| super::merge_place_by_select_mix::<B>(old, new, s))
+    }
+
+    fn merge_place_f32<T: HostTensor>(old: &T, new: &T, s: &T) -> Option<T> {
+        let (oo, nn, ss) = (old.host()?, new.host()?, s.host()?);
+        let (b, k, w) = crate::host::dims3(old);
+        let kept = k - 1;
+        let (new0, new1) = nn.split_at(b * w);
+        let mut out = vec![0f32; b * kept * w];
+        par::rows(b, 2 * kept * w, vec![(&mut out, kept * w)], &|rg, o| {
+            cpu::merge_place(
+                par::at(&ss, &rg, k),
+                par::at(&oo, &rg, k * w),
+                par::at(new0, &rg, w),
+                par::at(new1, &rg, w),
+                k,
+                w,
+                o[0],
+            );
+        });
+        Some(T::from_f32(out, Shape::new([b, kept, w])))
     }
 
     /// The CPU kernel on `f32` memory, [`reference::select_mix_backward`] otherwise.
@@ -277,6 +411,7 @@ pub(crate) mod autodiff {
     use burn::backend::autodiff::grads::Gradients;
     use burn::backend::autodiff::ops::{Backward, Ops};
     use burn::backend::autodiff::Autodiff;
+    use burn::tensor::backend::AutodiffBackend;
     use burn::tensor::ops::FloatTensor;
 
     use crate::autodiff::{backward_with, record};
@@ -294,6 +429,19 @@ pub(crate) mod autodiff {
                 B::select_mix_backward(a, b, c, d, grad)
             });
         }
+    }
+
+    /// `merge_place`: the inner backend's op, untracked, where no input is tracked; else the
+    /// two recorded `select_mix` nodes (so tracked inputs get their gradients).
+    pub(crate) fn merge_place<B: ArborBackend, C: CheckpointStrategy>(
+        old: FloatTensor<Autodiff<B, C>>,
+        new: FloatTensor<Autodiff<B, C>>,
+        s: FloatTensor<Autodiff<B, C>>,
+    ) -> FloatTensor<Autodiff<B, C>> {
+        if old.is_tracked() || new.is_tracked() || s.is_tracked() {
+            return super::merge_place_by_select_mix::<Autodiff<B, C>>(old, new, s);
+        }
+        Autodiff::<B, C>::from_inner(B::merge_place(old.primitive, new.primitive, s.primitive))
     }
 
     /// `select_mix` as one node that keeps its inputs.

@@ -108,3 +108,124 @@ fn select_mix_finite_differences_f64() {
         assert_close(&ad[i], &fd[i], 1e-6, &format!("fd input {i}"));
     }
 }
+
+/// `merge_place` written out as the two `select_mix` calls it stands for.
+fn place_by_two_mixes<B: ArborBackend>(
+    old: Tensor<B, 3>,
+    new: Tensor<B, 3>,
+    s: Tensor<B, 2>,
+) -> Tensor<B, 3> {
+    let [b, k, w] = old.dims();
+    let kept = k - 1;
+    let new_at = |p: usize| {
+        new.clone()
+            .narrow(0, p, 1)
+            .reshape([b, 1, w])
+            .expand([b, kept, w])
+    };
+    let shifted = arbor_kernels::select_mix(
+        s.clone().narrow(1, 0, kept),
+        new_at(1),
+        old.clone().narrow(1, 0, kept),
+        old.narrow(1, 1, kept),
+    );
+    arbor_kernels::select_mix(s.narrow(1, 1, kept), new_at(0), shifted.clone(), shifted)
+}
+
+/// Inputs of `merge_place`: soft selections (every term exercised), a zero row (a complete
+/// example) and a one-hot row.
+fn place_inputs<B: Backend>(b: usize, k: usize, w: usize) -> [Tensor<B, 3>; 3] {
+    let mut s = to_vec(tensor::<B, 2>([b, k], 1.0, 21));
+    s[..k].fill(0.0);
+    if b > 1 {
+        s[k..2 * k].fill(0.0);
+        s[k + k / 2] = 1.0;
+    }
+    [
+        Tensor::<B, 1>::from_floats(
+            s.iter().map(|&v| v as f32).collect::<Vec<_>>().as_slice(),
+            &Default::default(),
+        )
+        .reshape([b, k, 1]),
+        tensor::<B, 3>([b, k, w], 1.0, 22),
+        tensor::<B, 3>([2, b, w], 1.0, 23),
+    ]
+}
+
+fn place_matches_two_mixes<B: ArborBackend>() {
+    for (b, k, w) in [(1, 2, 5), (3, 2, 8), (4, 3, 1), (5, 7, 33), (16, 12, 80)] {
+        let [s, old, new] = place_inputs::<B>(b, k, w);
+        let s = s.reshape([b, k]);
+        let got = to_vec(arbor_kernels::merge_place(
+            old.clone(),
+            new.clone(),
+            s.clone(),
+        ));
+        let want = to_vec(place_by_two_mixes(old.clone(), new.clone(), s));
+        // The same arithmetic in the same order: equal to the bit.
+        assert_eq!(got, want, "merge_place [{b}, {k}, {w}]");
+        // Row 0 is complete (zero selection): it keeps old[.., ..K − 1].
+        let old = to_vec(old);
+        assert_eq!(&got[..(k - 1) * w], &old[..(k - 1) * w], "complete row");
+        if b > 1 {
+            // Row 1 merges pair i = K / 2: old_j before i − 1, new₀ at i − 1, new₁ at i,
+            // old_{j+1} after i.
+            let (i, new) = (k / 2, to_vec(new));
+            for j in 0..k - 1 {
+                let row = &got[((k - 1) + j) * w..((k - 1) + j + 1) * w];
+                let want: &[f64] = if j + 1 == i {
+                    &new[w..2 * w]
+                } else if j == i {
+                    &new[(b + 1) * w..(b + 2) * w]
+                } else if j < i {
+                    &old[(k + j) * w..(k + j + 1) * w]
+                } else {
+                    &old[(k + j + 1) * w..(k + j + 2) * w]
+                };
+                assert_close(row, want, 1e-6, &format!("one-hot row, candidate {j}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn merge_place_matches_its_two_mixes() {
+    place_matches_two_mixes::<Flex>();
+    place_matches_two_mixes::<NdArray>();
+    place_matches_two_mixes::<Autodiff<Flex>>();
+}
+
+/// With a tracked input the op runs as the two recorded `select_mix` nodes: every input gets
+/// the gradients the two calls give.
+#[test]
+fn merge_place_tracked_inputs_get_their_gradients() {
+    type B = Autodiff<Flex>;
+    let (b, k, w) = (3, 5, 7);
+    let grads = |fused: bool| {
+        let [s, old, new] = place_inputs::<B>(b, k, w);
+        let (s, old, new) = (
+            s.reshape([b, k]).require_grad(),
+            old.require_grad(),
+            new.require_grad(),
+        );
+        let out = if fused {
+            arbor_kernels::merge_place(old.clone(), new.clone(), s.clone())
+        } else {
+            place_by_two_mixes(old.clone(), new.clone(), s.clone())
+        };
+        let g = out
+            .mul(tensor::<B, 3>([b, k - 1, w], 1.0, 24))
+            .sum()
+            .backward();
+        [
+            to_vec(s.grad(&g).expect("s is tracked")),
+            to_vec(old.grad(&g).expect("old is tracked")),
+            to_vec(new.grad(&g).expect("new is tracked")),
+        ]
+    };
+    let (got, want) = (grads(true), grads(false));
+    for (i, name) in ["d s", "d old", "d new"].iter().enumerate() {
+        assert_eq!(got[i], want[i], "{name}");
+        assert!(got[i].iter().any(|&v| v != 0.0), "{name} is not all zero");
+    }
+}
