@@ -36,6 +36,11 @@ def base_parser(description, encoders, defaults):
     ap.add_argument("--dim", type=int, default=defaults.get("dim", 100),
                     help="encoder width, embedding width and MLP width (arbor --dim)")
     ap.add_argument("--mlp-dim", type=int, default=None, help="MLP hidden width (default --dim)")
+    ap.add_argument("--embed-dim", type=int, default=None,
+                    help="word-vector width (arbor --embed-dim; default --dim)")
+    ap.add_argument("--weight-decay", type=float, default=0.0,
+                    help="L2 penalty added to the gradient by Adam (arbor --weight-decay: Burn's "
+                         "AdamConfig::with_weight_decay, coupled as torch.optim.Adam's)")
     ap.add_argument("--batch", type=int, default=defaults.get("batch", 64),
                     help="examples per batch (arbor --batch-size)")
     ap.add_argument("--lr", type=float, default=defaults.get("lr", 1e-3))
@@ -89,6 +94,8 @@ def setup(args):
         args.chunk_size = default_chunk_size(args.dim)
     if args.mlp_dim is None:
         args.mlp_dim = args.dim
+    if args.embed_dim is None:
+        args.embed_dim = args.dim
 
 
 def log(*a):
@@ -217,8 +224,8 @@ class NliModel(nn.Module):
 
     def __init__(self, args, n_vocab, n_classes):
         super().__init__()
-        self.embedding = Embedding(n_vocab, args.dim, args.embed_init_std)
-        self.encoder = make_encoder(args, args.dim)
+        self.embedding = Embedding(n_vocab, args.embed_dim, args.embed_init_std)
+        self.encoder = make_encoder(args, args.embed_dim)
         self.drop = nn.Dropout(args.dropout)
         self.mlp = Mlp(4 * args.dim, args.mlp_dim, n_classes, args.dropout)
         self.gold = args.encoder == "spinn-pi-nt"
@@ -238,8 +245,8 @@ class ClassifierModel(nn.Module):
 
     def __init__(self, args, n_vocab, n_classes):
         super().__init__()
-        self.embedding = Embedding(n_vocab, args.dim, args.embed_init_std)
-        self.encoder = make_encoder(args, args.dim)
+        self.embedding = Embedding(n_vocab, args.embed_dim, args.embed_init_std)
+        self.encoder = make_encoder(args, args.embed_dim)
         self.drop = nn.Dropout(args.dropout)
         self.mlp = Mlp(args.dim, args.mlp_dim, n_classes, args.dropout)
         self.gold = args.encoder == "spinn-pi-nt"
@@ -279,7 +286,8 @@ def train(args, model, n_train, train_lengths, train_batch, train_labels,
     global-norm clipping, length-bucketed shuffled batches, evaluation every N steps, plateau
     decay of the learning rate on the validation accuracy, stop at --steps or --epochs."""
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=args.lr, betas=(0.9, 0.999), eps=1e-5)
+    opt = torch.optim.Adam(params, lr=args.lr, betas=(0.9, 0.999), eps=1e-5,
+                           weight_decay=args.weight_decay)
     lr = args.lr
     step, epoch, train_s, seen = 0, 0, 0.0, 0
     best, best_step, bad = None, None, 0
