@@ -291,8 +291,9 @@ pub(crate) mod cpu {
         }
     }
 
-    /// The gradients of [`gated_cell`]: `d_gates` `[rows, blocks·h]` (zeroed here outside the
-    /// blocks read) and one `[rows, h]` buffer per child.
+    /// The gradients of [`gated_cell`]: `d_gates` `[rows, blocks·h]` and one `[rows, h]` buffer
+    /// per child. Only the blocks the update reads are written: `d_gates` must be zero on entry
+    /// (the host entry point allocates it zeroed, so it is not filled twice).
     pub fn gated_cell_backward(
         gates: &[f32],
         children: &[&[f32]],
@@ -304,7 +305,6 @@ pub(crate) mod cpu {
     ) {
         let w = layout.blocks * h;
         let mut s = Scratch::new(h);
-        d_gates.fill(0.0);
         for (r, gc) in grad.chunks_exact(h).enumerate() {
             let g = &gates[r * w..(r + 1) * w];
             let blk = |b: usize| &g[b * h..(b + 1) * h];
@@ -354,7 +354,8 @@ pub(crate) mod cpu {
         }
     }
 
-    /// The gradients of [`gated_output`]: `d_gates` (zero outside the output block) and `d_c`.
+    /// The gradients of [`gated_output`]: `d_gates` and `d_c`. Only the output block of `d_gates`
+    /// is written: it must be zero on entry (the host entry point allocates it zeroed).
     pub fn gated_output_backward(
         gates: &[f32],
         c: &[f32],
@@ -366,7 +367,6 @@ pub(crate) mod cpu {
     ) {
         let w = layout.blocks * h;
         let mut s = Scratch::new(h);
-        d_gates.fill(0.0);
         for (r, gh) in grad.chunks_exact(h).enumerate() {
             let g = &gates[r * w + layout.output * h..r * w + (layout.output + 1) * h];
             sigmoid(&mut s.a, g);
