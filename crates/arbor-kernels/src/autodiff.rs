@@ -46,6 +46,12 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
             right: FloatTensor<Self>,
         ) -> FloatTensor<Self>
             => ops::select_mix::autodiff::select_mix::<B, C>;
+        fn select_mix_adjacent(
+            s: FloatTensor<Self>,
+            parent: FloatTensor<Self>,
+            x: FloatTensor<Self>,
+        ) -> FloatTensor<Self>
+            => ops::select_mix::autodiff::select_mix_adjacent::<B, C>;
         fn merge_place(
             old: FloatTensor<Self>,
             new: FloatTensor<Self>,

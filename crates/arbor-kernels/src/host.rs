@@ -207,6 +207,19 @@ macro_rules! host_backend {
                     grad: FloatTensor<Self>,
                 ) -> [FloatTensor<Self>; 4]
                     => $crate::ops::select_mix::host::select_mix_backward::<Self>;
+                fn select_mix_adjacent(
+                    s: FloatTensor<Self>,
+                    parent: FloatTensor<Self>,
+                    x: FloatTensor<Self>,
+                ) -> FloatTensor<Self>
+                    => $crate::ops::select_mix::host::select_mix_adjacent::<Self>;
+                fn select_mix_adjacent_backward(
+                    s: FloatTensor<Self>,
+                    parent: FloatTensor<Self>,
+                    x: FloatTensor<Self>,
+                    grad: FloatTensor<Self>,
+                ) -> [FloatTensor<Self>; 3]
+                    => $crate::ops::select_mix::host::select_mix_adjacent_backward::<Self>;
                 fn merge_place(
                     old: FloatTensor<Self>,
                     new: FloatTensor<Self>,

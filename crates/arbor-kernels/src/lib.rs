@@ -98,7 +98,7 @@ pub use ops::lstm::lstm_sequence;
 pub use ops::memory::{contiguous, zeros};
 pub use ops::ordered_cell::{ordered_cell, ordered_gates};
 pub use ops::rows::{select_rows, write_rows};
-pub use ops::select_mix::{merge_place, select_mix};
+pub use ops::select_mix::{merge_place, select_mix, select_mix_adjacent};
 
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
@@ -242,6 +242,27 @@ pub trait ArborBackend: Backend {
         act: Activation,
     ) -> FloatTensor<Self> {
         reference::activation_backward::<Self>(y, grad, act)
+    }
+
+    /// [`ArborBackend::select_mix`] of a layer's adjacent nodes; see [`select_mix_adjacent`]. The
+    /// default runs `select_mix` on the two views.
+    fn select_mix_adjacent(
+        s: FloatTensor<Self>,
+        parent: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        ops::select_mix::select_mix_adjacent_by_views::<Self>(s, parent, x)
+    }
+
+    /// The gradients of [`ArborBackend::select_mix_adjacent`] with respect to `s`, `parent` and
+    /// `x`.
+    fn select_mix_adjacent_backward(
+        s: FloatTensor<Self>,
+        parent: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+    ) -> [FloatTensor<Self>; 3] {
+        ops::select_mix::select_mix_adjacent_backward_by_views::<Self>(s, parent, x, grad)
     }
 
     /// The Gumbel Tree-LSTM's carried per-candidate values; see [`merge_place`]. The default

@@ -1,7 +1,7 @@
 //! The Gumbel Tree-LSTM encoder: the bottom-up layers, the validity scores, intra-attention,
 //! and the [`SentenceEncoder`] interface.
 
-use arbor_cells::kernels::select_mix;
+use arbor_cells::kernels::select_mix_adjacent;
 use arbor_cells::ArborBackend;
 use arbor_cells::{argmax_select, st_gumbel_softmax, BinaryTreeLstm, LstmState, Selection};
 use burn::module::Param;
@@ -249,19 +249,15 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
                 Some(Carried::Gates(known)) => compose(Some(known)),
                 None => compose(None),
             };
-            let left = LstmState::new(
-                layer.h.clone().narrow(1, 0, m - 1),
-                layer.c.clone().narrow(1, 0, m - 1),
-            );
-            let right = LstmState::new(layer.h.narrow(1, 1, m - 1), layer.c.narrow(1, 1, m - 1));
             let sel = select(t, logits.clone(), valid);
             // A complete example keeps its nodes and drops its last (padding) column: with no
-            // selection (s = 0, so cum = 0) the mix below is exactly `left`.
+            // selection (s = 0, so cum = 0) the mix below is exactly its first m − 1 nodes.
             let s = sel.hard.mask_fill(done.expand([batch, m - 1]), 0.0);
-            // Eq. 7, fused: s·h̃ + (1 − cum)·h_left + (cum − s)·h_right with cum = cumsum(s).
+            // Eq. 7, fused: s·h̃ + (1 − cum)·h_left + (cum − s)·h_right with cum = cumsum(s),
+            // left and right the layer's adjacent nodes (read from it in place).
             layer = LstmState::new(
-                select_mix(s.clone(), parent.h.clone(), left.h, right.h),
-                select_mix(s.clone(), parent.c.clone(), left.c, right.c),
+                select_mix_adjacent(s.clone(), parent.h.clone(), layer.h),
+                select_mix_adjacent(s.clone(), parent.c.clone(), layer.c),
             );
             if m > 2 {
                 carried = match (carry, gates) {

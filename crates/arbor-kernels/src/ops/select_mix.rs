@@ -35,6 +35,74 @@ pub fn select_mix<B: ArborBackend>(
     )))
 }
 
+/// [`select_mix`] of a layer's adjacent nodes: `left = x[:, ..K]`, `right = x[:, 1..]`, one op
+/// (and one autodiff node) that reads both from `x` and, in the backward pass, writes one
+/// gradient for `x` (`d_left` and `d_right` added where they overlap) instead of two views'
+/// full-size zero-padded gradients. The same values and gradients as `select_mix` on the two
+/// views, to the bit on the CPU backends.
+///
+/// # Shapes
+/// - `s`: `[batch, K]`
+/// - `parent`: `[batch, K, D]`
+/// - `x`: `[batch, K + 1, D]`
+/// - output: `[batch, K, D]`
+pub fn select_mix_adjacent<B: ArborBackend>(
+    s: Tensor<B, 2>,
+    parent: Tensor<B, 3>,
+    x: Tensor<B, 3>,
+) -> Tensor<B, 3> {
+    let [b, k, d] = parent.dims();
+    assert_eq!(s.dims(), [b, k], "selection shape");
+    assert_eq!(x.dims(), [b, k + 1, d], "nodes' shape");
+    let p = |t: Tensor<B, 3>| t.into_primitive().tensor();
+    Tensor::from_primitive(TensorPrimitive::Float(B::select_mix_adjacent(
+        s.into_primitive().tensor(),
+        p(parent),
+        p(x),
+    )))
+}
+
+/// `(x[:, ..K], x[:, 1..])` of a `[batch, K + 1, D]` primitive, as views.
+fn adjacent_views<B: Backend>(x: FloatTensor<B>) -> (FloatTensor<B>, FloatTensor<B>) {
+    let x = Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(x));
+    let k = x.dims()[1] - 1;
+    (
+        x.clone().narrow(1, 0, k).into_primitive().tensor(),
+        x.narrow(1, 1, k).into_primitive().tensor(),
+    )
+}
+
+/// [`select_mix_adjacent`] as [`ArborBackend::select_mix`] on the two views: the default of
+/// [`ArborBackend::select_mix_adjacent`].
+pub(crate) fn select_mix_adjacent_by_views<B: ArborBackend>(
+    s: FloatTensor<B>,
+    parent: FloatTensor<B>,
+    x: FloatTensor<B>,
+) -> FloatTensor<B> {
+    let (l, r) = adjacent_views::<B>(x);
+    B::select_mix(s, parent, l, r)
+}
+
+/// The gradients of [`select_mix_adjacent`] from [`ArborBackend::select_mix_backward`] on the
+/// two views, `d_x = [d_left; 0] + [0; d_right]`: the default of
+/// [`ArborBackend::select_mix_adjacent_backward`].
+pub(crate) fn select_mix_adjacent_backward_by_views<B: ArborBackend>(
+    s: FloatTensor<B>,
+    parent: FloatTensor<B>,
+    x: FloatTensor<B>,
+    grad: FloatTensor<B>,
+) -> [FloatTensor<B>; 3] {
+    let (l, r) = adjacent_views::<B>(x);
+    let [d_s, d_p, d_l, d_r] = B::select_mix_backward(s, parent, l, r, grad);
+    let t3 = |t: FloatTensor<B>| Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(t));
+    let (d_l, d_r) = (t3(d_l), t3(d_r));
+    // One zero node row in the gradients' own dtype (`Tensor::zeros` takes the device's
+    // default, which need not be theirs).
+    let zero = d_l.clone().narrow(1, 0, 1).zeros_like();
+    let d_x = Tensor::cat(vec![d_l, zero.clone()], 1).add(Tensor::cat(vec![zero, d_r], 1));
+    [d_s, d_p, d_x.into_primitive().tensor()]
+}
+
 /// The next layer's values of a per-candidate quantity in the Gumbel Tree-LSTM, carried from
 /// this layer's (`old`) and the two new candidates around the merge (`new`): with
 /// `a = s[:, ..K − 1]` and `t = s[:, 1..]`,
@@ -194,6 +262,80 @@ pub(crate) mod cpu {
         }
     }
 
+    /// [`select_mix`] with `l = x[:, ..k]`, `r = x[:, 1..]` read from `x` `[batch, k + 1, d]`.
+    pub fn select_mix_adjacent(
+        s: &[f32],
+        p: &[f32],
+        x: &[f32],
+        k: usize,
+        d: usize,
+        out: &mut [f32],
+    ) {
+        for (b, sel) in s.chunks_exact(k).enumerate() {
+            let mut cum = 0f32;
+            for (j, &sj) in sel.iter().enumerate() {
+                cum += sj;
+                let (a, bl, c) = (sj, 1.0 - cum, cum - sj);
+                let at = (b * k + j) * d;
+                let xl = (b * (k + 1) + j) * d;
+                let (p, l, r) = (&p[at..at + d], &x[xl..xl + d], &x[xl + d..xl + 2 * d]);
+                let o = &mut out[at..at + d];
+                for e in 0..d {
+                    o[e] = a * p[e] + bl * l[e] + c * r[e];
+                }
+            }
+        }
+    }
+
+    /// The gradients of [`select_mix_adjacent`]: `d_s` `[batch, k]`, `d_p` `[batch, k, d]` and
+    /// `d_x` `[batch, k + 1, d]`, which must be zero on entry (the left and right terms of each
+    /// node are added into it: `d_l[j] + d_r[j − 1]`, in that order).
+    #[allow(clippy::too_many_arguments)]
+    pub fn select_mix_adjacent_backward(
+        s: &[f32],
+        p: &[f32],
+        x: &[f32],
+        grad: &[f32],
+        k: usize,
+        d: usize,
+        d_s: &mut [f32],
+        d_p: &mut [f32],
+        d_x: &mut [f32],
+    ) {
+        let mut shift = vec![0f32; k];
+        for (b, sel) in s.chunks_exact(k).enumerate() {
+            let mut cum = 0f32;
+            let ds = &mut d_s[b * k..(b + 1) * k];
+            for (j, &sj) in sel.iter().enumerate() {
+                cum += sj;
+                let at = (b * k + j) * d;
+                let xl = (b * (k + 1) + j) * d;
+                let (pp, ll, rr) = (&p[at..at + d], &x[xl..xl + d], &x[xl + d..xl + 2 * d]);
+                let g = &grad[at..at + d];
+                let (mut own, mut sh) = (0f32, 0f32);
+                for e in 0..d {
+                    own += g[e] * (pp[e] - rr[e]);
+                    sh += g[e] * (rr[e] - ll[e]);
+                    d_p[at + e] = g[e] * sj;
+                }
+                // Node j gets its left term, node j + 1 its right term; node j's right term
+                // (from pair j − 1) is already there, so each sum is `d_l[j] + d_r[j − 1]`.
+                let (dl, dr) = d_x[xl..xl + 2 * d].split_at_mut(d);
+                for e in 0..d {
+                    dl[e] = g[e] * (1.0 - cum) + dl[e];
+                    dr[e] = g[e] * (cum - sj);
+                }
+                ds[j] = own;
+                shift[j] = sh;
+            }
+            let mut tail = 0f32;
+            for j in (0..k).rev() {
+                tail += shift[j];
+                ds[j] += tail;
+            }
+        }
+    }
+
     /// [`merge_place`](super::merge_place) for `[batch, k]` selections, `[batch, k, w]` old
     /// values and the new ones `new0`, `new1` (`[batch, w]` each), into `out` `[batch, k − 1, w]`:
     /// both mixes of each output row in one pass, with [`select_mix`]'s arithmetic (so the same
@@ -315,6 +457,90 @@ pub(crate) mod host {
         Some(T::from_f32(out, shape))
     }
 
+    /// The CPU kernel on `f32` memory, [`ArborBackend::select_mix`] on the views otherwise.
+    pub(crate) fn select_mix_adjacent<B: ArborBackend>(
+        s: FloatTensor<B>,
+        parent: FloatTensor<B>,
+        x: FloatTensor<B>,
+    ) -> FloatTensor<B>
+    where
+        FloatTensor<B>: HostTensor,
+    {
+        select_mix_adjacent_f32(&s, &parent, &x)
+            .unwrap_or_else(|| super::select_mix_adjacent_by_views::<B>(s, parent, x))
+    }
+
+    fn select_mix_adjacent_f32<T: HostTensor>(s: &T, p: &T, x: &T) -> Option<T> {
+        let (ss, pp, xx) = (s.host()?, p.host()?, x.host()?);
+        let shape = p.shape();
+        let (b, k, d) = (shape[0], shape[1], shape[2]);
+        let mut out = vec![0f32; shape.num_elements()];
+        par::rows(b, 4 * k * d, vec![(&mut out, k * d)], &|rg, o| {
+            cpu::select_mix_adjacent(
+                par::at(&ss, &rg, k),
+                par::at(&pp, &rg, k * d),
+                par::at(&xx, &rg, (k + 1) * d),
+                k,
+                d,
+                o[0],
+            );
+        });
+        Some(T::from_f32(out, shape))
+    }
+
+    /// The CPU kernel on `f32` memory, [`ArborBackend::select_mix_backward`] on the views
+    /// otherwise.
+    pub(crate) fn select_mix_adjacent_backward<B: ArborBackend>(
+        s: FloatTensor<B>,
+        parent: FloatTensor<B>,
+        x: FloatTensor<B>,
+        grad: FloatTensor<B>,
+    ) -> [FloatTensor<B>; 3]
+    where
+        FloatTensor<B>: HostTensor,
+    {
+        select_mix_adjacent_backward_f32(&s, &parent, &x, &grad).unwrap_or_else(|| {
+            super::select_mix_adjacent_backward_by_views::<B>(s, parent, x, grad)
+        })
+    }
+
+    fn select_mix_adjacent_backward_f32<T: HostTensor>(
+        s: &T,
+        p: &T,
+        x: &T,
+        grad: &T,
+    ) -> Option<[T; 3]> {
+        let (ss, pp, xx, g) = (s.host()?, p.host()?, x.host()?, grad.host()?);
+        let (s_shape, shape, x_shape) = (s.shape(), p.shape(), x.shape());
+        let (b, k, d) = (shape[0], shape[1], shape[2]);
+        let (kd, xd) = (k * d, (k + 1) * d);
+        let mut d_s = vec![0f32; s_shape.num_elements()];
+        let mut d_p = vec![0f32; shape.num_elements()];
+        let mut d_x = vec![0f32; x_shape.num_elements()];
+        let outs = vec![(&mut d_s[..], k), (&mut d_p[..], kd), (&mut d_x[..], xd)];
+        par::rows(b, 6 * kd, outs, &|rg, o| {
+            let [d_s, d_p, d_x] = o else {
+                unreachable!("three outputs")
+            };
+            cpu::select_mix_adjacent_backward(
+                par::at(&ss, &rg, k),
+                par::at(&pp, &rg, kd),
+                par::at(&xx, &rg, xd),
+                par::at(&g, &rg, kd),
+                k,
+                d,
+                d_s,
+                d_p,
+                d_x,
+            );
+        });
+        Some([
+            T::from_f32(d_s, s_shape),
+            T::from_f32(d_p, shape),
+            T::from_f32(d_x, x_shape),
+        ])
+    }
+
     /// The CPU kernel on `f32` memory, two [`ArborBackend::select_mix`] calls otherwise.
     pub(crate) fn merge_place<B: ArborBackend>(
         old: FloatTensor<B>,
@@ -429,6 +655,31 @@ pub(crate) mod autodiff {
                 B::select_mix_backward(a, b, c, d, grad)
             });
         }
+    }
+
+    /// The backward step of `select_mix_adjacent(s, p, x)`.
+    #[derive(Debug)]
+    pub(crate) struct SelectMixAdjacent;
+
+    impl<B: ArborBackend> Backward<B, 3> for SelectMixAdjacent {
+        type State = [FloatTensor<B>; 3];
+
+        fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+            backward_with::<B, _, 3, _>(ops, grads, |[s, p, x], grad| {
+                B::select_mix_adjacent_backward(s, p, x, grad)
+            });
+        }
+    }
+
+    /// `select_mix_adjacent` as one node that keeps its inputs.
+    pub(crate) fn select_mix_adjacent<B: ArborBackend, C: CheckpointStrategy>(
+        s: FloatTensor<Autodiff<B, C>>,
+        parent: FloatTensor<Autodiff<B, C>>,
+        x: FloatTensor<Autodiff<B, C>>,
+    ) -> FloatTensor<Autodiff<B, C>> {
+        record::<B, C, _, _>(SelectMixAdjacent, [s, parent, x], |[s, p, x]| {
+            B::select_mix_adjacent(s, p, x)
+        })
     }
 
     /// `merge_place`: the inner backend's op, untracked, where no input is tracked; else the

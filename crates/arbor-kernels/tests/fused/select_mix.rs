@@ -229,3 +229,50 @@ fn merge_place_tracked_inputs_get_their_gradients() {
         assert!(got[i].iter().any(|&v| v != 0.0), "{name} is not all zero");
     }
 }
+
+/// `select_mix_adjacent(s, p, x)` against `select_mix` on the views `x[:, ..K]`, `x[:, 1..]`:
+/// values (to the bit on f32) and gradients of every input, on every CPU backend, f64 included
+/// (which runs the trait's default).
+fn adjacent_matches_views<B: AutodiffBackend + ArborBackend>(tol: f64) {
+    for (b, k, d) in [(1, 1, 3), (3, 5, 11), (2, 7, 1), (16, 12, 40)] {
+        let run = |fused: bool| {
+            let [s, p, x] = mix_inputs::<B>(b, k, d);
+            let (s, p, x) = (
+                s.reshape([b, k]).require_grad(),
+                p.require_grad(),
+                x.require_grad(),
+            );
+            let out = if fused {
+                arbor_kernels::select_mix_adjacent(s.clone(), p.clone(), x.clone())
+            } else {
+                let (l, r) = (x.clone().narrow(1, 0, k), x.clone().narrow(1, 1, k));
+                arbor_kernels::select_mix(s.clone(), p.clone(), l, r)
+            };
+            let values = to_vec(out.clone().inner());
+            let g = out.mul(tensor::<B, 3>([b, k, d], 1.0, 14)).sum().backward();
+            [
+                values,
+                to_vec(s.grad(&g).expect("d s")),
+                to_vec(p.grad(&g).expect("d parent")),
+                to_vec(x.grad(&g).expect("d x")),
+            ]
+        };
+        let (got, want) = (run(true), run(false));
+        assert_eq!(got[0], want[0], "values [{b}, {k}, {d}]");
+        for (i, name) in ["d s", "d parent", "d x"].iter().enumerate() {
+            assert_close(
+                &got[i + 1],
+                &want[i + 1],
+                tol,
+                &format!("{name} [{b}, {k}, {d}]"),
+            );
+        }
+    }
+}
+
+#[test]
+fn select_mix_adjacent_matches_select_mix_on_the_views() {
+    adjacent_matches_views::<Autodiff<Flex>>(1e-6);
+    adjacent_matches_views::<Autodiff<NdArray>>(1e-6);
+    adjacent_matches_views::<Autodiff<NdArray<f64>>>(1e-12);
+}
