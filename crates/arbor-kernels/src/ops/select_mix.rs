@@ -322,7 +322,7 @@ pub(crate) mod cpu {
                 // (from pair j − 1) is already there, so each sum is `d_l[j] + d_r[j − 1]`.
                 let (dl, dr) = d_x[xl..xl + 2 * d].split_at_mut(d);
                 for e in 0..d {
-                    dl[e] = g[e] * (1.0 - cum) + dl[e];
+                    dl[e] += g[e] * (1.0 - cum);
                     dr[e] = g[e] * (cum - sj);
                 }
                 ds[j] = own;
