@@ -236,6 +236,94 @@ pub(crate) mod reference {
 #[allow(clippy::needless_range_loop)]
 pub(crate) mod cpu {
 
+    /// Rows of a `[batch, ·, d]` buffer: the buffer and the distance (in elements) from one
+    /// example's first row to the next's; row `j` of example `b` starts at `b·stride + j·d`.
+    type Rows<'a> = (&'a [f32], usize);
+
+    /// The mix over `[batch, k]` selections, with `l` and `r` read from their own rows.
+    fn mix(
+        s: &[f32],
+        p: &[f32],
+        (l, ls): Rows,
+        (r, rs): Rows,
+        k: usize,
+        d: usize,
+        out: &mut [f32],
+    ) {
+        for (b, sel) in s.chunks_exact(k).enumerate() {
+            let mut cum = 0f32;
+            for (j, &sj) in sel.iter().enumerate() {
+                cum += sj;
+                let (a, bl, c) = (sj, 1.0 - cum, cum - sj);
+                let at = (b * k + j) * d;
+                let (la, ra) = (b * ls + j * d, b * rs + j * d);
+                let (p, l, r) = (&p[at..at + d], &l[la..la + d], &r[ra..ra + d]);
+                let o = &mut out[at..at + d];
+                for e in 0..d {
+                    o[e] = a * p[e] + bl * l[e] + c * r[e];
+                }
+            }
+        }
+    }
+
+    /// Where [`mix_backward`] writes the gradients of `l` and `r`: each in a buffer of its own
+    /// (`[batch, k, d]`), or both into the one `[batch, k + 1, d]` they were read from. Either
+    /// way the left term is added to what the buffer holds (zero on entry; in the shared buffer,
+    /// node `j`'s right term from pair `j − 1`) and the right term is written.
+    enum Sides<'a> {
+        Apart(&'a mut [f32], &'a mut [f32]),
+        Adjacent(&'a mut [f32]),
+    }
+
+    /// The gradients of [`mix`] into `d_s`, `d_p` and `sides`.
+    #[allow(clippy::too_many_arguments)]
+    fn mix_backward(
+        s: &[f32],
+        p: &[f32],
+        (l, ls): Rows,
+        (r, rs): Rows,
+        grad: &[f32],
+        k: usize,
+        d: usize,
+        d_s: &mut [f32],
+        d_p: &mut [f32],
+        mut sides: Sides,
+    ) {
+        let mut shift = vec![0f32; k];
+        for (b, sel) in s.chunks_exact(k).enumerate() {
+            let mut cum = 0f32;
+            let ds = &mut d_s[b * k..(b + 1) * k];
+            for (j, &sj) in sel.iter().enumerate() {
+                cum += sj;
+                let at = (b * k + j) * d;
+                let (la, ra) = (b * ls + j * d, b * rs + j * d);
+                let (pp, ll, rr) = (&p[at..at + d], &l[la..la + d], &r[ra..ra + d]);
+                let g = &grad[at..at + d];
+                let (dl, dr) = match &mut sides {
+                    Sides::Apart(d_l, d_r) => (&mut d_l[at..at + d], &mut d_r[at..at + d]),
+                    Sides::Adjacent(d_x) => d_x[la..la + 2 * d].split_at_mut(d),
+                };
+                let (wl, wr) = (1.0 - cum, cum - sj);
+                let (mut own, mut sh) = (0f32, 0f32);
+                for e in 0..d {
+                    own += g[e] * (pp[e] - rr[e]);
+                    sh += g[e] * (rr[e] - ll[e]);
+                    d_p[at + e] = g[e] * sj;
+                    dl[e] += g[e] * wl;
+                    dr[e] = g[e] * wr;
+                }
+                ds[j] = own;
+                shift[j] = sh;
+            }
+            // ∂/∂s_j also gets Σ_{k ≥ j} shift_k: s_j enters every later `cum`.
+            let mut tail = 0f32;
+            for j in (0..k).rev() {
+                tail += shift[j];
+                ds[j] += tail;
+            }
+        }
+    }
+
     /// `out = s ⊙ p + (1 − cum) ⊙ l + (cum − s) ⊙ r` for `[batch, k]` selections and
     /// `[batch, k, d]` states.
     pub fn select_mix(
@@ -247,19 +335,7 @@ pub(crate) mod cpu {
         d: usize,
         out: &mut [f32],
     ) {
-        for (b, sel) in s.chunks_exact(k).enumerate() {
-            let mut cum = 0f32;
-            for (j, &sj) in sel.iter().enumerate() {
-                cum += sj;
-                let (a, bl, c) = (sj, 1.0 - cum, cum - sj);
-                let at = (b * k + j) * d;
-                let (p, l, r) = (&p[at..at + d], &l[at..at + d], &r[at..at + d]);
-                let o = &mut out[at..at + d];
-                for e in 0..d {
-                    o[e] = a * p[e] + bl * l[e] + c * r[e];
-                }
-            }
-        }
+        mix(s, p, (l, k * d), (r, k * d), k, d, out);
     }
 
     /// [`select_mix`] with `l = x[:, ..k]`, `r = x[:, 1..]` read from `x` `[batch, k + 1, d]`.
@@ -271,20 +347,9 @@ pub(crate) mod cpu {
         d: usize,
         out: &mut [f32],
     ) {
-        for (b, sel) in s.chunks_exact(k).enumerate() {
-            let mut cum = 0f32;
-            for (j, &sj) in sel.iter().enumerate() {
-                cum += sj;
-                let (a, bl, c) = (sj, 1.0 - cum, cum - sj);
-                let at = (b * k + j) * d;
-                let xl = (b * (k + 1) + j) * d;
-                let (p, l, r) = (&p[at..at + d], &x[xl..xl + d], &x[xl + d..xl + 2 * d]);
-                let o = &mut out[at..at + d];
-                for e in 0..d {
-                    o[e] = a * p[e] + bl * l[e] + c * r[e];
-                }
-            }
-        }
+        let xs = (k + 1) * d;
+        // `x[d..]`: the right neighbours (empty for an empty batch, which has no rows).
+        mix(s, p, (x, xs), (x.get(d..).unwrap_or(&[]), xs), k, d, out);
     }
 
     /// The gradients of [`select_mix_adjacent`]: `d_s` `[batch, k]`, `d_p` `[batch, k, d]` and
@@ -302,38 +367,12 @@ pub(crate) mod cpu {
         d_p: &mut [f32],
         d_x: &mut [f32],
     ) {
-        let mut shift = vec![0f32; k];
-        for (b, sel) in s.chunks_exact(k).enumerate() {
-            let mut cum = 0f32;
-            let ds = &mut d_s[b * k..(b + 1) * k];
-            for (j, &sj) in sel.iter().enumerate() {
-                cum += sj;
-                let at = (b * k + j) * d;
-                let xl = (b * (k + 1) + j) * d;
-                let (pp, ll, rr) = (&p[at..at + d], &x[xl..xl + d], &x[xl + d..xl + 2 * d]);
-                let g = &grad[at..at + d];
-                let (mut own, mut sh) = (0f32, 0f32);
-                for e in 0..d {
-                    own += g[e] * (pp[e] - rr[e]);
-                    sh += g[e] * (rr[e] - ll[e]);
-                    d_p[at + e] = g[e] * sj;
-                }
-                // Node j gets its left term, node j + 1 its right term; node j's right term
-                // (from pair j − 1) is already there, so each sum is `d_l[j] + d_r[j − 1]`.
-                let (dl, dr) = d_x[xl..xl + 2 * d].split_at_mut(d);
-                for e in 0..d {
-                    dl[e] += g[e] * (1.0 - cum);
-                    dr[e] = g[e] * (cum - sj);
-                }
-                ds[j] = own;
-                shift[j] = sh;
-            }
-            let mut tail = 0f32;
-            for j in (0..k).rev() {
-                tail += shift[j];
-                ds[j] += tail;
-            }
-        }
+        let xs = (k + 1) * d;
+        let right = (x.get(d..).unwrap_or(&[]), xs);
+        // Node j's sum is `d_l[j] + d_r[j − 1]`: its right term (from pair j − 1) is written
+        // first, its left term added to it.
+        let sides = Sides::Adjacent(d_x);
+        mix_backward(s, p, (x, xs), right, grad, k, d, d_s, d_p, sides);
     }
 
     /// [`merge_place`](super::merge_place) for `[batch, k]` selections, `[batch, k, w]` old
@@ -371,7 +410,7 @@ pub(crate) mod cpu {
     }
 
     /// The gradients of [`select_mix`], written into `d_s` `[batch, k]` and `d_p`, `d_l`, `d_r`
-    /// `[batch, k, d]`.
+    /// `[batch, k, d]` (`d_l` zero on entry: the left term is added into it).
     #[allow(clippy::too_many_arguments)]
     pub fn select_mix_backward(
         s: &[f32],
@@ -386,33 +425,9 @@ pub(crate) mod cpu {
         d_l: &mut [f32],
         d_r: &mut [f32],
     ) {
-        let mut shift = vec![0f32; k];
-        for (b, sel) in s.chunks_exact(k).enumerate() {
-            let mut cum = 0f32;
-            let ds = &mut d_s[b * k..(b + 1) * k];
-            for (j, &sj) in sel.iter().enumerate() {
-                cum += sj;
-                let at = (b * k + j) * d;
-                let (pp, ll, rr) = (&p[at..at + d], &l[at..at + d], &r[at..at + d]);
-                let g = &grad[at..at + d];
-                let (mut own, mut sh) = (0f32, 0f32);
-                for e in 0..d {
-                    own += g[e] * (pp[e] - rr[e]);
-                    sh += g[e] * (rr[e] - ll[e]);
-                    d_p[at + e] = g[e] * sj;
-                    d_l[at + e] = g[e] * (1.0 - cum);
-                    d_r[at + e] = g[e] * (cum - sj);
-                }
-                ds[j] = own;
-                shift[j] = sh;
-            }
-            // ∂/∂s_j also gets Σ_{k ≥ j} shift_k: s_j enters every later `cum`.
-            let mut tail = 0f32;
-            for j in (0..k).rev() {
-                tail += shift[j];
-                ds[j] += tail;
-            }
-        }
+        let kd = k * d;
+        let sides = Sides::Apart(d_l, d_r);
+        mix_backward(s, p, (l, kd), (r, kd), grad, k, d, d_s, d_p, sides);
     }
 }
 
