@@ -148,40 +148,51 @@ pub(crate) mod cpu {
         pub(crate) probabilities: Vec<f32>,
     }
 
-    /// The per-layer work buffers of the compositions, reused across layers.
-    #[derive(Default)]
-    struct Scratch {
-        pairs: Vec<f32>,
-        gates: Vec<f32>,
-        c_left: Vec<f32>,
-        c_right: Vec<f32>,
-        c: Vec<f32>,
-        h: Vec<f32>,
-    }
-
-    /// See [`super::argmax_tree`]. Nodes stay at their leaf positions: merging pair `(p, q)`
-    /// writes the parent at `p` and unlinks `q`; the candidate of pair `(p, next(p))` is kept
-    /// at `p`.
+    /// See [`super::argmax_tree`]. The nodes of all sentences are rows of one compact buffer
+    /// (sentence `b`'s at `start[b]..start[b] + len`) and stay there: merging pair `(p, q)`
+    /// writes the parent at `p` and unlinks `q`; the candidate of pair `(p, next(p))` is kept at
+    /// `p`.
+    ///
+    /// A pair's gates are `[h_l; h_r]·W + b = (h_l·W_l + b) + h_r·W_r` with `W_l`, `W_r` the
+    /// top and bottom halves of `W`, so every node's two projections are computed once, when it
+    /// appears (every leaf in one product, then the merged node of each sentence and layer),
+    /// and a candidate costs an addition: `D·10D` multiply-adds per new node instead of
+    /// `2·(2D·5D)` for the two new pairs around it, half the products' work after the first
+    /// layer. The sums are in another order than one product over `[h_l; h_r]`: the same
+    /// values to rounding.
     pub(crate) fn argmax_tree(x: &Inputs<'_>, layout: &GateLayout) -> Outputs {
         let (n, d) = (x.n, x.d);
+        let w = 5 * d;
         let batch = x.lengths.len();
         let layers = n.saturating_sub(1);
-        let mut h = x.leaf_h[..batch * n * d].to_vec();
-        let mut c = x.leaf_c[..batch * n * d].to_vec();
-        let (mut cand_h, mut cand_c) = (vec![0f32; batch * n * d], vec![0f32; batch * n * d]);
-        let mut score = vec![0f32; batch * n];
-        let mut next = vec![NONE; batch * n];
-        let mut prev = vec![NONE; batch * n];
+        let mut start = Vec::with_capacity(batch);
+        let mut total = 0;
+        for &len in x.lengths {
+            start.push(total);
+            total += len;
+        }
+        let (mut h, mut c) = (Vec::with_capacity(total * d), Vec::with_capacity(total * d));
         for (b, &len) in x.lengths.iter().enumerate() {
-            for i in 0..len {
-                if i + 1 < len {
-                    next[b * n + i] = b * n + i + 1;
+            h.extend_from_slice(&x.leaf_h[b * n * d..(b * n + len) * d]);
+            c.extend_from_slice(&x.leaf_c[b * n * d..(b * n + len) * d]);
+        }
+        let (mut cand_h, mut cand_c) = (vec![0f32; total * d], vec![0f32; total * d]);
+        let mut score = vec![0f32; total];
+        let mut next = vec![NONE; total];
+        let mut prev = vec![NONE; total];
+        for (&s0, &len) in start.iter().zip(x.lengths) {
+            for i in s0..s0 + len {
+                if i + 1 < s0 + len {
+                    next[i] = i + 1;
                 }
-                if i > 0 {
-                    prev[b * n + i] = b * n + i - 1;
+                if i > s0 {
+                    prev[i] = i - 1;
                 }
             }
         }
+        // Every leaf's projections (`left` with the bias), in one product each.
+        let (mut left, mut right) = (vec![0f32; total * w], vec![0f32; total * w]);
+        project(x, &h, total, &mut left, &mut right);
         let mut out = Outputs {
             root_h: vec![0f32; batch * d],
             root_c: vec![0f32; batch * d],
@@ -190,22 +201,20 @@ pub(crate) mod cpu {
             probabilities: vec![0f32; batch * layers * layers],
         };
         let mut scratch = Scratch::default();
-        // Layer 0: every adjacent pair of every example (`(left, right)` global node indices).
-        let mut todo: Vec<(usize, usize)> = x
-            .lengths
+        // Layer 0: every adjacent pair of every example (`(left, right)` node rows).
+        let mut todo: Vec<(usize, usize)> = start
             .iter()
-            .enumerate()
-            .flat_map(|(b, &len)| {
-                (0..len.saturating_sub(1)).map(move |i| (b * n + i, b * n + i + 1))
-            })
+            .zip(x.lengths)
+            .flat_map(|(&s0, &len)| (s0..s0 + len.saturating_sub(1)).map(|i| (i, i + 1)))
             .collect();
+        let mut merged = Vec::with_capacity(batch);
         let mut row_scores = vec![0f32; layers];
         for t in 0..layers {
             compose(
                 x,
                 layout,
                 &todo,
-                &h,
+                (&left, &right),
                 &c,
                 &mut cand_h,
                 &mut cand_c,
@@ -213,13 +222,14 @@ pub(crate) mod cpu {
                 &mut scratch,
             );
             todo.clear();
-            for (b, &len) in x.lengths.iter().enumerate() {
+            merged.clear();
+            for (b, (&s0, &len)) in start.iter().zip(x.lengths).enumerate() {
                 if len < t + 2 {
                     continue; // complete: no selection, zeros
                 }
                 // The layer's pairs in order along the list from node 0.
                 let k = len - t - 1;
-                let mut at = b * n;
+                let mut at = s0;
                 let (mut best, mut best_at, mut best_score) = (0, at, f32::NAN);
                 for (j, s) in row_scores[..k].iter_mut().enumerate() {
                     *s = score[at];
@@ -251,14 +261,78 @@ pub(crate) mod cpu {
                 if after != NONE {
                     todo.push((p, after));
                 }
+                if prev[p] != NONE || after != NONE {
+                    merged.push(p);
+                }
+            }
+            // The merged nodes that are in a new pair get their projections.
+            if !merged.is_empty() {
+                let m = merged.len();
+                scratch.h.clear();
+                for &p in &merged {
+                    scratch.h.extend_from_slice(&h[p * d..(p + 1) * d]);
+                }
+                scratch.left.resize(m * w, 0.0);
+                scratch.right.resize(m * w, 0.0);
+                project(x, &scratch.h, m, &mut scratch.left, &mut scratch.right);
+                for (row, &p) in merged.iter().enumerate() {
+                    left[p * w..(p + 1) * w].copy_from_slice(&scratch.left[row * w..][..w]);
+                    right[p * w..(p + 1) * w].copy_from_slice(&scratch.right[row * w..][..w]);
+                }
             }
         }
-        for b in 0..batch {
-            // Node 0 is never unlinked: it is every sentence's root at the end.
-            out.root_h[b * d..(b + 1) * d].copy_from_slice(&h[b * n * d..(b * n + 1) * d]);
-            out.root_c[b * d..(b + 1) * d].copy_from_slice(&c[b * n * d..(b * n + 1) * d]);
+        for (b, &s0) in start.iter().enumerate() {
+            // A sentence's first node is never unlinked: it is the root at the end.
+            out.root_h[b * d..(b + 1) * d].copy_from_slice(&h[s0 * d..(s0 + 1) * d]);
+            out.root_c[b * d..(b + 1) * d].copy_from_slice(&c[s0 * d..(s0 + 1) * d]);
         }
         out
+    }
+
+    /// The work buffers of the merged nodes' projections, reused across layers.
+    #[derive(Default)]
+    struct Scratch {
+        h: Vec<f32>,
+        left: Vec<f32>,
+        right: Vec<f32>,
+        c: Vec<f32>,
+        cand: Vec<f32>,
+    }
+
+    /// The projections of `m` nodes `h` (`[m, D]`): `left = h·W[..D] + b` and `right =
+    /// h·W[D..]` (`[m, 5D]` each, every element written).
+    fn project(x: &Inputs<'_>, h: &[f32], m: usize, left: &mut [f32], right: &mut [f32]) {
+        let (d, w) = (x.d, 5 * x.d);
+        let (weight, w_rs, w_cs) = x.weight;
+        let with_bias = match x.bias {
+            Some(bias) => {
+                for row in left[..m * w].chunks_exact_mut(w) {
+                    row.copy_from_slice(&bias[..w]);
+                }
+                true
+            }
+            None => false,
+        };
+        gemm_slices(
+            (m, w, d),
+            left,
+            w,
+            with_bias,
+            h,
+            (d, 1),
+            weight,
+            (w_rs, w_cs),
+        );
+        gemm_slices(
+            (m, w, d),
+            right,
+            w,
+            false,
+            h,
+            (d, 1),
+            &weight[d * w_rs..],
+            (w_rs, w_cs),
+        );
     }
 
     /// `out = softmax(s)` with the largest score subtracted first; a sum under `1e-12` is
@@ -276,15 +350,16 @@ pub(crate) mod cpu {
         }
     }
 
-    /// The candidate parent of every pair in `todo` (global node indices `(left, right)`),
-    /// written with its score at the left node's place in `cand_h`, `cand_c`, `score`: one
-    /// product for all pairs, then the fused cell update of every row.
+    /// The candidate parent of every pair in `todo` (node rows `(left, right)`), written with
+    /// its score at the left node's place in `cand_h`, `cand_c`, `score`: each pair's gates
+    /// are the sum of its nodes' projections (`proj`: `left`, `right`, `[nodes, 5D]` each),
+    /// then the fused cell update, for ranges of pairs on rayon's pool.
     #[allow(clippy::too_many_arguments)]
     fn compose(
         x: &Inputs<'_>,
         layout: &GateLayout,
         todo: &[(usize, usize)],
-        h: &[f32],
+        (left, right): (&[f32], &[f32]),
         c: &[f32],
         cand_h: &mut [f32],
         cand_c: &mut [f32],
@@ -297,52 +372,37 @@ pub(crate) mod cpu {
         }
         let w = 5 * d;
         let node = |i: usize| i * d..(i + 1) * d;
-        s.pairs.clear();
-        s.c_left.clear();
-        s.c_right.clear();
-        for &(l, r) in todo {
-            s.pairs.extend_from_slice(&h[node(l)]);
-            s.pairs.extend_from_slice(&h[node(r)]);
-            s.c_left.extend_from_slice(&c[node(l)]);
-            s.c_right.extend_from_slice(&c[node(r)]);
-        }
-        s.gates.clear();
-        match x.bias {
-            Some(bias) => (0..rows).for_each(|_| s.gates.extend_from_slice(&bias[..w])),
-            None => s.gates.resize(rows * w, 0.0),
-        }
-        let (weight, w_rs, w_cs) = x.weight;
-        gemm_slices(
-            (rows, w, 2 * d),
-            &mut s.gates,
-            w,
-            true,
-            &s.pairs,
-            (2 * d, 1),
-            weight,
-            (w_rs, w_cs),
-        );
         s.c.resize(rows * d, 0.0);
-        s.h.resize(rows * d, 0.0);
-        let (gates, cl, cr) = (&s.gates, &s.c_left, &s.c_right);
+        s.cand.resize(rows * d, 0.0);
         par::rows(
             rows,
             w + 3 * d,
-            vec![(&mut s.c[..rows * d], d), (&mut s.h[..rows * d], d)],
+            vec![(&mut s.c[..rows * d], d), (&mut s.cand[..rows * d], d)],
             &|r, o| {
                 let [co, ho] = o else {
                     unreachable!("two outputs")
                 };
-                let g = par::at(gates, &r, w);
-                gated_cell(g, &[par::at(cl, &r, d), par::at(cr, &r, d)], layout, d, co);
-                gated_output(g, co, layout, d, ho);
+                let pairs = &todo[r];
+                let mut gates = Vec::with_capacity(pairs.len() * w);
+                let (mut cl, mut cr) = (
+                    Vec::with_capacity(pairs.len() * d),
+                    Vec::with_capacity(pairs.len() * d),
+                );
+                for &(l, rr) in pairs {
+                    let (pl, pr) = (&left[l * w..(l + 1) * w], &right[rr * w..(rr + 1) * w]);
+                    gates.extend(pl.iter().zip(pr).map(|(a, b)| a + b));
+                    cl.extend_from_slice(&c[node(l)]);
+                    cr.extend_from_slice(&c[node(rr)]);
+                }
+                gated_cell(&gates, &[&cl[..], &cr[..]], layout, d, co);
+                gated_output(&gates, co, layout, d, ho);
             },
         );
         let scale = (d as f32).sqrt();
         for (row, &(l, _)) in todo.iter().enumerate() {
-            let hr = &s.h[row * d..(row + 1) * d];
-            cand_h[l * d..(l + 1) * d].copy_from_slice(hr);
-            cand_c[l * d..(l + 1) * d].copy_from_slice(&s.c[row * d..(row + 1) * d]);
+            let hr = &s.cand[row * d..(row + 1) * d];
+            cand_h[node(l)].copy_from_slice(hr);
+            cand_c[node(l)].copy_from_slice(&s.c[row * d..(row + 1) * d]);
             let dot: f32 = hr.iter().zip(x.query).map(|(a, b)| a * b).sum();
             score[l] = dot / scale;
         }

@@ -78,7 +78,7 @@ fn reference(mut nodes: Vec<(Vec<f64>, Vec<f64>)>, w: &[f64], b: &[f64], q: &[f6
 
 /// The fused op on backend `B` against the reference, for sentences of lengths 1 to 9 in one
 /// batch (merges at both edges and inside, examples completing at different layers).
-fn fused_matches_the_layers_written_out<B: ArborBackend>(tol: f64) {
+fn fused_matches_the_layers_written_out<B: ArborBackend>(tol: f64, with_bias: bool) {
     let lengths = [9, 1, 2, 7, 3, 9, 5, 8, 4, 6];
     let (batch, n, d) = (lengths.len(), 9, 5);
     let lh = tensor::<B, 3>([batch, n, d], 1.0, 1);
@@ -91,13 +91,18 @@ fn fused_matches_the_layers_written_out<B: ArborBackend>(tol: f64) {
         lh.clone(),
         lc.clone(),
         w.clone(),
-        Some(b.clone()),
+        with_bias.then(|| b.clone()),
         q.clone(),
         &lengths,
         &GateLayout::binary_tree_lstm(),
     )
     .expect("the CPU backends run argmax_tree on f32");
-    let (lh, lc, w, b, q) = (to_vec(lh), to_vec(lc), to_vec(w), to_vec(b), to_vec(q));
+    let (lh, lc, w, q) = (to_vec(lh), to_vec(lc), to_vec(w), to_vec(q));
+    let b = if with_bias {
+        to_vec(b)
+    } else {
+        vec![0.0; 5 * d]
+    };
     let (root_h, root_c, chosen, probabilities) = (
         to_vec(out.root_h),
         to_vec(out.root_c),
@@ -157,12 +162,18 @@ fn fused_matches_the_layers_written_out<B: ArborBackend>(tol: f64) {
 
 #[test]
 fn fused_matches_the_layers_written_out_flex() {
-    fused_matches_the_layers_written_out::<Flex>(1e-4);
+    fused_matches_the_layers_written_out::<Flex>(1e-4, true);
+}
+
+#[test]
+fn fused_matches_the_layers_written_out_without_a_bias() {
+    fused_matches_the_layers_written_out::<Flex>(1e-4, false);
+    fused_matches_the_layers_written_out::<NdArray<f32>>(1e-4, false);
 }
 
 #[test]
 fn fused_matches_the_layers_written_out_ndarray() {
-    fused_matches_the_layers_written_out::<NdArray<f32>>(1e-4);
+    fused_matches_the_layers_written_out::<NdArray<f32>>(1e-4, true);
 }
 
 /// The op is offered where no gradient is wanted and the data is `f32`: autodiff backends and
