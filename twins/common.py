@@ -21,8 +21,8 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "crates",
                                 "arbor-bench", "pytorch"))
 from twin_models import (  # noqa: E402,F401  (tree_nodes: the scripts use common.tree_nodes)
-    FastTreesLayer, GumbelTreeLstm, LstmLayer, OnLstmLayer, SpinnPiNt, default_chunk_size,
-    tree_nodes)
+    ConvFastTreesLayer, FastTreesLayer, GumbelTreeLstm, LstmLayer, OnLstmLayer, SpinnPiNt,
+    default_chunk_size, tree_nodes)
 
 # --------------------------------------------------------------------------------------------
 # Command line and set-up
@@ -197,7 +197,8 @@ def make_encoder(args, d_in):
     """The encoder of `--encoder` (twin_models.py); its `sentence(x, lengths)` (the gold-tree
     encoder: `sentence(x, lengths, trees)`) takes embeddings [B, T, D] and lengths [B] and
     returns the sentence vectors [B, H]: lstm = encoders/lstm.rs with the LSTM cell, 1 layer,
-    pooling `last`; on-lstm, fasttrees = the same runner with cells/on_lstm.rs, fast_trees.rs;
+    pooling `last`; on-lstm, fasttrees, conv-fasttrees = the same runner with cells/on_lstm.rs,
+    fast_trees.rs, conv_fast_trees.rs (kernel 3, as many convolution channels as inputs);
     gumbel = encoders/gumbel_tree_lstm.rs; spinn-pi-nt = encoders/spinn without tracking."""
     if args.encoder == "lstm":
         return LstmLayer(d_in, args.dim)
@@ -205,6 +206,8 @@ def make_encoder(args, d_in):
         return OnLstmLayer(d_in, args.dim, args.chunk_size)
     if args.encoder == "fasttrees":
         return FastTreesLayer(d_in, args.dim, args.chunk_size)
+    if args.encoder == "conv-fasttrees":
+        return ConvFastTreesLayer(d_in, args.dim, args.chunk_size)
     if args.encoder == "gumbel":
         fb = None if args.leaf_forget_bias == "random" else float(args.leaf_forget_bias)
         return GumbelTreeLstm(d_in, args.dim, args.leaf, args.tau, leaf_forget_bias=fb)

@@ -79,7 +79,8 @@ def load(data_dir, max_ops):
 
 
 def main():
-    ap = common.base_parser(__doc__.splitlines()[0], ["spinn-pi-nt", "lstm", "on-lstm", "fasttrees", "gumbel"],
+    ap = common.base_parser(__doc__.splitlines()[0], ["spinn-pi-nt", "lstm", "on-lstm", "fasttrees", "conv-fasttrees",
+                                                               "gumbel"],
                             dict(dim=64, batch=32, lr=2e-3, steps=2000, every=250, dropout=0.0))
     ap.add_argument("--data-dir", default="../shared/data/propositional_logic")
     ap.add_argument("--max-train-operators", type=int, default=6)
