@@ -170,11 +170,20 @@ pub fn markdown(report: &Report) -> String {
             "- backend: {} (`--device {}`), machine: {}",
             info.backend, info.device, info.machine
         );
+        // The binary's commit, and the checkout's where another binary ran in it.
+        let commit = if info.build_commit.is_empty() || info.build_commit == info.git_commit {
+            format!("at commit {}", info.git_commit)
+        } else {
+            format!(
+                "built from commit {}, run in a checkout at {}",
+                info.build_commit, info.git_commit
+            )
+        };
         let _ = writeln!(
             s,
-            "- arbor {} at commit {}; {} warm-up run(s), then {}–{} timed runs (at least {} s) per workload and mode, {} when the first takes over {} s",
+            "- arbor {} {}; {} warm-up run(s), then {}–{} timed runs (at least {} s) per workload and mode, {} when the first takes over {} s",
             info.arbor_version,
-            info.git_commit,
+            commit,
             report.settings.warmup,
             report.settings.min_reps,
             report.settings.max_reps,

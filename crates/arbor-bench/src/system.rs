@@ -16,8 +16,13 @@ pub struct RunInfo {
     pub machine: String,
     /// arbor version.
     pub arbor_version: String,
-    /// `git rev-parse --short HEAD` where the benchmark ran (or `$ARBOR_GIT_COMMIT`).
+    /// `git rev-parse --short HEAD` where the benchmark ran (or `$ARBOR_GIT_COMMIT`), with
+    /// `-dirty` for uncommitted changes: the checkout, which need not be the code that ran.
     pub git_commit: String,
+    /// The commit the binary was built from ([`build_commit`]); empty in records written before
+    /// it was recorded.
+    #[serde(default)]
+    pub build_commit: String,
     /// Seconds since the Unix epoch when the suite started.
     pub started_unix_s: u64,
 }
@@ -31,6 +36,7 @@ impl RunInfo {
             machine: machine(),
             arbor_version: env!("CARGO_PKG_VERSION").to_string(),
             git_commit: git_commit(),
+            build_commit: build_commit().to_string(),
             started_unix_s: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
@@ -91,6 +97,13 @@ pub fn vector_extensions() -> Vec<&'static str> {
         out.push("NEON");
     }
     out
+}
+
+/// The commit this binary was built from, stamped by `build.rs`: `git rev-parse --short HEAD`
+/// of the checkout it was compiled in, with `-dirty` when that checkout had uncommitted changes
+/// (`unknown` when it was not built in a git checkout).
+pub fn build_commit() -> &'static str {
+    env!("ARBOR_BUILD_COMMIT")
 }
 
 /// The git commit of the working tree (`unknown` outside a repository).
@@ -160,5 +173,17 @@ mod tests {
         assert!(info.machine.contains("cores"));
         assert_eq!(info.arbor_version, env!("CARGO_PKG_VERSION"));
         assert!(!info.git_commit.is_empty());
+        assert_eq!(info.build_commit, build_commit());
+    }
+
+    /// Built and tested in the same checkout, the stamped commit is the checkout's.
+    #[test]
+    fn the_build_commit_is_the_checkouts_when_built_here() {
+        let here = git_commit();
+        if here == "unknown" || std::env::var_os("ARBOR_GIT_COMMIT").is_some() {
+            return; // not a git checkout, or the commit is given
+        }
+        let hash = |c: &str| c.trim_end_matches("-dirty").to_string();
+        assert_eq!(hash(build_commit()), hash(&here));
     }
 }
