@@ -27,9 +27,9 @@ fn assert_close(a: &[f64], b: &[f64], tol: f64, what: &str) {
 
 /// Values and the gradients of the input, the kernel and the bias, for kernels of width 1–4
 /// and a sequence shorter than the kernel.
-fn matches_conv1d<B>(tol: f64)
+fn matches_conv1d<B: ArborBackend>(tol: f64)
 where
-    B: ArborBackend + burn::tensor::backend::AutodiffBackend,
+    B: burn::tensor::backend::AutodiffBackend,
     B::InnerBackend: ArborBackend,
 {
     let device = Default::default();
