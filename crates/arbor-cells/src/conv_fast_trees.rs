@@ -103,7 +103,8 @@ impl<B: ArborBackend> RecurrentCell<B> for ConvFastTreesCell<B> {
     /// The master gates `[f̃, ĩ]` of every step, `[B, T, d_in] → [B, T, 2C]`: the causal
     /// convolution reads the steps before `t`.
     fn context(&self, x: Tensor<B, 3>) -> Option<Tensor<B, 3>> {
-        let conv = causal_conv(&self.conv, x);
+        // Conv1d wants [B, channels, T].
+        let conv = self.conv.forward(x.swap_dims(1, 2)).swap_dims(1, 2);
         let logits = crate::linear_rows(&self.master, relu(conv));
         Some(MasterGates::from_logits(logits).concat())
     }
@@ -111,42 +112,4 @@ impl<B: ArborBackend> RecurrentCell<B> for ConvFastTreesCell<B> {
     fn step(&self, xp: Tensor<B, 2>, state: LstmState<B, 2>) -> CellStep<B> {
         precomputed_master_step(&self.hidden, self.n_chunks, self.d_hidden, xp, state)
     }
-}
-
-/// `conv`'s causal convolution over time (left padding `K − 1`, stride 1, no dilation), as one
-/// matrix product: each position's window `[x_{t−K+1}; …; x_t]` (zeros before the start) times
-/// the kernel laid out as `[K·d_in, d_out]` (row `k·d_in + i` is `weight[:, i, k]`), plus the
-/// bias. The same values as `conv.forward(x.swap_dims(1, 2)).swap_dims(1, 2)` to rounding (a
-/// test checks values and gradients); Burn 0.21's Flex convolution spent about a fifth of a Conv
-/// FastTrees cell's training time in its reshapes, strided copies and transposed-convolution
-/// backward pass (`perf`, 2026-11-28), where this is the windows' copies and one `linear` node.
-///
-/// # Shapes
-/// - `x`: `[batch, T, d_in]`
-/// - output: `[batch, T, d_out]`
-pub fn causal_conv<B: ArborBackend>(conv: &Conv1d<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
-    let [batch, t, d_in] = x.dims();
-    let [d_out, _, k] = conv.weight.dims();
-    if t == 0 {
-        return conv.forward(x.swap_dims(1, 2)).swap_dims(1, 2);
-    }
-    let padded = if k > 1 {
-        // Zeros of `x`'s float type (`Tensor::zeros` would take the device's default).
-        let zeros = x.clone().narrow(1, 0, 1).zeros_like().repeat_dim(1, k - 1);
-        Tensor::cat(vec![zeros, x], 1)
-    } else {
-        x
-    };
-    let windows = Tensor::cat((0..k).map(|j| padded.clone().narrow(1, j, t)).collect(), 2);
-    let weight = conv
-        .weight
-        .val()
-        .permute([2, 1, 0])
-        .reshape([k * d_in, d_out]);
-    arbor_kernels::linear(
-        windows.reshape([batch * t, k * d_in]),
-        weight,
-        conv.bias.as_ref().map(|b| b.val()),
-    )
-    .reshape([batch, t, d_out])
 }

@@ -45,7 +45,7 @@ mod tree_lstm;
 pub use arbor_kernels as kernels;
 pub use arbor_kernels::{ArborAutodiffBackend, ArborBackend, GateLayout};
 pub use check::ConfigError;
-pub use conv_fast_trees::{causal_conv, ConvFastTreesCell, ConvFastTreesCellConfig};
+pub use conv_fast_trees::{ConvFastTreesCell, ConvFastTreesCellConfig};
 pub use cumax::cumax;
 pub use fast_trees::{FastTreesCell, FastTreesCellConfig};
 pub use faster_fast_trees::{FasterFastTreesCell, FasterFastTreesCellConfig};
