@@ -171,9 +171,11 @@ pub(crate) mod cpu {
             start.push(total);
             total += len;
         }
-        let (mut h, mut c) = (Vec::with_capacity(total * d), Vec::with_capacity(total * d));
+        // Nodes' `c` (read as children); a node's `h` is needed only for its projections, so
+        // the leaves' are copied for their product and dropped, and a merged node's is read
+        // from `cand_h` at its place.
+        let mut c = Vec::with_capacity(total * d);
         for (b, &len) in x.lengths.iter().enumerate() {
-            h.extend_from_slice(&x.leaf_h[b * n * d..(b * n + len) * d]);
             c.extend_from_slice(&x.leaf_c[b * n * d..(b * n + len) * d]);
         }
         let (mut cand_h, mut cand_c) = (vec![0f32; total * d], vec![0f32; total * d]);
@@ -192,7 +194,13 @@ pub(crate) mod cpu {
         }
         // Every leaf's projections (`left` with the bias), in one product each.
         let (mut left, mut right) = (vec![0f32; total * w], vec![0f32; total * w]);
-        project(x, &h, total, &mut left, &mut right);
+        {
+            let mut h = Vec::with_capacity(total * d);
+            for (b, &len) in x.lengths.iter().enumerate() {
+                h.extend_from_slice(&x.leaf_h[b * n * d..(b * n + len) * d]);
+            }
+            project(x, &h, total, &mut left, &mut right);
+        }
         let mut out = Outputs {
             root_h: vec![0f32; batch * d],
             root_c: vec![0f32; batch * d],
@@ -247,9 +255,9 @@ pub(crate) mod cpu {
                 // Merge `(best_at, q)`: the parent takes `best_at`'s place, `q` leaves the list.
                 let p = best_at;
                 let q = next[p];
-                h[p * d..(p + 1) * d].copy_from_slice(&cand_h[p * d..(p + 1) * d]);
                 c[p * d..(p + 1) * d].copy_from_slice(&cand_c[p * d..(p + 1) * d]);
-                out.chosen[(b * layers + t) * d..][..d].copy_from_slice(&h[p * d..(p + 1) * d]);
+                out.chosen[(b * layers + t) * d..][..d]
+                    .copy_from_slice(&cand_h[p * d..(p + 1) * d]);
                 let after = next[q];
                 next[p] = after;
                 if after != NONE {
@@ -270,7 +278,7 @@ pub(crate) mod cpu {
                 let m = merged.len();
                 scratch.h.clear();
                 for &p in &merged {
-                    scratch.h.extend_from_slice(&h[p * d..(p + 1) * d]);
+                    scratch.h.extend_from_slice(&cand_h[p * d..(p + 1) * d]);
                 }
                 scratch.left.resize(m * w, 0.0);
                 scratch.right.resize(m * w, 0.0);
@@ -281,9 +289,15 @@ pub(crate) mod cpu {
                 }
             }
         }
-        for (b, &s0) in start.iter().enumerate() {
-            // A sentence's first node is never unlinked: it is the root at the end.
-            out.root_h[b * d..(b + 1) * d].copy_from_slice(&h[s0 * d..(s0 + 1) * d]);
+        for (b, (&s0, &len)) in start.iter().zip(x.lengths).enumerate() {
+            // A sentence's first node is never unlinked: it is the root at the end, the parent
+            // of the last merge (whose candidate slot nothing overwrites after it), or the leaf.
+            let root_h = if len > 1 {
+                &cand_h[s0 * d..(s0 + 1) * d]
+            } else {
+                &x.leaf_h[b * n * d..(b * n + 1) * d]
+            };
+            out.root_h[b * d..(b + 1) * d].copy_from_slice(root_h);
             out.root_c[b * d..(b + 1) * d].copy_from_slice(&c[s0 * d..(s0 + 1) * d]);
         }
         out
@@ -366,45 +380,58 @@ pub(crate) mod cpu {
         score: &mut [f32],
         s: &mut Scratch,
     ) {
-        let (d, rows) = (x.d, todo.len());
-        if rows == 0 {
-            return;
-        }
+        let d = x.d;
         let w = 5 * d;
         let node = |i: usize| i * d..(i + 1) * d;
-        s.c.resize(rows * d, 0.0);
-        s.cand.resize(rows * d, 0.0);
-        par::rows(
-            rows,
-            w + 3 * d,
-            vec![(&mut s.c[..rows * d], d), (&mut s.cand[..rows * d], d)],
-            &|r, o| {
-                let [co, ho] = o else {
-                    unreachable!("two outputs")
-                };
-                let pairs = &todo[r];
-                let mut gates = Vec::with_capacity(pairs.len() * w);
-                let (mut cl, mut cr) = (
-                    Vec::with_capacity(pairs.len() * d),
-                    Vec::with_capacity(pairs.len() * d),
-                );
-                for &(l, rr) in pairs {
-                    let (pl, pr) = (&left[l * w..(l + 1) * w], &right[rr * w..(rr + 1) * w]);
-                    gates.extend(pl.iter().zip(pr).map(|(a, b)| a + b));
-                    cl.extend_from_slice(&c[node(l)]);
-                    cr.extend_from_slice(&c[node(rr)]);
-                }
-                gated_cell(&gates, &[&cl[..], &cr[..]], layout, d, co);
-                gated_output(&gates, co, layout, d, ho);
-            },
-        );
         let scale = (d as f32).sqrt();
-        for (row, &(l, _)) in todo.iter().enumerate() {
-            let hr = &s.cand[row * d..(row + 1) * d];
-            cand_h[node(l)].copy_from_slice(hr);
-            cand_c[node(l)].copy_from_slice(&s.c[row * d..(row + 1) * d]);
-            let dot: f32 = hr.iter().zip(x.query).map(|(a, b)| a * b).sum();
-            score[l] = dot / scale;
+        // Blocks of pairs, so the outputs' scratch stays small on the first layer (which has
+        // every pair of the batch) and the pass's peak memory is not raised by it.
+        const BLOCK: usize = 512;
+        for todo in todo.chunks(BLOCK) {
+            let rows = todo.len();
+            s.c.resize(rows * d, 0.0);
+            s.cand.resize(rows * d, 0.0);
+            par::rows(
+                rows,
+                w + 3 * d,
+                vec![(&mut s.c[..rows * d], d), (&mut s.cand[..rows * d], d)],
+                &|r, o| {
+                    let [co, ho] = o else {
+                        unreachable!("two outputs")
+                    };
+                    // The gates of at most `CHUNK` pairs at a time, so the scratch stays small
+                    // (the first layer has every pair of the batch).
+                    const CHUNK: usize = 64;
+                    let mut gates = Vec::with_capacity(CHUNK.min(r.len()) * w);
+                    let (mut cl, mut cr) = (
+                        Vec::with_capacity(CHUNK.min(r.len()) * d),
+                        Vec::with_capacity(CHUNK.min(r.len()) * d),
+                    );
+                    for (k, pairs) in todo[r].chunks(CHUNK).enumerate() {
+                        gates.clear();
+                        cl.clear();
+                        cr.clear();
+                        for &(l, rr) in pairs {
+                            let (pl, pr) =
+                                (&left[l * w..(l + 1) * w], &right[rr * w..(rr + 1) * w]);
+                            gates.extend(pl.iter().zip(pr).map(|(a, b)| a + b));
+                            cl.extend_from_slice(&c[node(l)]);
+                            cr.extend_from_slice(&c[node(rr)]);
+                        }
+                        let out = k * CHUNK * d..(k * CHUNK + pairs.len()) * d;
+                        let co = &mut co[out.clone()];
+                        gated_cell(&gates, &[&cl[..], &cr[..]], layout, d, co);
+                        gated_output(&gates, co, layout, d, &mut ho[out]);
+                    }
+                },
+            );
+            for (row, &(l, _)) in todo.iter().enumerate() {
+                let hr = &s.cand[row * d..(row + 1) * d];
+                cand_h[node(l)].copy_from_slice(hr);
+                cand_c[node(l)].copy_from_slice(&s.c[row * d..(row + 1) * d]);
+                let dot: f32 = hr.iter().zip(x.query).map(|(a, b)| a * b).sum();
+                score[l] = dot / scale;
+            }
         }
     }
 }
