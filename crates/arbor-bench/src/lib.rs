@@ -17,6 +17,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
+pub mod git;
 pub mod gpu_check;
 pub mod harness;
 pub mod parity;

@@ -1,6 +1,5 @@
 //! Facts about the run: machine, backend, version, commit; and the process's peak memory.
 
-use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -111,25 +110,7 @@ pub fn git_commit() -> String {
     if let Ok(c) = std::env::var("ARBOR_GIT_COMMIT") {
         return c;
     }
-    let out = Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .output();
-    let dirty = Command::new("git")
-        .args(["status", "--porcelain", "--untracked-files=no"])
-        .output()
-        .map(|o| o.status.success() && !o.stdout.is_empty())
-        .unwrap_or(false);
-    match out {
-        Ok(o) if o.status.success() => {
-            let hash = String::from_utf8_lossy(&o.stdout).trim().to_string();
-            if dirty {
-                format!("{hash}-dirty")
-            } else {
-                hash
-            }
-        }
-        _ => "unknown".to_string(),
-    }
+    crate::git::described_commit(None)
 }
 
 /// Resets the kernel's record of the process's peak RSS (Linux `clear_refs`), so the next
