@@ -303,7 +303,8 @@ pub(crate) mod cpu {
         out
     }
 
-    /// The work buffers of the merged nodes' projections, reused across layers.
+    /// Work buffers reused across layers: the merged nodes' `h` and projections (`h`, `left`,
+    /// `right`), and a block of candidates' `c` and `h` in `compose` (`c`, `cand`).
     #[derive(Default)]
     struct Scratch {
         h: Vec<f32>,
