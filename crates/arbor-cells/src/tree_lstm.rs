@@ -187,6 +187,39 @@ impl<B: ArborBackend> BinaryTreeLstm<B> {
         )
     }
 
+    /// The Gumbel Tree-LSTM's layers with straight-through Gumbel-softmax decisions over
+    /// `leaves` (noise given), as one op with its own backward pass
+    /// ([`arbor_kernels::st_gumbel_tree`]). `None` where the backend has no such op (CUDA,
+    /// non-`f32` data) or the cell has an external input.
+    ///
+    /// # Shapes
+    /// - `leaves`: `[batch, n, D]` each; `query`: `[D]`; `lengths`: `batch` entries in `1..=n`
+    /// - `noise`: `[batch, n − 1, n − 1]`, layer `t` in row `t`
+    /// - output: see [`arbor_kernels::StGumbelTree`]
+    pub fn st_gumbel_tree(
+        &self,
+        leaves: &LstmState<B, 3>,
+        query: Tensor<B, 1>,
+        noise: Tensor<B, 3>,
+        tau: f64,
+        lengths: &[usize],
+    ) -> Option<arbor_kernels::StGumbelTree<B>> {
+        if self.external.is_some() {
+            return None;
+        }
+        arbor_kernels::st_gumbel_tree(
+            leaves.h.clone(),
+            leaves.c.clone(),
+            self.children.weight.val(),
+            self.children.bias.as_ref().map(|b| b.val()),
+            query,
+            noise,
+            tau,
+            lengths,
+            &GateLayout::binary_tree_lstm(),
+        )
+    }
+
     /// The gate pre-activations `[h_l; h_r]·W + b` of given pairs, with no autodiff node (the
     /// inputs and the weights are read as constants): for values that
     /// [`forward_adjacent_with_gates`](Self::forward_adjacent_with_gates) is then given.

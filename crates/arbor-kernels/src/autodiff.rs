@@ -115,6 +115,19 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
             => ops::memory::autodiff::contiguous::<B, C>;
         fn zeros(shape: Shape, device: &Device<Self>) -> FloatTensor<Self>
             => ops::memory::autodiff::zeros::<B, C>;
+        #[allow(clippy::too_many_arguments)]
+        fn st_gumbel_tree(
+            leaf_h: FloatTensor<Self>,
+            leaf_c: FloatTensor<Self>,
+            weight: FloatTensor<Self>,
+            bias: Option<FloatTensor<Self>>,
+            query: FloatTensor<Self>,
+            noise: FloatTensor<Self>,
+            tau: f64,
+            lengths: &[usize],
+            layout: &GateLayout,
+        ) -> Option<crate::StGumbelTreeParts<Self>>
+            => ops::gumbel_tree::autodiff::st_gumbel_tree::<B, C>;
     }
 }
 

@@ -239,6 +239,19 @@ macro_rules! host_backend {
                     layout: &GateLayout,
                 ) -> Option<$crate::ArgmaxTreeParts<Self>>
                     => $crate::ops::argmax_tree::host::argmax_tree::<Self>;
+                #[allow(clippy::too_many_arguments)]
+                fn st_gumbel_tree(
+                    leaf_h: FloatTensor<Self>,
+                    leaf_c: FloatTensor<Self>,
+                    weight: FloatTensor<Self>,
+                    bias: Option<FloatTensor<Self>>,
+                    query: FloatTensor<Self>,
+                    noise: FloatTensor<Self>,
+                    tau: f64,
+                    lengths: &[usize],
+                    layout: &GateLayout,
+                ) -> Option<$crate::StGumbelTreeParts<Self>>
+                    => $crate::ops::gumbel_tree::host::st_gumbel_tree::<Self>;
                 fn adjacent_pairs_backward(grad: FloatTensor<Self>) -> FloatTensor<Self>
                     => $crate::ops::adjacent::host::adjacent_pairs_backward::<Self>;
                 fn activation(x: FloatTensor<Self>, act: Activation) -> FloatTensor<Self>

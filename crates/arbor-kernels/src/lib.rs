@@ -91,6 +91,7 @@ pub use ops::activation::{gelu, sigmoid, tanh, Activation};
 pub use ops::adjacent::adjacent_pairs;
 pub use ops::argmax_tree::{argmax_tree, ArgmaxTree, ArgmaxTreeParts};
 pub use ops::gated_cell::{gated_cell, gated_output, GateLayout};
+pub use ops::gumbel_tree::{st_gumbel_tree, StGumbelTree, StGumbelTreeParts, StGumbelTreeSaved};
 pub use ops::layer_norm::layer_norm;
 pub use ops::linear::{cpu_product_kernels, linear, linear_given, linear_pair};
 pub use ops::linear_scan::linear_scan;
@@ -423,6 +424,27 @@ pub trait ArborBackend: Backend {
         layout: &GateLayout,
     ) -> Option<ArgmaxTreeParts<Self>> {
         let _ = (leaf_h, leaf_c, weight, bias, query, lengths, layout);
+        None
+    }
+
+    /// The Gumbel Tree-LSTM's layers with straight-through Gumbel-softmax decisions as one op
+    /// with its own backward pass; see [`st_gumbel_tree`]. `None` (the default): the backend
+    /// has no such op, and the caller runs the layers as tensor ops.
+    #[allow(clippy::too_many_arguments)]
+    fn st_gumbel_tree(
+        leaf_h: FloatTensor<Self>,
+        leaf_c: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        query: FloatTensor<Self>,
+        noise: FloatTensor<Self>,
+        tau: f64,
+        lengths: &[usize],
+        layout: &GateLayout,
+    ) -> Option<StGumbelTreeParts<Self>> {
+        let _ = (
+            leaf_h, leaf_c, weight, bias, query, noise, tau, lengths, layout,
+        );
         None
     }
 

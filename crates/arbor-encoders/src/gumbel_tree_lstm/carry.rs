@@ -22,11 +22,17 @@ pub enum CandidateSchedule {
     /// from the previous layer. Evaluation (argmax) carries the candidates themselves: `O(n)`
     /// compositions per sentence, and on the CPU backends (without autodiff) the whole pass is
     /// one op ([`arbor_kernels::argmax_tree`]: nodes kept in place, no per-layer copy of the
-    /// layer). Training carries their gate pre-activations, so the forward products are `O(n)`
-    /// and the backward pass, which must reach every candidate, is the same as
-    /// recomposition's. The default.
+    /// layer). Training, on the CPU backends (autodiff included), is one op too
+    /// ([`arbor_kernels::st_gumbel_tree`]: candidates composed once, and a backward pass with
+    /// `O(n)` matrix products per sentence); elsewhere it carries the candidates' gate
+    /// pre-activations as tensor ops (as [`CandidateSchedule::CarryUnfused`]). The default.
     #[default]
     Carry,
+    /// Carried candidates as tensor ops on every backend: argmax decisions carry the
+    /// candidates themselves, sampled decisions their gate pre-activations (the forward
+    /// products are `O(n)`; the backward pass, which must reach every candidate, is
+    /// recomposition's). What `Carry` does where the backend has no fused pass.
+    CarryUnfused,
     /// Argmax decisions carry the candidates themselves as tensor ops on every backend (the
     /// path `Carry` takes where the backend has no fused pass); sampled decisions recompose
     /// every pair (the default before training carried its gates).
@@ -43,8 +49,11 @@ impl CandidateSchedule {
                 Carry::Nothing
             }
             (CandidateSchedule::Carry, true) => Carry::Fused,
-            (CandidateSchedule::CarryInEvaluation, true) => Carry::Values,
-            (CandidateSchedule::Carry, false) => Carry::Gates,
+            (CandidateSchedule::CarryInEvaluation | CandidateSchedule::CarryUnfused, true) => {
+                Carry::Values
+            }
+            (CandidateSchedule::Carry, false) => Carry::FusedGates,
+            (CandidateSchedule::CarryUnfused, false) => Carry::Gates,
         }
     }
 }
@@ -61,6 +70,9 @@ pub(super) enum Carry {
     Fused,
     /// The candidates' gate pre-activations (any decisions; the gradients of recomposition).
     Gates,
+    /// The whole training pass as the backend's fused op where it has one, else `Gates`
+    /// (sampled decisions only).
+    FusedGates,
 }
 
 /// What one layer of `GumbelTreeLstm::run` got from the layer before it.

@@ -88,12 +88,24 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
                 schedule.carry(true),
                 |_, logits, mask| argmax_select(logits, Some(mask)),
             ),
-            Decisions::Sample(sampler) => self.run(
-                embeddings,
-                lengths,
-                schedule.carry(false),
-                |_, logits, mask| sample(sampler, logits, mask, tau),
-            ),
+            Decisions::Sample(sampler) => {
+                let carry = schedule.carry(false);
+                if carry == Carry::FusedGates {
+                    // The fused pass takes every layer's noise at once: drawn here, layer by
+                    // layer, as the layers below would draw it, so either path sees the same.
+                    let [batch, time, _] = embeddings.dims();
+                    let n = lengths.iter().copied().max().unwrap_or(1).min(time);
+                    let device = embeddings.device();
+                    let noise: Vec<Tensor<B, 2>> = (0..n.saturating_sub(1))
+                        .map(|t| sampler.sample::<B, 2>([batch, n - 1 - t], &device))
+                        .collect();
+                    let tau = sampler.temperature_or(tau);
+                    return self.run_with_noise(embeddings, lengths, &noise, tau, carry);
+                }
+                self.run(embeddings, lengths, carry, |_, logits, mask| {
+                    sample(sampler, logits, mask, tau)
+                })
+            }
         }
     }
 
@@ -131,18 +143,96 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
         schedule: CandidateSchedule,
     ) -> GumbelTreeOutput<B> {
         let tau = self.settings.tau;
-        self.run(
-            embeddings,
-            lengths,
-            schedule.carry(false),
-            |t, logits, mask| {
-                let g = noise
-                    .get(t)
-                    .unwrap_or_else(|| panic!("no noise for layer {t}"))
-                    .clone();
-                st_gumbel_softmax(logits, Some(mask), tau, Some(g))
-            },
-        )
+        self.run_with_noise(embeddings, lengths, noise, tau, schedule.carry(false))
+    }
+
+    /// The training-mode layers with given noise (layer `t`'s `[batch, n − 1 − t]`) at
+    /// temperature `tau`: the backend's fused pass where `carry` asks for it and the backend
+    /// has one, the layers as tensor ops otherwise.
+    fn run_with_noise(
+        &self,
+        embeddings: Tensor<B, 3>,
+        lengths: &[usize],
+        noise: &[Tensor<B, 2>],
+        tau: f64,
+        carry: Carry,
+    ) -> GumbelTreeOutput<B> {
+        let carry = match carry {
+            Carry::FusedGates => {
+                if let Some(out) = self.fused_training(embeddings.clone(), lengths, noise, tau) {
+                    return out;
+                }
+                Carry::Gates
+            }
+            other => other,
+        };
+        self.run(embeddings, lengths, carry, |t, logits, mask| {
+            let g = noise
+                .get(t)
+                .unwrap_or_else(|| panic!("no noise for layer {t}"))
+                .clone();
+            st_gumbel_softmax(logits, Some(mask), tau, Some(g))
+        })
+    }
+
+    /// The whole training pass as the backend's fused op ([`BinaryTreeLstm::st_gumbel_tree`]),
+    /// or `None` where it has none (the caller runs the layers as tensor ops; nothing has been
+    /// computed that it would need).
+    fn fused_training(
+        &self,
+        embeddings: Tensor<B, 3>,
+        lengths: &[usize],
+        noise: &[Tensor<B, 2>],
+        tau: f64,
+    ) -> Option<GumbelTreeOutput<B>> {
+        let [batch, time, _] = embeddings.dims();
+        assert_eq!(lengths.len(), batch, "one length per example");
+        assert!(
+            lengths.iter().all(|&l| (1..=time).contains(&l)),
+            "every length must be in 1..={time}: {lengths:?}"
+        );
+        let n = lengths.iter().copied().max().unwrap_or(1);
+        if n < 2 || self.composition.external.is_some() {
+            return None;
+        }
+        assert!(
+            noise.len() >= n - 1,
+            "no noise for layer {}: {} given",
+            noise.len(),
+            noise.len()
+        );
+        let x = if n < time {
+            embeddings.narrow(1, 0, n)
+        } else {
+            embeddings
+        };
+        let device = x.device();
+        // Layer t's noise `[batch, n − 1 − t]` in row t of `[batch, n − 1, n − 1]`, constant.
+        let rows: Vec<Tensor<B, 2>> = noise[..n - 1]
+            .iter()
+            .enumerate()
+            .map(|(t, g)| {
+                let g = g.clone().detach();
+                if t == 0 {
+                    g
+                } else {
+                    Tensor::cat(vec![g, arbor_cells::kernels::zeros([batch, t], &device)], 1)
+                }
+            })
+            .collect();
+        let noise = Tensor::stack::<3>(rows, 1);
+        let leaves = self.leaf.forward(x, lengths);
+        let tree =
+            self.composition
+                .st_gumbel_tree(&leaves, self.query.val(), noise, tau, lengths)?;
+        let tree = arbor_cells::kernels::ArgmaxTree {
+            root_h: tree.root_h,
+            root_c: tree.root_c,
+            chosen: tree.chosen,
+            selected: tree.selected,
+            probabilities: tree.probabilities,
+        };
+        Some(self.fused_output(tree, leaves, lengths))
     }
 
     /// Validity scores `q·h̃_k / √D` of a layer of candidates.
@@ -272,14 +362,12 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
                         );
                         Some(Carried::Values(parent, logits))
                     }
-                    (Carry::Gates, Some(g)) => Some(Carried::Gates(self.carry_gates(
-                        g,
-                        &s,
-                        sel.index.clone(),
-                        &layer.h,
-                    ))),
+                    (Carry::Gates | Carry::FusedGates, Some(g)) => Some(Carried::Gates(
+                        self.carry_gates(g, &s, sel.index.clone(), &layer.h),
+                    )),
                     // (`Gates` with no gates cannot occur: a `Gates` layer always composes.)
-                    (Carry::Gates, None) | (Carry::Nothing, _) => None,
+                    // `run_with_noise` turns `FusedGates` into `Gates` before the layers run.
+                    (Carry::Gates | Carry::FusedGates, None) | (Carry::Nothing, _) => None,
                 };
             }
             if attend {

@@ -36,22 +36,42 @@ fn parameter_grads<B: burn::tensor::backend::AutodiffBackend>(
     c.out
 }
 
-/// Carried candidates (the default schedule) equal the authors' schedule (every pair
-/// recomposed at every layer) in the trees, the selection probabilities, the root, the
-/// intra-attention mix, and the gradients of every parameter and of the embeddings: with
-/// argmax decisions (carried `h`, `c` and scores) and with straight-through Gumbel
-/// decisions from the same noise (carried gate pre-activations).
+/// Carried candidates (the default schedule, and `CarryUnfused`) equal the authors' schedule
+/// (every pair recomposed at every layer) in the trees, the selection probabilities, the root,
+/// the intra-attention mix, and the gradients of every parameter and of the embeddings: with
+/// argmax decisions (carried `h`, `c` and scores) and with straight-through Gumbel decisions
+/// from the same noise (the fused training pass where the backend has it, `fused`, and
+/// carried gate pre-activations).
 fn carried_candidates_match_recomposition<
     B: burn::tensor::backend::AutodiffBackend + ArborBackend,
 >(
     tol: f64,
+    fused: bool,
 ) {
     let device = Default::default();
     // Lengths 1 to 9 in one batch (1-3-token sentences included), so that examples
     // complete at different layers and merges happen at both edges and inside.
     let lengths = [9, 1, 2, 7, 3, 9, 5, 8, 4, 6];
     let n = 9;
-    for sampled in [false, true] {
+    {
+        // Whether the backend runs the fused training pass.
+        let m = GumbelTreeLstmConfig::new(4, 6).init::<B>(&device);
+        let x = Tensor::<B, 3>::random([lengths.len(), n, 4], Distribution::Default, &device);
+        let noise = Tensor::<B, 3>::zeros([lengths.len(), n - 1, n - 1], &device);
+        let leaves = m.leaf.forward(x, &lengths);
+        assert_eq!(
+            m.composition
+                .st_gumbel_tree(&leaves, m.query.val(), noise, 1.0, &lengths)
+                .is_some(),
+            fused,
+            "the backend's fused training pass"
+        );
+    }
+    for (sampled, schedule) in [
+        (false, CandidateSchedule::Carry),
+        (true, CandidateSchedule::Carry),
+        (true, CandidateSchedule::CarryUnfused),
+    ] {
         for (seed, leaf, attend) in [
             (1, LeafKind::Affine, false),
             (2, LeafKind::Lstm, true),
@@ -59,7 +79,7 @@ fn carried_candidates_match_recomposition<
             (4, LeafKind::BiLstm, false),
             (5, LeafKind::Lstm, false),
         ] {
-            let what = format!("seed {seed}, sampled {sampled}");
+            let what = format!("seed {seed}, sampled {sampled}, {schedule:?}");
             B::seed(&device, seed);
             let mut m = GumbelTreeLstmConfig::new(4, 6)
                 .with_leaf(leaf)
@@ -86,10 +106,7 @@ fn carried_candidates_match_recomposition<
                     m.forward_scheduled(x.clone(), &lengths, Decisions::Argmax, schedule)
                 }
             };
-            let (a, b) = (
-                run(CandidateSchedule::Carry),
-                run(CandidateSchedule::Recompose),
-            );
+            let (a, b) = (run(schedule), run(CandidateSchedule::Recompose));
             // The default carries at evaluation only: the same as one of the two.
             let c = run(CandidateSchedule::default());
             assert_eq!(
@@ -164,12 +181,13 @@ fn carried_candidates_match_recomposition<
 
 #[test]
 fn carried_candidates_match_recomposition_flex_f32() {
-    carried_candidates_match_recomposition::<Autodiff<Flex>>(2e-5);
+    carried_candidates_match_recomposition::<Autodiff<Flex>>(2e-5, true);
 }
 
 #[test]
 fn carried_candidates_match_recomposition_ndarray_f64() {
-    carried_candidates_match_recomposition::<Autodiff<NdArray<f64>>>(1e-12);
+    // (`f64` data: no fused pass, so the sampled decisions carry gate pre-activations.)
+    carried_candidates_match_recomposition::<Autodiff<NdArray<f64>>>(1e-12, false);
 }
 
 /// The fused argmax pass (the default schedule on a CPU backend without autodiff) equals the

@@ -17,6 +17,7 @@ pub(crate) mod activation;
 pub(crate) mod adjacent;
 pub(crate) mod argmax_tree;
 pub(crate) mod gated_cell;
+pub(crate) mod gumbel_tree;
 pub(crate) mod layer_norm;
 pub(crate) mod linear;
 pub(crate) mod linear_scan;

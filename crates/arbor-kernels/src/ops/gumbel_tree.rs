@@ -1,0 +1,846 @@
+//! `st_gumbel_tree`: a whole training pass of the Gumbel Tree-LSTM's bottom-up layers
+//! (straight-through Gumbel-softmax decisions) as one op on the CPU backends, whose backward
+//! pass needs `O(n)` matrix products per sentence instead of `O(n²)` (docs/kernels.md, "The
+//! Gumbel Tree-LSTM's training pass as one op").
+
+use std::sync::Arc;
+
+use burn::prelude::*;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{TensorData, TensorPrimitive};
+
+use crate::{ArborBackend, GateLayout};
+
+/// What [`st_gumbel_tree`] returns.
+#[derive(Debug, Clone)]
+pub struct StGumbelTree<B: Backend> {
+    /// Every sentence's root `h` `[batch, D]` (a one-token sentence's root is its leaf).
+    pub root_h: Tensor<B, 2>,
+    /// Every sentence's root `c` `[batch, D]`.
+    pub root_c: Tensor<B, 2>,
+    /// The `h` of the parent selected at each layer `[batch, n − 1, D]`; zeros once an
+    /// example's tree is complete.
+    pub chosen: Tensor<B, 3>,
+    /// The index selected at each layer `[batch, n − 1]`; 0 once an example's tree is complete.
+    pub selected: Tensor<B, 2, Int>,
+    /// The Gumbel-softmax `y` of each layer `[batch, n − 1, n − 1]` (layer `t` in row `t`, its
+    /// `n − 1 − t` pairs in columns `0..n − 1 − t`), without a gradient path; zeros elsewhere,
+    /// on invalid pairs and once an example's tree is complete.
+    pub probabilities: Tensor<B, 3>,
+}
+
+/// What a backend's [`ArborBackend::st_gumbel_tree`] returns.
+#[derive(Debug)]
+pub struct StGumbelTreeParts<B: Backend> {
+    /// `[batch, n + 1, D]`: row 0 the root `h`, row 1 the root `c`, row `2 + t` the parent
+    /// selected at layer `t` (one tensor, because a Burn graph node has one output).
+    pub out: FloatTensor<B>,
+    /// [`StGumbelTree::selected`], row-major.
+    pub selected: Vec<i64>,
+    /// [`StGumbelTree::probabilities`].
+    pub probabilities: FloatTensor<B>,
+    /// What the backward pass reads.
+    pub saved: StGumbelTreeSaved,
+}
+
+/// What [`st_gumbel_tree`]'s backward pass reads: every unique node's and candidate's values
+/// and projections and every layer's selection, as host `f32` data (`O(n·D)` per sentence).
+#[derive(Clone)]
+pub struct StGumbelTreeSaved(Arc<cpu::Saved>);
+
+impl std::fmt::Debug for StGumbelTreeSaved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StGumbelTreeSaved")
+            .field("batch", &self.0.lengths.len())
+            .field("n", &self.0.n)
+            .field("d", &self.0.d)
+            .field("objects", &(self.0.c.len() / self.0.d.max(1)))
+            .finish()
+    }
+}
+
+/// The Gumbel Tree-LSTM's bottom-up layers with straight-through Gumbel-softmax decisions
+/// (Choi, Yoo & Lee 2018, in training) as one op, or `None` where the backend has no such op
+/// (the caller then runs the layers as tensor ops): the CPU backends on `f32` data and autodiff
+/// over them have it; CUDA and other float types do not.
+///
+/// Layer `t` composes every adjacent pair of the current nodes with the binary Tree-LSTM
+/// (`layout`, as [`crate::argmax_tree`]), scores each `q·h / √D`, and selects with
+/// `y = softmax((score + noise) / τ)` over the valid pairs: forward, the first pair of highest
+/// `score + noise` is merged (the one-hot value of the straight-through selection); backward,
+/// the gradient reaches `y` exactly as through eq. 7's mix `s·h̃ + (1 − cum)·h_l + (cum −
+/// s)·h_r` with `s = onehot − y.detach() + y`, and through the chosen parent `Σ_k s_k·h'_k`
+/// (intra-attention). The gradients of the leaves, `weight`, `bias` and `query` equal those of
+/// the layers written as tensor ops, to rounding, with `O(n)` matrix products per sentence:
+/// candidates are composed once and carried, a node's gradient stays in gate space until it is
+/// needed as a `D`-vector, and the weight's gradient is one product over the unique pairs.
+///
+/// # Shapes
+/// - `leaf_h`, `leaf_c`: `[batch, n, D]`; positions past an example's length are not read
+/// - `weight`: `[2D, 5D]` (Burn's `[in, out]`), `bias`: `[5D]`, `query`: `[D]`
+/// - `noise`: `[batch, n − 1, n − 1]`: layer `t`'s Gumbel noise in row `t`, columns
+///   `0..n − 1 − t` (entries on invalid pairs are not read)
+/// - `lengths`: `batch` entries in `1..=n`; `tau > 0`
+/// - output: see [`StGumbelTree`]
+///
+/// # Panics
+/// If the shapes disagree, `layout` is not five blocks with two forget gates, `tau` is not
+/// positive, or a length is outside `1..=n`.
+#[allow(clippy::too_many_arguments)]
+pub fn st_gumbel_tree<B: ArborBackend>(
+    leaf_h: Tensor<B, 3>,
+    leaf_c: Tensor<B, 3>,
+    weight: Tensor<B, 2>,
+    bias: Option<Tensor<B, 1>>,
+    query: Tensor<B, 1>,
+    noise: Tensor<B, 3>,
+    tau: f64,
+    lengths: &[usize],
+    layout: &GateLayout,
+) -> Option<StGumbelTree<B>> {
+    let [batch, n, d] = leaf_h.dims();
+    assert_eq!(
+        leaf_c.dims(),
+        [batch, n, d],
+        "st_gumbel_tree: leaf_c's shape"
+    );
+    assert_eq!(
+        weight.dims(),
+        [2 * d, 5 * d],
+        "st_gumbel_tree: weight's shape"
+    );
+    if let Some(b) = &bias {
+        assert_eq!(b.dims(), [5 * d], "st_gumbel_tree: bias's shape");
+    }
+    assert_eq!(query.dims(), [d], "st_gumbel_tree: query's shape");
+    let layers = n.saturating_sub(1);
+    assert_eq!(
+        noise.dims(),
+        [batch, layers, layers],
+        "st_gumbel_tree: noise's shape"
+    );
+    assert!(tau > 0.0, "st_gumbel_tree: tau must be positive, got {tau}");
+    assert_eq!(
+        lengths.len(),
+        batch,
+        "st_gumbel_tree: one length per example"
+    );
+    assert!(
+        lengths.iter().all(|&l| (1..=n).contains(&l)),
+        "st_gumbel_tree: every length must be in 1..={n}: {lengths:?}"
+    );
+    assert!(
+        layout.blocks == 5 && layout.forgets.len() == 2 && layout.is_valid(),
+        "st_gumbel_tree: the layout must be five blocks with two forget gates"
+    );
+    let device = leaf_h.device();
+    let parts = B::st_gumbel_tree(
+        leaf_h.into_primitive().tensor(),
+        leaf_c.into_primitive().tensor(),
+        weight.into_primitive().tensor(),
+        bias.map(|b| b.into_primitive().tensor()),
+        query.into_primitive().tensor(),
+        noise.into_primitive().tensor(),
+        tau,
+        lengths,
+        layout,
+    )?;
+    let out = Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(parts.out));
+    Some(StGumbelTree {
+        root_h: out.clone().narrow(1, 0, 1).reshape([batch, d]),
+        root_c: out.clone().narrow(1, 1, 1).reshape([batch, d]),
+        chosen: out.narrow(1, 2, layers),
+        selected: Tensor::from_data(TensorData::new(parts.selected, [batch, layers]), &device),
+        probabilities: Tensor::from_primitive(TensorPrimitive::Float(parts.probabilities)),
+    })
+}
+
+/// The gradients of [`st_gumbel_tree`]'s `out` (`[batch, n + 1, D]`, see
+/// [`StGumbelTreeParts::out`]) with respect to `leaf_h`, `leaf_c`, `weight`, `bias` (zeros
+/// when the pass had none) and `query`, on `grad`'s device. The work is host code over the
+/// saved values, so it needs nothing of the backend but reading `grad` and making tensors.
+pub(crate) fn st_gumbel_tree_backward<B: Backend>(
+    saved: &StGumbelTreeSaved,
+    grad: FloatTensor<B>,
+) -> [FloatTensor<B>; 5] {
+    let device = B::float_device(&grad);
+    let grad = Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(grad)).into_data();
+    let s = &saved.0;
+    let (batch, n, d) = (s.lengths.len(), s.n, s.d);
+    // The forward pass ran on `f32` data, so its gradient is `f32` too; convert otherwise.
+    let grad: Vec<f32> = grad
+        .convert::<f32>()
+        .into_vec::<f32>()
+        .unwrap_or_else(|_| vec![0.0; batch * (n + 1) * d]);
+    let g = cpu::backward(s, &grad);
+    let rank3 = |v: Vec<f32>| {
+        Tensor::<B, 3>::from_data(TensorData::new(v, [batch, n, d]), &device)
+            .into_primitive()
+            .tensor()
+    };
+    [
+        rank3(g.leaf_h),
+        rank3(g.leaf_c),
+        Tensor::<B, 2>::from_data(TensorData::new(g.weight, [2 * d, 5 * d]), &device)
+            .into_primitive()
+            .tensor(),
+        Tensor::<B, 1>::from_data(TensorData::new(g.bias, [5 * d]), &device)
+            .into_primitive()
+            .tensor(),
+        Tensor::<B, 1>::from_data(TensorData::new(g.query, [d]), &device)
+            .into_primitive()
+            .tensor(),
+    ]
+}
+
+/// The loops over host `f32` data.
+// Rows of several equal-length buffers are indexed together; indices keep them readable.
+#[allow(clippy::needless_range_loop)]
+pub(crate) mod cpu {
+    use crate::ops::gated_cell::cpu::{
+        gated_cell, gated_cell_backward, gated_output, gated_output_backward,
+    };
+    use crate::ops::linear::host::gemm_slices;
+    use crate::par;
+    use crate::GateLayout;
+
+    /// A candidate whose object id is not assigned yet (composed at the next layer's start).
+    const PENDING: u32 = u32::MAX;
+
+    /// The inputs of [`forward`]: the leaves `[batch, n, D]`, the composition's weight as
+    /// `(slice, row stride, column stride)` of its `[2D, 5D]` matrix, the bias `[5D]`, the
+    /// query `[D]` and the noise `[batch, n − 1, n − 1]`.
+    pub(crate) struct Inputs<'a> {
+        pub(crate) leaf_h: &'a [f32],
+        pub(crate) leaf_c: &'a [f32],
+        pub(crate) weight: (&'a [f32], usize, usize),
+        pub(crate) bias: Option<&'a [f32]>,
+        pub(crate) query: &'a [f32],
+        pub(crate) noise: &'a [f32],
+        pub(crate) tau: f32,
+        pub(crate) lengths: &'a [usize],
+        pub(crate) n: usize,
+        pub(crate) d: usize,
+    }
+
+    /// One incomplete sentence at one layer: its nodes and candidates (object ids, in order),
+    /// the Gumbel-softmax `y` over the candidates and the selected position.
+    pub(crate) struct Layer {
+        b: usize,
+        nodes: Vec<u32>,
+        cands: Vec<u32>,
+        y: Vec<f32>,
+        best: usize,
+    }
+
+    /// The forward pass's values. Objects are the leaves (ids `0..leaves`, sentence `b`'s at
+    /// `start[b]..start[b] + len`) and then every candidate parent ever composed, in order.
+    pub(crate) struct Saved {
+        pub(crate) n: usize,
+        pub(crate) d: usize,
+        pub(crate) lengths: Vec<usize>,
+        start: Vec<usize>,
+        leaves: usize,
+        layout: GateLayout,
+        tau: f32,
+        /// `[2D, 5D]`, row-major.
+        weight: Vec<f32>,
+        query: Vec<f32>,
+        /// Every object's `h` and `c` `[objects, D]`.
+        h: Vec<f32>,
+        pub(crate) c: Vec<f32>,
+        /// Every object's projections `h·W_l`, `h·W_r` (no bias) `[objects, 5D]`.
+        proj_l: Vec<f32>,
+        proj_r: Vec<f32>,
+        /// Every candidate's gate pre-activations `[candidates, 5D]` and children (object ids).
+        gates: Vec<f32>,
+        children: Vec<(u32, u32)>,
+        /// Per layer, its incomplete sentences.
+        layers: Vec<Vec<Layer>>,
+        /// Every sentence's root object.
+        roots: Vec<u32>,
+    }
+
+    /// [`forward`]'s outputs, row-major: `[batch, n + 1, D]` (root `h`, root `c`, the chosen
+    /// parents), selections `[batch, n − 1]`, `y` `[batch, n − 1, n − 1]`.
+    pub(crate) struct Outputs {
+        pub(crate) out: Vec<f32>,
+        pub(crate) selected: Vec<i64>,
+        pub(crate) probabilities: Vec<f32>,
+    }
+
+    /// The gradients [`backward`] returns, row-major.
+    pub(crate) struct Grads {
+        pub(crate) leaf_h: Vec<f32>,
+        pub(crate) leaf_c: Vec<f32>,
+        pub(crate) weight: Vec<f32>,
+        pub(crate) bias: Vec<f32>,
+        pub(crate) query: Vec<f32>,
+    }
+
+    /// `left = h·W_l`, `right = h·W_r` of `m` rows `h` `[m, D]` (`weight` row-major `[2D, 5D]`),
+    /// appended to `left` and `right`.
+    fn project(
+        weight: &[f32],
+        h: &[f32],
+        m: usize,
+        d: usize,
+        left: &mut Vec<f32>,
+        right: &mut Vec<f32>,
+    ) {
+        let w = 5 * d;
+        for (out, half) in [(left, &weight[..d * w]), (right, &weight[d * w..])] {
+            let at = out.len();
+            out.resize(at + m * w, 0.0);
+            gemm_slices((m, w, d), &mut out[at..], w, false, h, (d, 1), half, (w, 1));
+        }
+    }
+
+    fn dot(a: &[f32], b: &[f32]) -> f32 {
+        a.iter().zip(b).map(|(x, y)| x * y).sum()
+    }
+
+    fn add(dst: &mut [f32], src: &[f32]) {
+        for (a, b) in dst.iter_mut().zip(src) {
+            *a += b;
+        }
+    }
+
+    /// See [`super::st_gumbel_tree`]. Nodes and candidates are objects that never move: a
+    /// layer's record lists the ids of its nodes and candidates in order, and only the two
+    /// pairs around each merge are composed (with their projections) at the next layer.
+    pub(crate) fn forward(x: &Inputs<'_>, layout: &GateLayout) -> (Outputs, Saved) {
+        let (n, d) = (x.n, x.d);
+        let w = 5 * d;
+        let batch = x.lengths.len();
+        let layers = n.saturating_sub(1);
+        let (ws, w_rs, w_cs) = x.weight;
+        let mut weight = vec![0f32; 2 * d * w];
+        for r in 0..2 * d {
+            for col in 0..w {
+                weight[r * w + col] = ws[r * w_rs + col * w_cs];
+            }
+        }
+        let mut start = Vec::with_capacity(batch);
+        let mut total = 0;
+        for &len in x.lengths {
+            start.push(total);
+            total += len;
+        }
+        let mut h = Vec::with_capacity(3 * total * d);
+        let mut c = Vec::with_capacity(3 * total * d);
+        for (b, &len) in x.lengths.iter().enumerate() {
+            h.extend_from_slice(&x.leaf_h[b * n * d..(b * n + len) * d]);
+            c.extend_from_slice(&x.leaf_c[b * n * d..(b * n + len) * d]);
+        }
+        let (mut proj_l, mut proj_r) = (Vec::new(), Vec::new());
+        project(&weight, &h, total, d, &mut proj_l, &mut proj_r);
+        let mut s = Saved {
+            n,
+            d,
+            lengths: x.lengths.to_vec(),
+            start: start.clone(),
+            leaves: total,
+            layout: layout.clone(),
+            tau: x.tau,
+            weight,
+            query: x.query.to_vec(),
+            h,
+            c,
+            proj_l,
+            proj_r,
+            gates: Vec::new(),
+            children: Vec::new(),
+            layers: Vec::with_capacity(layers),
+            roots: Vec::with_capacity(batch),
+        };
+        let mut out = Outputs {
+            out: vec![0f32; batch * (n + 1) * d],
+            selected: vec![0i64; batch * layers],
+            probabilities: vec![0f32; batch * layers * layers],
+        };
+        let mut nodes: Vec<Vec<u32>> = start
+            .iter()
+            .zip(x.lengths)
+            .map(|(&s0, &len)| (s0 as u32..(s0 + len) as u32).collect())
+            .collect();
+        let mut cands: Vec<Vec<u32>> = x
+            .lengths
+            .iter()
+            .map(|&len| vec![PENDING; len.saturating_sub(1)])
+            .collect();
+        // The pairs to compose: (sentence, candidate position, left, right).
+        let mut todo: Vec<(usize, usize, u32, u32)> = nodes
+            .iter()
+            .enumerate()
+            .flat_map(|(b, ns)| {
+                ns.windows(2)
+                    .enumerate()
+                    .map(move |(k, p)| (b, k, p[0], p[1]))
+            })
+            .collect();
+        let mut score: Vec<f32> = Vec::new();
+        let mut z = vec![0f32; layers];
+        for t in 0..layers {
+            let first = s.h.len() / d;
+            compose(x, layout, &todo, &mut s, &mut score);
+            for (i, &(b, k, _, _)) in todo.iter().enumerate() {
+                cands[b][k] = (first + i) as u32;
+            }
+            todo.clear();
+            let mut records = Vec::new();
+            for (b, &len) in x.lengths.iter().enumerate() {
+                if len < t + 2 {
+                    continue;
+                }
+                let k = len - t - 1;
+                let row = (b * layers + t) * layers;
+                let mut best = 0;
+                for j in 0..k {
+                    let u = cands[b][j] as usize - s.leaves;
+                    z[j] = (score[u] + x.noise[row + j]) / x.tau;
+                    // The first of the highest, as an argmax; a NaN is never higher.
+                    if z[j] > z[best] {
+                        best = j;
+                    }
+                }
+                let y = softmax(&z[..k]);
+                out.probabilities[row..row + k].copy_from_slice(&y);
+                out.selected[b * layers + t] = best as i64;
+                let parent = cands[b][best];
+                let p = parent as usize;
+                out.out[(b * (n + 1) + 2 + t) * d..][..d].copy_from_slice(&s.h[p * d..(p + 1) * d]);
+                records.push(Layer {
+                    b,
+                    nodes: nodes[b].clone(),
+                    cands: cands[b].clone(),
+                    y,
+                    best,
+                });
+                // Merge: the parent replaces its two children; the pairs on either side of it
+                // are new.
+                let ns = &mut nodes[b];
+                ns[best] = parent;
+                ns.remove(best + 1);
+                let cs = &mut cands[b];
+                cs.remove(best);
+                if best > 0 {
+                    cs[best - 1] = PENDING;
+                    todo.push((b, best - 1, ns[best - 1], parent));
+                }
+                if best + 1 < ns.len() {
+                    cs[best] = PENDING;
+                    todo.push((b, best, parent, ns[best + 1]));
+                }
+            }
+            s.layers.push(records);
+        }
+        for (b, ns) in nodes.iter().enumerate() {
+            let r = ns[0] as usize;
+            s.roots.push(ns[0]);
+            let at = b * (n + 1) * d;
+            out.out[at..at + d].copy_from_slice(&s.h[r * d..(r + 1) * d]);
+            out.out[at + d..at + 2 * d].copy_from_slice(&s.c[r * d..(r + 1) * d]);
+        }
+        (out, s)
+    }
+
+    /// `softmax(z)` with the largest value subtracted first.
+    fn softmax(z: &[f32]) -> Vec<f32> {
+        let max = z.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut y: Vec<f32> = z.iter().map(|&v| (v - max).exp()).collect();
+        let sum = y.iter().sum::<f32>().max(1e-12);
+        for v in &mut y {
+            *v /= sum;
+        }
+        y
+    }
+
+    /// Composes the pairs of `todo` as new objects (their gates, `c`, `h`, projections and
+    /// scores appended to `s` and `score`), rows in parallel.
+    fn compose(
+        x: &Inputs<'_>,
+        layout: &GateLayout,
+        todo: &[(usize, usize, u32, u32)],
+        s: &mut Saved,
+        score: &mut Vec<f32>,
+    ) {
+        let m = todo.len();
+        if m == 0 {
+            return;
+        }
+        let d = x.d;
+        let w = 5 * d;
+        let objects = s.h.len() / d;
+        let (mut g, mut cn, mut hn) = (vec![0f32; m * w], vec![0f32; m * d], vec![0f32; m * d]);
+        {
+            let (pl, pr, c) = (&s.proj_l, &s.proj_r, &s.c);
+            par::rows(
+                m,
+                w + 3 * d,
+                vec![(&mut g, w), (&mut cn, d), (&mut hn, d)],
+                &|r, o| {
+                    let [go, co, ho] = o else {
+                        unreachable!("three outputs")
+                    };
+                    let rows = r.len();
+                    let (mut cl, mut cr) =
+                        (Vec::with_capacity(rows * d), Vec::with_capacity(rows * d));
+                    for (i, &(_, _, l, rr)) in todo[r].iter().enumerate() {
+                        let (l, rr) = (l as usize, rr as usize);
+                        let gi = &mut go[i * w..(i + 1) * w];
+                        for j in 0..w {
+                            gi[j] = pl[l * w + j] + pr[rr * w + j];
+                        }
+                        if let Some(bias) = x.bias {
+                            add(gi, bias);
+                        }
+                        cl.extend_from_slice(&c[l * d..(l + 1) * d]);
+                        cr.extend_from_slice(&c[rr * d..(rr + 1) * d]);
+                    }
+                    gated_cell(go, &[&cl[..], &cr[..]], layout, d, co);
+                    gated_output(go, co, layout, d, ho);
+                },
+            );
+        }
+        let scale = (d as f32).sqrt();
+        for i in 0..m {
+            score.push(dot(&hn[i * d..(i + 1) * d], x.query) / scale);
+        }
+        project(&s.weight, &hn, m, d, &mut s.proj_l, &mut s.proj_r);
+        s.gates.extend_from_slice(&g);
+        s.children.extend(todo.iter().map(|&(_, _, l, r)| (l, r)));
+        s.h.extend_from_slice(&hn);
+        s.c.extend_from_slice(&cn);
+        debug_assert_eq!(s.h.len() / d, objects + m);
+    }
+
+    /// The gradients of [`forward`]'s `out` (`grad`, `[batch, n + 1, D]`), walking the layers
+    /// down. Every object keeps its gradient as `dh` (a `D`-vector: the root, the chosen
+    /// parents, a selected parent's upstream), `P` and `Q` (gate-space sums of the pairs it is
+    /// the left and the right child of, so its full `h` gradient is `dh + P·W_lᵀ + Q·W_rᵀ`)
+    /// and `dc`. At layer `t`, with `g_j` the gradient of the next layer's node `j` (its
+    /// object's sums so far, which hold every layer above), `x` the layer's nodes and `p` its
+    /// candidates: `∂L/∂s_i = ⟨g_i, p_i − x_i⟩ + Σ_{j>i} ⟨g_j, x_{j+1} − x_j⟩ + ⟨∂L/∂chosen,
+    /// h'_i⟩` (eq. 7 and the chosen parent), where `⟨g, v⟩ = ⟨dh, h_v⟩ + ⟨P, h_v·W_l⟩ + ⟨Q,
+    /// h_v·W_r⟩ + ⟨dc, c_v⟩` reads the saved projections; then the softmax's backward gives
+    /// each candidate's score gradient, the selected parent's full gradient is formed (one row
+    /// per sentence), and every candidate's cell backward adds its gate gradient to its
+    /// children's `P`, `Q`, its `dc` share to theirs, and to its own running sum for `dW`.
+    pub(crate) fn backward(s: &Saved, grad: &[f32]) -> Grads {
+        let (n, d) = (s.n, s.d);
+        let w = 5 * d;
+        let batch = s.lengths.len();
+        let objects = s.h.len() / d;
+        let leaves = s.leaves;
+        let cands = objects - leaves;
+        let layout = &s.layout;
+        let scale = (d as f32).sqrt();
+        let (mut dh, mut dc) = (vec![0f32; objects * d], vec![0f32; objects * d]);
+        let (mut pp, mut qq) = (vec![0f32; objects * w], vec![0f32; objects * w]);
+        let mut g_total = vec![0f32; cands * w];
+        let mut dlogit_sum = vec![0f32; cands];
+        let gr = |b: usize, row: usize| &grad[(b * (n + 1) + row) * d..][..d];
+        for (b, &root) in s.roots.iter().enumerate() {
+            let r = root as usize;
+            add(&mut dh[r * d..(r + 1) * d], gr(b, 0));
+            add(&mut dc[r * d..(r + 1) * d], gr(b, 1));
+        }
+        let (w_l, w_r) = (&s.weight[..d * w], &s.weight[d * w..]);
+        let mut full = Vec::new();
+        let mut gathered = Vec::new();
+        let mut ds = Vec::new();
+        let (mut d_gates, mut dc_h, mut dc_tot) = (vec![0f32; w], vec![0f32; d], vec![0f32; d]);
+        let (mut dcl, mut dcr) = (vec![0f32; d], vec![0f32; d]);
+        let mut dh_up = vec![0f32; d];
+        for t in (0..s.layers.len()).rev() {
+            let records = &s.layers[t];
+            // The chosen parent's gradient is the selected node's, at the next layer.
+            for rec in records {
+                let p = rec.cands[rec.best] as usize;
+                add(&mut dh[p * d..(p + 1) * d], gr(rec.b, 2 + t));
+            }
+            // The selected parents' full `h` gradients, one row per sentence.
+            let r = records.len();
+            full.clear();
+            for rec in records {
+                let p = rec.cands[rec.best] as usize;
+                full.extend_from_slice(&dh[p * d..(p + 1) * d]);
+            }
+            for (sums, wt) in [(&pp, w_l), (&qq, w_r)] {
+                gathered.clear();
+                for rec in records {
+                    let p = rec.cands[rec.best] as usize;
+                    gathered.extend_from_slice(&sums[p * w..(p + 1) * w]);
+                }
+                // `W_lᵀ` is `[5D, D]`: element `(j, k)` at `weight[k·5D + j]`.
+                gemm_slices((r, d, w), &mut full, d, true, &gathered, (w, 1), wt, (1, w));
+            }
+            for (ri, rec) in records.iter().enumerate() {
+                let k = rec.cands.len();
+                let best = rec.best;
+                let parent = rec.cands[best] as usize;
+                let next = |i: usize| -> usize {
+                    (if i < best {
+                        rec.nodes[i]
+                    } else if i == best {
+                        rec.cands[best]
+                    } else {
+                        rec.nodes[i + 1]
+                    }) as usize
+                };
+                let dot_g = |g: usize, v: usize| -> f32 {
+                    dot(&dh[g * d..(g + 1) * d], &s.h[v * d..(v + 1) * d])
+                        + dot(&pp[g * w..(g + 1) * w], &s.proj_l[v * w..(v + 1) * w])
+                        + dot(&qq[g * w..(g + 1) * w], &s.proj_r[v * w..(v + 1) * w])
+                        + dot(&dc[g * d..(g + 1) * d], &s.c[v * d..(v + 1) * d])
+                };
+                let chosen = gr(rec.b, 2 + t);
+                ds.clear();
+                ds.resize(k, 0f32);
+                let mut suffix = 0f32;
+                for i in (0..k).rev() {
+                    let g = next(i);
+                    let (xi, xn) = (rec.nodes[i] as usize, rec.nodes[i + 1] as usize);
+                    let gx = dot_g(g, xi);
+                    ds[i] = dot_g(g, rec.cands[i] as usize) - gx
+                        + suffix
+                        + dot(chosen, &s.h[g * d..(g + 1) * d]);
+                    suffix += dot_g(g, xn) - gx;
+                }
+                let sy: f32 = rec.y.iter().zip(&ds).map(|(y, g)| y * g).sum();
+                for i in 0..k {
+                    let u = rec.cands[i] as usize;
+                    let ci = u - leaves;
+                    let dlogit = rec.y[i] * (ds[i] - sy) / s.tau;
+                    dlogit_sum[ci] += dlogit;
+                    for j in 0..d {
+                        dh_up[j] = s.query[j] * dlogit / scale;
+                    }
+                    dc_tot.fill(0.0);
+                    if i == best {
+                        add(&mut dh_up, &full[ri * d..(ri + 1) * d]);
+                        dc_tot.copy_from_slice(&dc[parent * d..(parent + 1) * d]);
+                    }
+                    let gates = &s.gates[ci * w..(ci + 1) * w];
+                    d_gates.fill(0.0);
+                    gated_output_backward(
+                        gates,
+                        &s.c[u * d..(u + 1) * d],
+                        &dh_up,
+                        layout,
+                        d,
+                        &mut d_gates,
+                        &mut dc_h,
+                    );
+                    add(&mut dc_tot, &dc_h);
+                    let (l, rr) = s.children[ci];
+                    let (l, rr) = (l as usize, rr as usize);
+                    gated_cell_backward(
+                        gates,
+                        &[&s.c[l * d..(l + 1) * d], &s.c[rr * d..(rr + 1) * d]],
+                        &dc_tot,
+                        layout,
+                        d,
+                        &mut d_gates,
+                        &mut [&mut dcl[..], &mut dcr[..]],
+                    );
+                    add(&mut g_total[ci * w..(ci + 1) * w], &d_gates);
+                    add(&mut pp[l * w..(l + 1) * w], &d_gates);
+                    add(&mut qq[rr * w..(rr + 1) * w], &d_gates);
+                    add(&mut dc[l * d..(l + 1) * d], &dcl);
+                    add(&mut dc[rr * d..(rr + 1) * d], &dcr);
+                }
+            }
+        }
+        // The leaves: `dh + P·W_lᵀ + Q·W_rᵀ` in two products over all of them.
+        let (lh, lp, lq) = (&mut dh[..leaves * d], &pp[..leaves * w], &qq[..leaves * w]);
+        gemm_slices((leaves, d, w), lh, d, true, lp, (w, 1), w_l, (1, w));
+        gemm_slices((leaves, d, w), lh, d, true, lq, (w, 1), w_r, (1, w));
+        let mut leaf_h = vec![0f32; batch * n * d];
+        let mut leaf_c = vec![0f32; batch * n * d];
+        for (b, (&s0, &len)) in s.start.iter().zip(&s.lengths).enumerate() {
+            leaf_h[b * n * d..(b * n + len) * d].copy_from_slice(&dh[s0 * d..(s0 + len) * d]);
+            leaf_c[b * n * d..(b * n + len) * d].copy_from_slice(&dc[s0 * d..(s0 + len) * d]);
+        }
+        // `dW = [h_lᵀ; h_rᵀ]·G` over the unique pairs, `db = Σ G`, `dq = Σ h·∂L/∂score / √D`.
+        let mut weight = vec![0f32; 2 * d * w];
+        let mut bias = vec![0f32; w];
+        let mut query = vec![0f32; d];
+        if cands > 0 {
+            for (half, side) in [(0, 0), (d * w, 1)] {
+                gathered.clear();
+                for &(l, r) in &s.children {
+                    let o = if side == 0 { l } else { r } as usize;
+                    gathered.extend_from_slice(&s.h[o * d..(o + 1) * d]);
+                }
+                gemm_slices(
+                    (d, w, cands),
+                    &mut weight[half..half + d * w],
+                    w,
+                    false,
+                    &gathered,
+                    (1, d),
+                    &g_total,
+                    (w, 1),
+                );
+            }
+            for row in g_total.chunks_exact(w) {
+                add(&mut bias, row);
+            }
+            for (ci, &dl) in dlogit_sum.iter().enumerate() {
+                let u = leaves + ci;
+                for j in 0..d {
+                    query[j] += s.h[u * d + j] * dl / scale;
+                }
+            }
+        }
+        Grads {
+            leaf_h,
+            leaf_c,
+            weight,
+            bias,
+            query,
+        }
+    }
+}
+
+/// The CPU backends' entry point.
+pub(crate) mod host {
+    use std::sync::Arc;
+
+    use burn::prelude::Backend;
+    use burn::tensor::ops::FloatTensor;
+    use burn::tensor::Shape;
+
+    use super::{cpu, StGumbelTreeParts, StGumbelTreeSaved};
+    use crate::host::{dims3, HostTensor};
+    use crate::GateLayout;
+
+    /// The CPU op on `f32` tensors; `None` otherwise.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn st_gumbel_tree<B: Backend>(
+        leaf_h: FloatTensor<B>,
+        leaf_c: FloatTensor<B>,
+        weight: FloatTensor<B>,
+        bias: Option<FloatTensor<B>>,
+        query: FloatTensor<B>,
+        noise: FloatTensor<B>,
+        tau: f64,
+        lengths: &[usize],
+        layout: &GateLayout,
+    ) -> Option<StGumbelTreeParts<B>>
+    where
+        FloatTensor<B>: HostTensor,
+    {
+        let (batch, n, d) = dims3(&leaf_h);
+        let (lh, lc, q, g) = (leaf_h.host()?, leaf_c.host()?, query.host()?, noise.host()?);
+        let bias = match &bias {
+            Some(b) => Some(b.host()?),
+            None => None,
+        };
+        let copy;
+        let weight = match weight.matrix() {
+            Some((ws, wo, rs, cs)) => (&ws[wo..], rs as usize, cs as usize),
+            None => {
+                copy = weight.host()?;
+                (&copy[..], 5 * d, 1)
+            }
+        };
+        let inputs = cpu::Inputs {
+            leaf_h: &lh,
+            leaf_c: &lc,
+            weight,
+            bias: bias.as_deref(),
+            query: &q,
+            noise: &g,
+            tau: tau as f32,
+            lengths,
+            n,
+            d,
+        };
+        let (out, saved) = cpu::forward(&inputs, layout);
+        let layers = n.saturating_sub(1);
+        let t = <FloatTensor<B> as HostTensor>::from_f32;
+        Some(StGumbelTreeParts {
+            out: t(out.out, Shape::new([batch, n + 1, d])),
+            selected: out.selected,
+            probabilities: t(out.probabilities, Shape::new([batch, layers, layers])),
+            saved: StGumbelTreeSaved(Arc::new(saved)),
+        })
+    }
+}
+
+/// `Autodiff<B>`: the pass as one graph node whose backward step is [`cpu::backward`].
+pub(crate) mod autodiff {
+    use burn::backend::autodiff::checkpoint::base::Checkpointer;
+    use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+    use burn::backend::autodiff::grads::Gradients;
+    use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+    use burn::backend::autodiff::Autodiff;
+    use burn::tensor::backend::AutodiffBackend;
+    use burn::tensor::ops::FloatTensor;
+
+    use super::{st_gumbel_tree_backward, StGumbelTreeParts, StGumbelTreeSaved};
+    use crate::autodiff::backward_with;
+    use crate::{ArborBackend, GateLayout};
+
+    #[derive(Debug)]
+    struct StGumbelTreeOp;
+
+    impl<B: ArborBackend> Backward<B, 5> for StGumbelTreeOp {
+        type State = StGumbelTreeSaved;
+
+        fn backward(self, ops: Ops<Self::State, 5>, grads: &mut Gradients, _: &mut Checkpointer) {
+            backward_with::<B, _, 5, _>(ops, grads, |saved, grad| {
+                st_gumbel_tree_backward::<B>(&saved, grad)
+            });
+        }
+    }
+
+    /// The inner backend's pass, recorded as one node over the leaves, the weight, the bias
+    /// (an untracked placeholder when there is none) and the query; the noise is a constant.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn st_gumbel_tree<B: ArborBackend, C: CheckpointStrategy>(
+        leaf_h: FloatTensor<Autodiff<B, C>>,
+        leaf_c: FloatTensor<Autodiff<B, C>>,
+        weight: FloatTensor<Autodiff<B, C>>,
+        bias: Option<FloatTensor<Autodiff<B, C>>>,
+        query: FloatTensor<Autodiff<B, C>>,
+        noise: FloatTensor<Autodiff<B, C>>,
+        tau: f64,
+        lengths: &[usize],
+        layout: &GateLayout,
+    ) -> Option<StGumbelTreeParts<Autodiff<B, C>>> {
+        let bias_node = bias.as_ref().map(|b| b.node.clone());
+        let parts = B::st_gumbel_tree(
+            leaf_h.primitive,
+            leaf_c.primitive,
+            weight.primitive,
+            bias.map(|b| b.primitive),
+            query.primitive.clone(),
+            noise.primitive,
+            tau,
+            lengths,
+            layout,
+        )?;
+        // Without a bias, the fourth parent is a fresh untracked node: it gets no gradient.
+        let bias_node =
+            bias_node.unwrap_or_else(|| Autodiff::<B, C>::from_inner(query.primitive.clone()).node);
+        let nodes = [leaf_h.node, leaf_c.node, weight.node, bias_node, query.node];
+        let out = match StGumbelTreeOp
+            .prepare::<C>(nodes)
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish(parts.saved.clone(), parts.out),
+            OpsKind::UnTracked(prep) => prep.finish(parts.out),
+        };
+        Some(StGumbelTreeParts {
+            out,
+            selected: parts.selected,
+            probabilities: Autodiff::<B, C>::from_inner(parts.probabilities),
+            saved: parts.saved,
+        })
+    }
+}
