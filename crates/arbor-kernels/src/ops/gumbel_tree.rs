@@ -306,6 +306,53 @@ pub(crate) mod cpu {
         }
     }
 
+    /// `dst += a·src`.
+    fn axpy(dst: &mut [f32], a: f32, src: &[f32]) {
+        for (x, y) in dst.iter_mut().zip(src) {
+            *x += a * y;
+        }
+    }
+
+    /// Candidate `ci`'s cell backward for upstream gradients `dh` (of its `h`) and `dc` (of its
+    /// `c`): its gate gradient `d_gates` `[5D]` and its children's `c` gradients `dcl`, `dcr`.
+    fn cell_backward(
+        s: &Saved,
+        ci: usize,
+        dh: &[f32],
+        dc: &[f32],
+        d_gates: &mut [f32],
+        dcl: &mut [f32],
+        dcr: &mut [f32],
+    ) {
+        let d = s.d;
+        let w = 5 * d;
+        let u = s.leaves + ci;
+        let gates = &s.gates[ci * w..(ci + 1) * w];
+        let mut dc_tot = vec![0f32; d];
+        d_gates.fill(0.0);
+        gated_output_backward(
+            gates,
+            &s.c[u * d..(u + 1) * d],
+            dh,
+            &s.layout,
+            d,
+            d_gates,
+            &mut dc_tot,
+        );
+        add(&mut dc_tot, dc);
+        let (l, r) = s.children[ci];
+        let (l, r) = (l as usize, r as usize);
+        gated_cell_backward(
+            gates,
+            &[&s.c[l * d..(l + 1) * d], &s.c[r * d..(r + 1) * d]],
+            &dc_tot,
+            &s.layout,
+            d,
+            d_gates,
+            &mut [dcl, dcr],
+        );
+    }
+
     /// See [`super::st_gumbel_tree`]. Nodes and candidates are objects that never move: a
     /// layer's record lists the ids of its nodes and candidates in order, and only the two
     /// pairs around each merge are composed (with their projections) at the next layer.
@@ -534,12 +581,28 @@ pub(crate) mod cpu {
         let objects = s.h.len() / d;
         let leaves = s.leaves;
         let cands = objects - leaves;
-        let layout = &s.layout;
         let scale = (d as f32).sqrt();
         let (mut dh, mut dc) = (vec![0f32; objects * d], vec![0f32; objects * d]);
         let (mut pp, mut qq) = (vec![0f32; objects * w], vec![0f32; objects * w]);
         let mut g_total = vec![0f32; cands * w];
         let mut dlogit_sum = vec![0f32; cands];
+        // Every candidate's cell backward for an upstream `h` gradient of `q / √D` (and none
+        // for `c`): its gate gradient `gq` and its children's `c` gradients `cq` (left, right).
+        // A layer's score gradient `dlogit` then reaches the candidate's children as `dlogit`
+        // times these, with no activation recomputed per layer.
+        let mut gq = vec![0f32; cands * w];
+        let mut cq = vec![0f32; cands * 2 * d];
+        {
+            let q: Vec<f32> = s.query.iter().map(|&v| v / scale).collect();
+            let zero = vec![0f32; d];
+            let (mut dg, mut dl, mut dr) = (vec![0f32; w], vec![0f32; d], vec![0f32; d]);
+            for ci in 0..cands {
+                cell_backward(s, ci, &q, &zero, &mut dg, &mut dl, &mut dr);
+                gq[ci * w..(ci + 1) * w].copy_from_slice(&dg);
+                cq[ci * 2 * d..ci * 2 * d + d].copy_from_slice(&dl);
+                cq[ci * 2 * d + d..(ci + 1) * 2 * d].copy_from_slice(&dr);
+            }
+        }
         let gr = |b: usize, row: usize| &grad[(b * (n + 1) + row) * d..][..d];
         for (b, &root) in s.roots.iter().enumerate() {
             let r = root as usize;
@@ -550,9 +613,8 @@ pub(crate) mod cpu {
         let mut full = Vec::new();
         let mut gathered = Vec::new();
         let mut ds = Vec::new();
-        let (mut d_gates, mut dc_h, mut dc_tot) = (vec![0f32; w], vec![0f32; d], vec![0f32; d]);
+        let mut d_gates = vec![0f32; w];
         let (mut dcl, mut dcr) = (vec![0f32; d], vec![0f32; d]);
-        let mut dh_up = vec![0f32; d];
         for t in (0..s.layers.len()).rev() {
             let records = &s.layers[t];
             // The chosen parent's gradient is the selected node's, at the next layer.
@@ -613,45 +675,50 @@ pub(crate) mod cpu {
                     let u = rec.cands[i] as usize;
                     let ci = u - leaves;
                     let dlogit = rec.y[i] * (ds[i] - sy) / s.tau;
+                    // The score's share of the candidate's cell backward: `dlogit` times the
+                    // saved response to `q / √D` (the cell backward is linear in its upstream).
                     dlogit_sum[ci] += dlogit;
-                    for j in 0..d {
-                        dh_up[j] = s.query[j] * dlogit / scale;
-                    }
-                    dc_tot.fill(0.0);
-                    if i == best {
-                        add(&mut dh_up, &full[ri * d..(ri + 1) * d]);
-                        dc_tot.copy_from_slice(&dc[parent * d..(parent + 1) * d]);
-                    }
-                    let gates = &s.gates[ci * w..(ci + 1) * w];
-                    d_gates.fill(0.0);
-                    gated_output_backward(
-                        gates,
-                        &s.c[u * d..(u + 1) * d],
-                        &dh_up,
-                        layout,
-                        d,
-                        &mut d_gates,
-                        &mut dc_h,
-                    );
-                    add(&mut dc_tot, &dc_h);
                     let (l, rr) = s.children[ci];
                     let (l, rr) = (l as usize, rr as usize);
-                    gated_cell_backward(
-                        gates,
-                        &[&s.c[l * d..(l + 1) * d], &s.c[rr * d..(rr + 1) * d]],
-                        &dc_tot,
-                        layout,
-                        d,
-                        &mut d_gates,
-                        &mut [&mut dcl[..], &mut dcr[..]],
+                    let gq = &gq[ci * w..(ci + 1) * w];
+                    axpy(&mut pp[l * w..(l + 1) * w], dlogit, gq);
+                    axpy(&mut qq[rr * w..(rr + 1) * w], dlogit, gq);
+                    axpy(
+                        &mut dc[l * d..(l + 1) * d],
+                        dlogit,
+                        &cq[ci * 2 * d..ci * 2 * d + d],
                     );
-                    add(&mut g_total[ci * w..(ci + 1) * w], &d_gates);
-                    add(&mut pp[l * w..(l + 1) * w], &d_gates);
-                    add(&mut qq[rr * w..(rr + 1) * w], &d_gates);
-                    add(&mut dc[l * d..(l + 1) * d], &dcl);
-                    add(&mut dc[rr * d..(rr + 1) * d], &dcr);
+                    axpy(
+                        &mut dc[rr * d..(rr + 1) * d],
+                        dlogit,
+                        &cq[ci * 2 * d + d..(ci + 1) * 2 * d],
+                    );
+                    if i == best {
+                        // The selected parent's own gradient, through its cell.
+                        cell_backward(
+                            s,
+                            ci,
+                            &full[ri * d..(ri + 1) * d],
+                            &dc[parent * d..(parent + 1) * d],
+                            &mut d_gates,
+                            &mut dcl,
+                            &mut dcr,
+                        );
+                        add(&mut g_total[ci * w..(ci + 1) * w], &d_gates);
+                        add(&mut pp[l * w..(l + 1) * w], &d_gates);
+                        add(&mut qq[rr * w..(rr + 1) * w], &d_gates);
+                        add(&mut dc[l * d..(l + 1) * d], &dcl);
+                        add(&mut dc[rr * d..(rr + 1) * d], &dcr);
+                    }
                 }
             }
+        }
+        for (ci, &dl) in dlogit_sum.iter().enumerate() {
+            axpy(
+                &mut g_total[ci * w..(ci + 1) * w],
+                dl,
+                &gq[ci * w..(ci + 1) * w],
+            );
         }
         // The leaves: `dh + P·W_lᵀ + Q·W_rᵀ` in two products over all of them.
         let (lh, lp, lq) = (&mut dh[..leaves * d], &pp[..leaves * w], &qq[..leaves * w]);
