@@ -192,7 +192,10 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
             "every length must be in 1..={time}: {lengths:?}"
         );
         let n = lengths.iter().copied().max().unwrap_or(1);
-        if n < 2 || self.composition.external.is_some() {
+        // (A temperature that is not positive, which a config refuses but a sampler could
+        // carry, goes to the tensor layers, which give it the same non-finite values as
+        // before instead of the op's panic.)
+        if n < 2 || self.composition.external.is_some() || tau.is_nan() || tau <= 0.0 {
             return None;
         }
         assert!(
