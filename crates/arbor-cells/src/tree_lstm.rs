@@ -166,13 +166,13 @@ impl<B: ArborBackend> BinaryTreeLstm<B> {
     ///
     /// # Shapes
     /// - `leaves`: `[batch, n, D]` each; `query`: `[D]`; `lengths`: `batch` entries in `1..=n`
-    /// - output: see [`arbor_kernels::ArgmaxTree`]
+    /// - output: see [`arbor_kernels::TreePass`]
     pub fn argmax_tree(
         &self,
         leaves: &LstmState<B, 3>,
         query: Tensor<B, 1>,
         lengths: &[usize],
-    ) -> Option<arbor_kernels::ArgmaxTree<B>> {
+    ) -> Option<arbor_kernels::TreePass<B>> {
         if self.external.is_some() {
             return None;
         }
@@ -195,7 +195,7 @@ impl<B: ArborBackend> BinaryTreeLstm<B> {
     /// # Shapes
     /// - `leaves`: `[batch, n, D]` each; `query`: `[D]`; `lengths`: `batch` entries in `1..=n`
     /// - `noise`: `[batch, n − 1, n − 1]`, layer `t` in row `t`
-    /// - output: see [`arbor_kernels::StGumbelTree`]
+    /// - output: see [`arbor_kernels::TreePass`]
     pub fn st_gumbel_tree(
         &self,
         leaves: &LstmState<B, 3>,
@@ -203,7 +203,7 @@ impl<B: ArborBackend> BinaryTreeLstm<B> {
         noise: Tensor<B, 3>,
         tau: f64,
         lengths: &[usize],
-    ) -> Option<arbor_kernels::StGumbelTree<B>> {
+    ) -> Option<arbor_kernels::TreePass<B>> {
         if self.external.is_some() {
             return None;
         }

@@ -89,9 +89,9 @@ mod cuda;
 
 pub use ops::activation::{gelu, sigmoid, tanh, Activation};
 pub use ops::adjacent::adjacent_pairs;
-pub use ops::argmax_tree::{argmax_tree, ArgmaxTree, ArgmaxTreeParts};
+pub use ops::argmax_tree::{argmax_tree, ArgmaxTreeParts, TreePass};
 pub use ops::gated_cell::{gated_cell, gated_output, GateLayout};
-pub use ops::gumbel_tree::{st_gumbel_tree, StGumbelTree, StGumbelTreeParts, StGumbelTreeSaved};
+pub use ops::gumbel_tree::{st_gumbel_tree, StGumbelTreeParts, StGumbelTreeSaved};
 pub use ops::layer_norm::layer_norm;
 pub use ops::linear::{cpu_product_kernels, linear, linear_given, linear_pair};
 pub use ops::linear_scan::linear_scan;

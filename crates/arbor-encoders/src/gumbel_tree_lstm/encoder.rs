@@ -185,13 +185,8 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
         noise: &[Tensor<B, 2>],
         tau: f64,
     ) -> Option<GumbelTreeOutput<B>> {
-        let [batch, time, _] = embeddings.dims();
-        assert_eq!(lengths.len(), batch, "one length per example");
-        assert!(
-            lengths.iter().all(|&l| (1..=time).contains(&l)),
-            "every length must be in 1..={time}: {lengths:?}"
-        );
-        let n = lengths.iter().copied().max().unwrap_or(1);
+        let [batch, _, _] = embeddings.dims();
+        let (x, n) = longest_prefix(embeddings, lengths);
         // (A temperature that is not positive, which a config refuses but a sampler could
         // carry, goes to the tensor layers, which give it the same non-finite values as
         // before instead of the op's panic.)
@@ -200,15 +195,10 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
         }
         assert!(
             noise.len() >= n - 1,
-            "no noise for layer {}: {} given",
-            noise.len(),
+            "noise for {} layers needed, {} given",
+            n - 1,
             noise.len()
         );
-        let x = if n < time {
-            embeddings.narrow(1, 0, n)
-        } else {
-            embeddings
-        };
         let device = x.device();
         // Layer t's noise `[batch, n − 1 − t]` in row t of `[batch, n − 1, n − 1]`, constant.
         let rows: Vec<Tensor<B, 2>> = noise[..n - 1]
@@ -228,13 +218,6 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
         let tree =
             self.composition
                 .st_gumbel_tree(&leaves, self.query.val(), noise, tau, lengths)?;
-        let tree = arbor_cells::kernels::ArgmaxTree {
-            root_h: tree.root_h,
-            root_c: tree.root_c,
-            chosen: tree.chosen,
-            selected: tree.selected,
-            probabilities: tree.probabilities,
-        };
         Some(self.fused_output(tree, leaves, lengths))
     }
 
@@ -292,20 +275,10 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
         carry: Carry,
         mut select: impl FnMut(usize, Tensor<B, 2>, Tensor<B, 2, Bool>) -> Selection<B>,
     ) -> GumbelTreeOutput<B> {
-        let [batch, time, _] = embeddings.dims();
-        assert_eq!(lengths.len(), batch, "one length per example");
-        assert!(
-            lengths.iter().all(|&l| (1..=time).contains(&l)),
-            "every length must be in 1..={time}: {lengths:?}"
-        );
+        let [batch, _, _] = embeddings.dims();
         let device = embeddings.device();
-        let n = lengths.iter().copied().max().unwrap_or(1);
+        let (x, n) = longest_prefix(embeddings, lengths);
         let d = self.d_hidden;
-        let x = if n < time {
-            embeddings.narrow(1, 0, n)
-        } else {
-            embeddings
-        };
         let leaves = self.leaf.forward(x, lengths);
         if carry == Carry::Fused && n >= 2 {
             if let Some(tree) = self
@@ -418,12 +391,12 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
         }
     }
 
-    /// The output of a fused argmax pass ([`BinaryTreeLstm::argmax_tree`]) in the layout the
-    /// layers' loop gives: per-layer selections and probabilities, intra-attention over the
+    /// The output of a fused pass ([`BinaryTreeLstm::argmax_tree`],
+    /// [`BinaryTreeLstm::st_gumbel_tree`]) in the layout the layers' loop gives: per-layer selections and probabilities, intra-attention over the
     /// leaves and the chosen parents.
     fn fused_output(
         &self,
-        tree: arbor_cells::kernels::ArgmaxTree<B>,
+        tree: arbor_cells::kernels::TreePass<B>,
         leaves: LstmState<B, 3>,
         lengths: &[usize],
     ) -> GumbelTreeOutput<B> {
@@ -447,6 +420,29 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
             .then(|| Tensor::cat(vec![leaves.h.clone(), tree.chosen], 1));
         Self::output(root, nodes, leaves, selected, probabilities, lengths)
     }
+}
+
+/// The embeddings narrowed to the longest sentence, and its length `n`.
+///
+/// # Panics
+/// If `lengths` does not give one length in `1..=time` per example.
+fn longest_prefix<B: Backend>(
+    embeddings: Tensor<B, 3>,
+    lengths: &[usize],
+) -> (Tensor<B, 3>, usize) {
+    let [batch, time, _] = embeddings.dims();
+    assert_eq!(lengths.len(), batch, "one length per example");
+    assert!(
+        lengths.iter().all(|&l| (1..=time).contains(&l)),
+        "every length must be in 1..={time}: {lengths:?}"
+    );
+    let n = lengths.iter().copied().max().unwrap_or(1);
+    let x = if n < time {
+        embeddings.narrow(1, 0, n)
+    } else {
+        embeddings
+    };
+    (x, n)
 }
 
 /// Intra-attention over the tree's nodes (the release's `intra_attention`, with an exact

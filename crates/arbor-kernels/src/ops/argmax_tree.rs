@@ -7,9 +7,10 @@ use burn::tensor::{TensorData, TensorPrimitive};
 
 use crate::{ArborBackend, GateLayout};
 
-/// What [`argmax_tree`] returns.
+/// What the Gumbel Tree-LSTM's fused passes return: [`argmax_tree`] (evaluation) and
+/// [`crate::st_gumbel_tree`] (training).
 #[derive(Debug, Clone)]
-pub struct ArgmaxTree<B: Backend> {
+pub struct TreePass<B: Backend> {
     /// Every sentence's root `h` `[batch, D]` (a one-token sentence's root is its leaf).
     pub root_h: Tensor<B, 2>,
     /// Every sentence's root `c` `[batch, D]`.
@@ -20,25 +21,26 @@ pub struct ArgmaxTree<B: Backend> {
     /// The index selected at each layer `[batch, n − 1]` (the position of the merged pair among
     /// the layer's `n − t − 1` pairs); 0 once an example's tree is complete.
     pub selected: Tensor<B, 2, Int>,
-    /// The softmax of the valid candidates' scores at each layer `[batch, n − 1, n − 1]`: layer
-    /// `t` in row `t`, its `n − 1 − t` pairs in columns `0..n − 1 − t`; zeros elsewhere, on
-    /// invalid pairs and once an example's tree is complete.
+    /// The selection distribution at each layer `[batch, n − 1, n − 1]`: the softmax of the
+    /// valid candidates' scores ([`argmax_tree`]) or the Gumbel-softmax `y`, without a gradient
+    /// path ([`crate::st_gumbel_tree`]). Layer `t` in row `t`, its `n − 1 − t` pairs in columns
+    /// `0..n − 1 − t`; zeros elsewhere, on invalid pairs and once an example's tree is complete.
     pub probabilities: Tensor<B, 3>,
 }
 
-/// What a backend's [`ArborBackend::argmax_tree`] returns: [`ArgmaxTree`]'s tensors as
+/// What a backend's [`ArborBackend::argmax_tree`] returns: [`TreePass`]'s tensors as
 /// primitives, the selections as `[batch, n − 1]` row-major indices.
 #[derive(Debug)]
 pub struct ArgmaxTreeParts<B: Backend> {
-    /// [`ArgmaxTree::root_h`].
+    /// [`TreePass::root_h`].
     pub root_h: FloatTensor<B>,
-    /// [`ArgmaxTree::root_c`].
+    /// [`TreePass::root_c`].
     pub root_c: FloatTensor<B>,
-    /// [`ArgmaxTree::chosen`].
+    /// [`TreePass::chosen`].
     pub chosen: FloatTensor<B>,
-    /// [`ArgmaxTree::selected`], row-major.
+    /// [`TreePass::selected`], row-major.
     pub selected: Vec<i64>,
-    /// [`ArgmaxTree::probabilities`].
+    /// [`TreePass::probabilities`].
     pub probabilities: FloatTensor<B>,
 }
 
@@ -60,7 +62,7 @@ pub struct ArgmaxTreeParts<B: Backend> {
 /// - `leaf_h`, `leaf_c`: `[batch, n, D]`; positions past an example's length are not read
 /// - `weight`: `[2D, 5D]` (Burn's `[in, out]`), `bias`: `[5D]`, `query`: `[D]`
 /// - `lengths`: `batch` entries in `1..=n`
-/// - output: see [`ArgmaxTree`]
+/// - output: see [`TreePass`]
 ///
 /// # Panics
 /// If the shapes disagree, `layout` is not five blocks, or a length is outside `1..=n`.
@@ -72,7 +74,7 @@ pub fn argmax_tree<B: ArborBackend>(
     query: Tensor<B, 1>,
     lengths: &[usize],
     layout: &GateLayout,
-) -> Option<ArgmaxTree<B>> {
+) -> Option<TreePass<B>> {
     let [batch, n, d] = leaf_h.dims();
     assert_eq!(leaf_c.dims(), [batch, n, d], "argmax_tree: leaf_c's shape");
     assert_eq!(weight.dims(), [2 * d, 5 * d], "argmax_tree: weight's shape");
@@ -104,7 +106,7 @@ pub fn argmax_tree<B: ArborBackend>(
         Tensor::from_primitive(TensorPrimitive::Float(t))
     }
     let layers = n.saturating_sub(1);
-    Some(ArgmaxTree {
+    Some(TreePass {
         root_h: float(parts.root_h),
         root_c: float(parts.root_c),
         chosen: float(parts.chosen),
@@ -352,7 +354,7 @@ pub(crate) mod cpu {
 
     /// `out = softmax(s)` with the largest score subtracted first; a sum under `1e-12` is
     /// clamped to it (as `masked_softmax`).
-    fn softmax(s: &[f32], out: &mut [f32]) {
+    pub(crate) fn softmax(s: &[f32], out: &mut [f32]) {
         let max = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let mut z = 0f32;
         for (o, &v) in out.iter_mut().zip(s) {

@@ -9,25 +9,7 @@ use burn::prelude::*;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{TensorData, TensorPrimitive};
 
-use crate::{ArborBackend, GateLayout};
-
-/// What [`st_gumbel_tree`] returns.
-#[derive(Debug, Clone)]
-pub struct StGumbelTree<B: Backend> {
-    /// Every sentence's root `h` `[batch, D]` (a one-token sentence's root is its leaf).
-    pub root_h: Tensor<B, 2>,
-    /// Every sentence's root `c` `[batch, D]`.
-    pub root_c: Tensor<B, 2>,
-    /// The `h` of the parent selected at each layer `[batch, n − 1, D]`; zeros once an
-    /// example's tree is complete.
-    pub chosen: Tensor<B, 3>,
-    /// The index selected at each layer `[batch, n − 1]`; 0 once an example's tree is complete.
-    pub selected: Tensor<B, 2, Int>,
-    /// The Gumbel-softmax `y` of each layer `[batch, n − 1, n − 1]` (layer `t` in row `t`, its
-    /// `n − 1 − t` pairs in columns `0..n − 1 − t`), without a gradient path; zeros elsewhere,
-    /// on invalid pairs and once an example's tree is complete.
-    pub probabilities: Tensor<B, 3>,
-}
+use crate::{ArborBackend, GateLayout, TreePass};
 
 /// What a backend's [`ArborBackend::st_gumbel_tree`] returns.
 #[derive(Debug)]
@@ -35,9 +17,9 @@ pub struct StGumbelTreeParts<B: Backend> {
     /// `[batch, n + 1, D]`: row 0 the root `h`, row 1 the root `c`, row `2 + t` the parent
     /// selected at layer `t` (one tensor, because a Burn graph node has one output).
     pub out: FloatTensor<B>,
-    /// [`StGumbelTree::selected`], row-major.
+    /// [`TreePass::selected`], row-major.
     pub selected: Vec<i64>,
-    /// [`StGumbelTree::probabilities`].
+    /// [`TreePass::probabilities`] (the Gumbel-softmax `y`).
     pub probabilities: FloatTensor<B>,
     /// What the backward pass reads.
     pub saved: StGumbelTreeSaved,
@@ -81,7 +63,7 @@ impl std::fmt::Debug for StGumbelTreeSaved {
 /// - `noise`: `[batch, n − 1, n − 1]`: layer `t`'s Gumbel noise in row `t`, columns
 ///   `0..n − 1 − t` (entries on invalid pairs are not read)
 /// - `lengths`: `batch` entries in `1..=n`; `tau > 0`
-/// - output: see [`StGumbelTree`]
+/// - output: see [`TreePass`] (`probabilities`: each layer's `y`, a constant)
 ///
 /// # Panics
 /// If the shapes disagree, `layout` is not five blocks with two forget gates, `tau` is not
@@ -97,7 +79,7 @@ pub fn st_gumbel_tree<B: ArborBackend>(
     tau: f64,
     lengths: &[usize],
     layout: &GateLayout,
-) -> Option<StGumbelTree<B>> {
+) -> Option<TreePass<B>> {
     let [batch, n, d] = leaf_h.dims();
     assert_eq!(
         leaf_c.dims(),
@@ -146,7 +128,7 @@ pub fn st_gumbel_tree<B: ArborBackend>(
         layout,
     )?;
     let out = Tensor::<B, 3>::from_primitive(TensorPrimitive::Float(parts.out));
-    Some(StGumbelTree {
+    Some(TreePass {
         root_h: out.clone().narrow(1, 0, 1).reshape([batch, d]),
         root_c: out.clone().narrow(1, 1, 1).reshape([batch, d]),
         chosen: out.narrow(1, 2, layers),
@@ -171,7 +153,7 @@ pub(crate) fn st_gumbel_tree_backward<B: Backend>(
     let grad: Vec<f32> = grad
         .convert::<f32>()
         .into_vec::<f32>()
-        .unwrap_or_else(|_| vec![0.0; batch * (n + 1) * d]);
+        .expect("data converted to f32 reads as f32");
     let g = cpu::backward(s, &grad);
     let rank3 = |v: Vec<f32>| {
         Tensor::<B, 3>::from_data(TensorData::new(v, [batch, n, d]), &device)
@@ -197,6 +179,7 @@ pub(crate) fn st_gumbel_tree_backward<B: Backend>(
 // Rows of several equal-length buffers are indexed together; indices keep them readable.
 #[allow(clippy::needless_range_loop)]
 pub(crate) mod cpu {
+    use crate::ops::argmax_tree::cpu::softmax;
     use crate::ops::gated_cell::cpu::{
         gated_cell, gated_cell_backward, gated_output, gated_output_backward,
     };
@@ -314,7 +297,9 @@ pub(crate) mod cpu {
     }
 
     /// Candidate `ci`'s cell backward for upstream gradients `dh` (of its `h`) and `dc` (of its
-    /// `c`): its gate gradient `d_gates` `[5D]` and its children's `c` gradients `dcl`, `dcr`.
+    /// `c`): its gate gradient `d_gates` `[5D]` and its children's `c` gradients `dcl`, `dcr`
+    /// (`dc_tot` `[D]`: scratch for the cell's whole `c` gradient, every element written).
+    #[allow(clippy::too_many_arguments)]
     fn cell_backward(
         s: &Saved,
         ci: usize,
@@ -323,12 +308,12 @@ pub(crate) mod cpu {
         d_gates: &mut [f32],
         dcl: &mut [f32],
         dcr: &mut [f32],
+        dc_tot: &mut [f32],
     ) {
         let d = s.d;
         let w = 5 * d;
         let u = s.leaves + ci;
         let gates = &s.gates[ci * w..(ci + 1) * w];
-        let mut dc_tot = vec![0f32; d];
         d_gates.fill(0.0);
         gated_output_backward(
             gates,
@@ -337,15 +322,15 @@ pub(crate) mod cpu {
             &s.layout,
             d,
             d_gates,
-            &mut dc_tot,
+            dc_tot,
         );
-        add(&mut dc_tot, dc);
+        add(dc_tot, dc);
         let (l, r) = s.children[ci];
         let (l, r) = (l as usize, r as usize);
         gated_cell_backward(
             gates,
             &[&s.c[l * d..(l + 1) * d], &s.c[r * d..(r + 1) * d]],
-            &dc_tot,
+            dc_tot,
             &s.layout,
             d,
             d_gates,
@@ -451,7 +436,8 @@ pub(crate) mod cpu {
                         best = j;
                     }
                 }
-                let y = softmax(&z[..k]);
+                let mut y = vec![0f32; k];
+                softmax(&z[..k], &mut y);
                 out.probabilities[row..row + k].copy_from_slice(&y);
                 out.selected[b * layers + t] = best as i64;
                 let parent = cands[b][best];
@@ -490,17 +476,6 @@ pub(crate) mod cpu {
             out.out[at + d..at + 2 * d].copy_from_slice(&s.c[r * d..(r + 1) * d]);
         }
         (out, s)
-    }
-
-    /// `softmax(z)` with the largest value subtracted first.
-    fn softmax(z: &[f32]) -> Vec<f32> {
-        let max = z.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut y: Vec<f32> = z.iter().map(|&v| (v - max).exp()).collect();
-        let sum = y.iter().sum::<f32>().max(1e-12);
-        for v in &mut y {
-            *v /= sum;
-        }
-        y
     }
 
     /// Composes the pairs of `todo` as new objects (their gates, `c`, `h`, projections and
@@ -590,6 +565,7 @@ pub(crate) mod cpu {
         // for `c`): its gate gradient `gq` and its children's `c` gradients `cq` (left, right).
         // A layer's score gradient `dlogit` then reaches the candidate's children as `dlogit`
         // times these, with no activation recomputed per layer.
+        let mut dc_tot = vec![0f32; d];
         let mut gq = vec![0f32; cands * w];
         let mut cq = vec![0f32; cands * 2 * d];
         {
@@ -597,7 +573,7 @@ pub(crate) mod cpu {
             let zero = vec![0f32; d];
             let (mut dg, mut dl, mut dr) = (vec![0f32; w], vec![0f32; d], vec![0f32; d]);
             for ci in 0..cands {
-                cell_backward(s, ci, &q, &zero, &mut dg, &mut dl, &mut dr);
+                cell_backward(s, ci, &q, &zero, &mut dg, &mut dl, &mut dr, &mut dc_tot);
                 gq[ci * w..(ci + 1) * w].copy_from_slice(&dg);
                 cq[ci * 2 * d..ci * 2 * d + d].copy_from_slice(&dl);
                 cq[ci * 2 * d + d..(ci + 1) * 2 * d].copy_from_slice(&dr);
@@ -703,6 +679,7 @@ pub(crate) mod cpu {
                             &mut d_gates,
                             &mut dcl,
                             &mut dcr,
+                            &mut dc_tot,
                         );
                         add(&mut g_total[ci * w..(ci + 1) * w], &d_gates);
                         add(&mut pp[l * w..(l + 1) * w], &d_gates);
