@@ -49,6 +49,28 @@ where
     );
 }
 
+/// Runs `f` over every element of `items`, cut into contiguous chunks in parallel by recursive
+/// halving until a chunk's work (the sum of `cost` over its elements, in elements of work) is
+/// under [`GRAIN`]. For work that is not one row per output, such as one sentence's share of a
+/// layer, whose elements own disjoint mutable state.
+pub(crate) fn items<T, C, F>(items: &mut [T], cost: &C, f: &F)
+where
+    T: Send,
+    C: Fn(&T) -> usize + Sync,
+    F: Fn(&mut [T]) + Sync,
+{
+    let total: usize = items.iter().map(cost).fold(0, usize::saturating_add);
+    if items.len() < 2 || total < 2 * GRAIN {
+        f(items);
+        return;
+    }
+    let (left, right) = items.split_at_mut(items.len() / 2);
+    rayon::join(
+        || self::items(left, cost, f),
+        || self::items(right, cost, f),
+    );
+}
+
 /// `&buf[rows·width]`: the rows `r` of a row-major buffer whose rows are `width` long.
 pub(crate) fn at<'a>(buf: &'a [f32], r: &Range<usize>, width: usize) -> &'a [f32] {
     &buf[r.start * width..r.end * width]
@@ -81,6 +103,22 @@ mod tests {
             });
             assert!(a.iter().enumerate().all(|(i, &v)| v == i as f32));
             assert!(b.iter().enumerate().all(|(i, &v)| v == i as f32));
+        }
+    }
+
+    #[test]
+    fn every_item_is_visited_once() {
+        for &(n, cost) in &[(0usize, 1usize), (1, 1 << 20), (7, 1 << 20), (1000, 100)] {
+            let mut v: Vec<(usize, u32)> = (0..n).map(|i| (i, 0)).collect();
+            items(&mut v, &|_| cost, &|chunk| {
+                for (_, seen) in chunk.iter_mut() {
+                    *seen += 1;
+                }
+            });
+            assert!(v
+                .iter()
+                .enumerate()
+                .all(|(i, &(j, seen))| i == j && seen == 1));
         }
     }
 }

@@ -179,6 +179,9 @@ pub(crate) fn st_gumbel_tree_backward<B: Backend>(
 // Rows of several equal-length buffers are indexed together; indices keep them readable.
 #[allow(clippy::needless_range_loop)]
 pub(crate) mod cpu {
+    use crate::lanes::dot8;
+    #[cfg(target_arch = "x86_64")]
+    use crate::ops::activation::cpu::avx2;
     use crate::ops::argmax_tree::cpu::softmax;
     use crate::ops::gated_cell::cpu::{
         gated_cell, gated_cell_backward, gated_output, gated_output_backward,
@@ -279,10 +282,12 @@ pub(crate) mod cpu {
         }
     }
 
+    #[inline(always)]
     fn dot(a: &[f32], b: &[f32]) -> f32 {
-        a.iter().zip(b).map(|(x, y)| x * y).sum()
+        dot8(a, b)
     }
 
+    #[inline(always)]
     fn add(dst: &mut [f32], src: &[f32]) {
         for (a, b) in dst.iter_mut().zip(src) {
             *a += b;
@@ -290,6 +295,7 @@ pub(crate) mod cpu {
     }
 
     /// `dst += a·src`.
+    #[inline(always)]
     fn axpy(dst: &mut [f32], a: f32, src: &[f32]) {
         for (x, y) in dst.iter_mut().zip(src) {
             *x += a * y;
@@ -537,6 +543,21 @@ pub(crate) mod cpu {
         debug_assert_eq!(s.h.len() / d, objects + m);
     }
 
+    /// One sentence's share of [`backward`]'s running sums, indexed by the sentence's own object
+    /// numbers (its leaves, then its candidates in creation order), so that the sentences of a
+    /// layer can be walked in parallel, each owning its state.
+    struct SentenceGrads {
+        /// `[objects, D]`.
+        dh: Vec<f32>,
+        dc: Vec<f32>,
+        /// `[objects, 5D]`.
+        pp: Vec<f32>,
+        qq: Vec<f32>,
+        /// Per candidate (local number minus the sentence's length), the sum of its score
+        /// gradients over the layers.
+        dlogit_sum: Vec<f32>,
+    }
+
     /// The gradients of [`forward`]'s `out` (`grad`, `[batch, n + 1, D]`), walking the layers
     /// down. Every object keeps its gradient as `dh` (a `D`-vector: the root, the chosen
     /// parents, a selected parent's upstream), `P` and `Q` (gate-space sums of the pairs it is
@@ -547,8 +568,9 @@ pub(crate) mod cpu {
     /// h'_i⟩` (eq. 7 and the chosen parent), where `⟨g, v⟩ = ⟨dh, h_v⟩ + ⟨P, h_v·W_l⟩ + ⟨Q,
     /// h_v·W_r⟩ + ⟨dc, c_v⟩` reads the saved projections; then the softmax's backward gives
     /// each candidate's score gradient, the selected parent's full gradient is formed (one row
-    /// per sentence), and every candidate's cell backward adds its gate gradient to its
-    /// children's `P`, `Q`, its `dc` share to theirs, and to its own running sum for `dW`.
+    /// per sentence, one product per layer), and every candidate's cell backward adds its gate
+    /// gradient to its children's `P`, `Q`, its `dc` share to theirs, and to its own running
+    /// sum for `dW`. A layer's sentences touch only their own objects: they run in parallel.
     pub(crate) fn backward(s: &Saved, grad: &[f32]) -> Grads {
         let (n, d) = (s.n, s.d);
         let w = 5 * d;
@@ -557,156 +579,190 @@ pub(crate) mod cpu {
         let leaves = s.leaves;
         let cands = objects - leaves;
         let scale = (d as f32).sqrt();
-        let (mut dh, mut dc) = (vec![0f32; objects * d], vec![0f32; objects * d]);
-        let (mut pp, mut qq) = (vec![0f32; objects * w], vec![0f32; objects * w]);
+        // Every object's sentence-local number; a candidate belongs to its left child's
+        // sentence, and its children were made before it.
+        let mut local = vec![0u32; objects];
+        let mut owner = vec![0u32; objects];
+        let mut count: Vec<u32> = s.lengths.iter().map(|&len| len as u32).collect();
+        for (b, (&s0, &len)) in s.start.iter().zip(&s.lengths).enumerate() {
+            for i in 0..len {
+                local[s0 + i] = i as u32;
+                owner[s0 + i] = b as u32;
+            }
+        }
+        for (ci, &(l, _)) in s.children.iter().enumerate() {
+            let b = owner[l as usize];
+            owner[leaves + ci] = b;
+            local[leaves + ci] = count[b as usize];
+            count[b as usize] += 1;
+        }
+        let lo = |u: u32| local[u as usize] as usize;
+        let mut states: Vec<SentenceGrads> = count
+            .iter()
+            .zip(&s.lengths)
+            .map(|(&m, &len)| {
+                let m = m as usize;
+                SentenceGrads {
+                    dh: vec![0f32; m * d],
+                    dc: vec![0f32; m * d],
+                    pp: vec![0f32; m * w],
+                    qq: vec![0f32; m * w],
+                    dlogit_sum: vec![0f32; m - len],
+                }
+            })
+            .collect();
         let mut g_total = vec![0f32; cands * w];
-        let mut dlogit_sum = vec![0f32; cands];
         // Every candidate's cell backward for an upstream `h` gradient of `q / √D` (and none
         // for `c`): its gate gradient `gq` and its children's `c` gradients `cq` (left, right).
         // A layer's score gradient `dlogit` then reaches the candidate's children as `dlogit`
         // times these, with no activation recomputed per layer.
-        let mut dc_tot = vec![0f32; d];
         let mut gq = vec![0f32; cands * w];
         let mut cq = vec![0f32; cands * 2 * d];
         {
             let q: Vec<f32> = s.query.iter().map(|&v| v / scale).collect();
             let zero = vec![0f32; d];
-            let (mut dg, mut dl, mut dr) = (vec![0f32; w], vec![0f32; d], vec![0f32; d]);
-            for ci in 0..cands {
-                cell_backward(s, ci, &q, &zero, &mut dg, &mut dl, &mut dr, &mut dc_tot);
-                gq[ci * w..(ci + 1) * w].copy_from_slice(&dg);
-                cq[ci * 2 * d..ci * 2 * d + d].copy_from_slice(&dl);
-                cq[ci * 2 * d + d..(ci + 1) * 2 * d].copy_from_slice(&dr);
-            }
+            par::rows(
+                cands,
+                8 * w,
+                vec![(&mut gq, w), (&mut cq, 2 * d)],
+                &|r, o| {
+                    let [go, co] = o else {
+                        unreachable!("two outputs")
+                    };
+                    let mut dc_tot = vec![0f32; d];
+                    for (i, ci) in r.enumerate() {
+                        let (dl, dr) = co[i * 2 * d..(i + 1) * 2 * d].split_at_mut(d);
+                        cell_backward(
+                            s,
+                            ci,
+                            &q,
+                            &zero,
+                            &mut go[i * w..(i + 1) * w],
+                            dl,
+                            dr,
+                            &mut dc_tot,
+                        );
+                    }
+                },
+            );
         }
         let gr = |b: usize, row: usize| &grad[(b * (n + 1) + row) * d..][..d];
         for (b, &root) in s.roots.iter().enumerate() {
-            let r = root as usize;
-            add(&mut dh[r * d..(r + 1) * d], gr(b, 0));
-            add(&mut dc[r * d..(r + 1) * d], gr(b, 1));
+            let r = lo(root);
+            let st = &mut states[b];
+            add(&mut st.dh[r * d..(r + 1) * d], gr(b, 0));
+            add(&mut st.dc[r * d..(r + 1) * d], gr(b, 1));
         }
         let (w_l, w_r) = (&s.weight[..d * w], &s.weight[d * w..]);
         let mut full = Vec::new();
         let mut gathered = Vec::new();
-        let mut ds = Vec::new();
-        let mut d_gates = vec![0f32; w];
-        let (mut dcl, mut dcr) = (vec![0f32; d], vec![0f32; d]);
+        let mut best_gates = Vec::new();
         for t in (0..s.layers.len()).rev() {
             let records = &s.layers[t];
-            // The chosen parent's gradient is the selected node's, at the next layer.
-            for rec in records {
-                let p = rec.cands[rec.best] as usize;
-                add(&mut dh[p * d..(p + 1) * d], gr(rec.b, 2 + t));
-            }
-            // The selected parents' full `h` gradients, one row per sentence.
+            // The chosen parent's gradient is the selected node's, at the next layer; the
+            // selected parents' full `h` gradients, one row per sentence.
             let r = records.len();
             full.clear();
             for rec in records {
-                let p = rec.cands[rec.best] as usize;
-                full.extend_from_slice(&dh[p * d..(p + 1) * d]);
+                let p = lo(rec.cands[rec.best]);
+                let dh = &mut states[rec.b].dh[p * d..(p + 1) * d];
+                add(dh, gr(rec.b, 2 + t));
+                full.extend_from_slice(dh);
             }
-            for (sums, wt) in [(&pp, w_l), (&qq, w_r)] {
+            for side in 0..2 {
                 gathered.clear();
                 for rec in records {
-                    let p = rec.cands[rec.best] as usize;
+                    let p = lo(rec.cands[rec.best]);
+                    let st = &states[rec.b];
+                    let sums = if side == 0 { &st.pp } else { &st.qq };
                     gathered.extend_from_slice(&sums[p * w..(p + 1) * w]);
                 }
+                let wt = if side == 0 { w_l } else { w_r };
                 // `W_lᵀ` is `[5D, D]`: element `(j, k)` at `weight[k·5D + j]`.
                 gemm_slices((r, d, w), &mut full, d, true, &gathered, (w, 1), wt, (1, w));
             }
-            for (ri, rec) in records.iter().enumerate() {
-                let k = rec.cands.len();
-                let best = rec.best;
-                let parent = rec.cands[best] as usize;
-                let next = |i: usize| -> usize {
-                    (if i < best {
-                        rec.nodes[i]
-                    } else if i == best {
-                        rec.cands[best]
-                    } else {
-                        rec.nodes[i + 1]
-                    }) as usize
-                };
-                let dot_g = |g: usize, v: usize| -> f32 {
-                    dot(&dh[g * d..(g + 1) * d], &s.h[v * d..(v + 1) * d])
-                        + dot(&pp[g * w..(g + 1) * w], &s.proj_l[v * w..(v + 1) * w])
-                        + dot(&qq[g * w..(g + 1) * w], &s.proj_r[v * w..(v + 1) * w])
-                        + dot(&dc[g * d..(g + 1) * d], &s.c[v * d..(v + 1) * d])
-                };
-                let chosen = gr(rec.b, 2 + t);
-                ds.clear();
-                ds.resize(k, 0f32);
-                let mut suffix = 0f32;
-                for i in (0..k).rev() {
-                    let g = next(i);
-                    let (xi, xn) = (rec.nodes[i] as usize, rec.nodes[i + 1] as usize);
-                    let gx = dot_g(g, xi);
-                    ds[i] = dot_g(g, rec.cands[i] as usize) - gx
-                        + suffix
-                        + dot(chosen, &s.h[g * d..(g + 1) * d]);
-                    suffix += dot_g(g, xn) - gx;
+            best_gates.clear();
+            best_gates.resize(r * w, 0f32);
+            // The layer's sentences, each with its own state, its selected parent's full
+            // gradient and the row for that parent's gate gradient. `records` holds the
+            // sentences still incomplete at layer `t`, in order.
+            let mut work: Vec<_> = records
+                .iter()
+                .zip(
+                    states
+                        .iter_mut()
+                        .zip(&s.lengths)
+                        .filter(|&(_, &len)| len >= t + 2)
+                        .map(|(st, _)| st),
+                )
+                .zip(full.chunks_exact(d).zip(best_gates.chunks_exact_mut(w)))
+                .map(|((rec, st), (f, bg))| (rec, st, f, bg))
+                .collect();
+            let shared = Shared {
+                s,
+                gq: &gq,
+                cq: &cq,
+                local: &local,
+            };
+            par::items(&mut work, &|item| item.0.cands.len() * 4 * w, &|chunk| {
+                let mut scratch = Scratch::new(d);
+                for (rec, st, f, bg) in chunk.iter_mut() {
+                    let chosen = gr(rec.b, 2 + t);
+                    layer_backward(&shared, (rec, st), (f, chosen), bg, &mut scratch);
                 }
-                let sy: f32 = rec.y.iter().zip(&ds).map(|(y, g)| y * g).sum();
-                for i in 0..k {
-                    let u = rec.cands[i] as usize;
-                    let ci = u - leaves;
-                    let dlogit = rec.y[i] * (ds[i] - sy) / s.tau;
-                    // The score's share of the candidate's cell backward: `dlogit` times the
-                    // saved response to `q / √D` (the cell backward is linear in its upstream).
-                    dlogit_sum[ci] += dlogit;
-                    let (l, rr) = s.children[ci];
-                    let (l, rr) = (l as usize, rr as usize);
-                    let gq = &gq[ci * w..(ci + 1) * w];
-                    axpy(&mut pp[l * w..(l + 1) * w], dlogit, gq);
-                    axpy(&mut qq[rr * w..(rr + 1) * w], dlogit, gq);
-                    axpy(
-                        &mut dc[l * d..(l + 1) * d],
-                        dlogit,
-                        &cq[ci * 2 * d..ci * 2 * d + d],
-                    );
-                    axpy(
-                        &mut dc[rr * d..(rr + 1) * d],
-                        dlogit,
-                        &cq[ci * 2 * d + d..(ci + 1) * 2 * d],
-                    );
-                    if i == best {
-                        // The selected parent's own gradient, through its cell.
-                        cell_backward(
-                            s,
-                            ci,
-                            &full[ri * d..(ri + 1) * d],
-                            &dc[parent * d..(parent + 1) * d],
-                            &mut d_gates,
-                            &mut dcl,
-                            &mut dcr,
-                            &mut dc_tot,
-                        );
-                        add(&mut g_total[ci * w..(ci + 1) * w], &d_gates);
-                        add(&mut pp[l * w..(l + 1) * w], &d_gates);
-                        add(&mut qq[rr * w..(rr + 1) * w], &d_gates);
-                        add(&mut dc[l * d..(l + 1) * d], &dcl);
-                        add(&mut dc[rr * d..(rr + 1) * d], &dcr);
-                    }
-                }
+            });
+            for (rec, bg) in records.iter().zip(best_gates.chunks_exact(w)) {
+                let ci = rec.cands[rec.best] as usize - leaves;
+                add(&mut g_total[ci * w..(ci + 1) * w], bg);
             }
         }
-        for (ci, &dl) in dlogit_sum.iter().enumerate() {
+        let mut dlogit = vec![0f32; cands];
+        for ci in 0..cands {
+            let u = (leaves + ci) as u32;
+            let b = owner[leaves + ci] as usize;
+            dlogit[ci] = states[b].dlogit_sum[lo(u) - s.lengths[b]];
+        }
+        for (ci, &dl) in dlogit.iter().enumerate() {
             axpy(
                 &mut g_total[ci * w..(ci + 1) * w],
                 dl,
                 &gq[ci * w..(ci + 1) * w],
             );
         }
-        // The leaves: `dh + P·W_lᵀ + Q·W_rᵀ` in two products over all of them.
-        let (lh, lp, lq) = (&mut dh[..leaves * d], &pp[..leaves * w], &qq[..leaves * w]);
-        gemm_slices((leaves, d, w), lh, d, true, lp, (w, 1), w_l, (1, w));
-        gemm_slices((leaves, d, w), lh, d, true, lq, (w, 1), w_r, (1, w));
+        drop(gq);
+        drop(cq);
+        // The leaves: `dh + P·W_lᵀ + Q·W_rᵀ` in two products over all of them (gathered: one
+        // product per sentence costs more in calls than in arithmetic at short lengths).
+        let mut lh = Vec::with_capacity(leaves * d);
+        for (st, &len) in states.iter().zip(&s.lengths) {
+            lh.extend_from_slice(&st.dh[..len * d]);
+        }
+        for side in 0..2 {
+            gathered.clear();
+            for (st, &len) in states.iter().zip(&s.lengths) {
+                let sums = if side == 0 { &st.pp } else { &st.qq };
+                gathered.extend_from_slice(&sums[..len * w]);
+            }
+            let wt = if side == 0 { w_l } else { w_r };
+            gemm_slices(
+                (leaves, d, w),
+                &mut lh,
+                d,
+                true,
+                &gathered,
+                (w, 1),
+                wt,
+                (1, w),
+            );
+        }
         let mut leaf_h = vec![0f32; batch * n * d];
         let mut leaf_c = vec![0f32; batch * n * d];
-        for (b, (&s0, &len)) in s.start.iter().zip(&s.lengths).enumerate() {
-            leaf_h[b * n * d..(b * n + len) * d].copy_from_slice(&dh[s0 * d..(s0 + len) * d]);
-            leaf_c[b * n * d..(b * n + len) * d].copy_from_slice(&dc[s0 * d..(s0 + len) * d]);
+        for (b, ((st, &len), &s0)) in states.iter().zip(&s.lengths).zip(&s.start).enumerate() {
+            leaf_h[b * n * d..(b * n + len) * d].copy_from_slice(&lh[s0 * d..(s0 + len) * d]);
+            leaf_c[b * n * d..(b * n + len) * d].copy_from_slice(&st.dc[..len * d]);
         }
+        drop(states);
+        drop(lh);
         // `dW = [h_lᵀ; h_rᵀ]·G` over the unique pairs, `db = Σ G`, `dq = Σ h·∂L/∂score / √D`.
         let mut weight = vec![0f32; 2 * d * w];
         let mut bias = vec![0f32; w];
@@ -732,7 +788,7 @@ pub(crate) mod cpu {
             for row in g_total.chunks_exact(w) {
                 add(&mut bias, row);
             }
-            for (ci, &dl) in dlogit_sum.iter().enumerate() {
+            for (ci, &dl) in dlogit.iter().enumerate() {
                 let u = leaves + ci;
                 for j in 0..d {
                     query[j] += s.h[u * d + j] * dl / scale;
@@ -746,6 +802,254 @@ pub(crate) mod cpu {
             bias,
             query,
         }
+    }
+
+    /// A worker's scratch for [`layer_backward`].
+    struct Scratch {
+        ds: Vec<f32>,
+        dcl: Vec<f32>,
+        dcr: Vec<f32>,
+        dc_tot: Vec<f32>,
+    }
+
+    impl Scratch {
+        fn new(d: usize) -> Self {
+            Scratch {
+                ds: Vec::new(),
+                dcl: vec![0f32; d],
+                dcr: vec![0f32; d],
+                dc_tot: vec![0f32; d],
+            }
+        }
+    }
+
+    /// What every sentence's [`layer_backward`] reads: the forward's values, every candidate's
+    /// response to `q / √D` (`gq` `[candidates, 5D]`, `cq` `[candidates, 2D]`) and every
+    /// object's sentence-local number.
+    struct Shared<'a> {
+        s: &'a Saved,
+        gq: &'a [f32],
+        cq: &'a [f32],
+        local: &'a [u32],
+    }
+
+    /// One sentence's layer of [`backward`]: its selection's gradient, every candidate's score
+    /// share and the selected parent's cell backward (its gate gradient written to
+    /// `best_gates`), all into the sentence's own state `st`. `full` is the selected parent's
+    /// full `h` gradient, `chosen` the upstream gradient of the chosen parent's row. Its dot
+    /// products and updates are most of the backward's time: compiled for AVX2 + FMA where
+    /// the CPU has them (chosen at run time).
+    fn layer_backward(
+        x: &Shared<'_>,
+        state: (&Layer, &mut SentenceGrads),
+        upstream: (&[f32], &[f32]),
+        best_gates: &mut [f32],
+        scratch: &mut Scratch,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if avx2::available() {
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn wide(
+                x: &Shared<'_>,
+                state: (&Layer, &mut SentenceGrads),
+                upstream: (&[f32], &[f32]),
+                best_gates: &mut [f32],
+                scratch: &mut Scratch,
+            ) {
+                layer_backward_body(x, state, upstream, best_gates, scratch)
+            }
+            // SAFETY: the CPU has AVX2 and FMA (checked above).
+            return unsafe { wide(x, state, upstream, best_gates, scratch) };
+        }
+        layer_backward_body(x, state, upstream, best_gates, scratch)
+    }
+
+    #[inline(always)]
+    fn layer_backward_body(
+        x: &Shared<'_>,
+        (rec, st): (&Layer, &mut SentenceGrads),
+        (full, chosen): (&[f32], &[f32]),
+        best_gates: &mut [f32],
+        scratch: &mut Scratch,
+    ) {
+        let s = x.s;
+        let d = s.d;
+        let w = 5 * d;
+        let lo = |u: u32| x.local[u as usize] as usize;
+        let len = s.lengths[rec.b];
+        let k = rec.cands.len();
+        let best = rec.best;
+        let next = |i: usize| -> u32 {
+            if i < best {
+                rec.nodes[i]
+            } else if i == best {
+                rec.cands[best]
+            } else {
+                rec.nodes[i + 1]
+            }
+        };
+        // `⟨g, v⟩` for the local object `g`'s gradient and the object `v`'s saved values.
+        let dot_g = |st: &SentenceGrads, g: usize, v: usize| -> f32 {
+            dot(&st.dh[g * d..(g + 1) * d], &s.h[v * d..(v + 1) * d])
+                + dot(&st.pp[g * w..(g + 1) * w], &s.proj_l[v * w..(v + 1) * w])
+                + dot(&st.qq[g * w..(g + 1) * w], &s.proj_r[v * w..(v + 1) * w])
+                + dot(&st.dc[g * d..(g + 1) * d], &s.c[v * d..(v + 1) * d])
+        };
+        let Scratch {
+            ds,
+            dcl,
+            dcr,
+            dc_tot,
+        } = scratch;
+        ds.clear();
+        ds.resize(k, 0f32);
+        let mut suffix = 0f32;
+        for i in (0..k).rev() {
+            let g = next(i);
+            let gl = lo(g);
+            let (xi, xn) = (rec.nodes[i] as usize, rec.nodes[i + 1] as usize);
+            let gx = dot_g(st, gl, xi);
+            ds[i] = dot_g(st, gl, rec.cands[i] as usize) - gx
+                + suffix
+                + dot(chosen, &s.h[g as usize * d..(g as usize + 1) * d]);
+            suffix += dot_g(st, gl, xn) - gx;
+        }
+        let sy = dot(&rec.y, ds);
+        for i in 0..k {
+            let u = rec.cands[i];
+            let ci = u as usize - s.leaves;
+            let dlogit = rec.y[i] * (ds[i] - sy) / s.tau;
+            // The score's share of the candidate's cell backward: `dlogit` times the saved
+            // response to `q / √D` (the cell backward is linear in its upstream); its own
+            // gate gradient's share is added once, from the sum over the layers.
+            st.dlogit_sum[lo(u) - len] += dlogit;
+            let (l, r) = s.children[ci];
+            let (l, r) = (lo(l), lo(r));
+            let gq = &x.gq[ci * w..(ci + 1) * w];
+            let cq = &x.cq[ci * 2 * d..(ci + 1) * 2 * d];
+            axpy(&mut st.pp[l * w..(l + 1) * w], dlogit, gq);
+            axpy(&mut st.qq[r * w..(r + 1) * w], dlogit, gq);
+            axpy(&mut st.dc[l * d..(l + 1) * d], dlogit, &cq[..d]);
+            axpy(&mut st.dc[r * d..(r + 1) * d], dlogit, &cq[d..]);
+            if i == best {
+                // The selected parent's own gradient, through its cell.
+                let p = lo(u);
+                cell_backward(
+                    s,
+                    ci,
+                    full,
+                    &st.dc[p * d..(p + 1) * d],
+                    best_gates,
+                    dcl,
+                    dcr,
+                    dc_tot,
+                );
+                add(&mut st.pp[l * w..(l + 1) * w], best_gates);
+                add(&mut st.qq[r * w..(r + 1) * w], best_gates);
+                add(&mut st.dc[l * d..(l + 1) * d], dcl);
+                add(&mut st.dc[r * d..(r + 1) * d], dcr);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cpu::{backward, forward, Inputs};
+    use crate::GateLayout;
+
+    /// A deterministic stand-in for random numbers in `[-scale, scale)`.
+    fn fill(len: usize, seed: u64, scale: f32) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                ((x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+            })
+            .collect()
+    }
+
+    /// The backward walks a layer's sentences in parallel, each on its own state: a batch big
+    /// enough to be split across workers gives every sentence the gradients it gets alone, and
+    /// the shared parameters the sum of the sentences' gradients.
+    #[test]
+    fn a_batch_backward_is_the_sum_of_its_sentences() {
+        let (n, d) = (12, 32);
+        let w = 5 * d;
+        let lengths = [12, 1, 7, 12, 2, 11, 9, 12, 3, 12, 10, 12, 5, 12, 8, 12];
+        let batch = lengths.len();
+        let layout = GateLayout::binary_tree_lstm();
+        let leaf_h = fill(batch * n * d, 1, 1.0);
+        let leaf_c = fill(batch * n * d, 2, 1.0);
+        let weight = fill(2 * d * w, 3, 0.3);
+        let bias = fill(w, 4, 0.1);
+        let query = fill(d, 5, 1.0);
+        let noise = fill(batch * (n - 1) * (n - 1), 6, 1.0);
+        let grad = fill(batch * (n + 1) * d, 7, 1.0);
+        let run = |b: std::ops::Range<usize>| {
+            let x = Inputs {
+                leaf_h: &leaf_h[b.start * n * d..b.end * n * d],
+                leaf_c: &leaf_c[b.start * n * d..b.end * n * d],
+                weight: (&weight, w, 1),
+                bias: Some(&bias),
+                query: &query,
+                noise: &noise[b.start * (n - 1) * (n - 1)..b.end * (n - 1) * (n - 1)],
+                tau: 0.7,
+                lengths: &lengths[b.clone()],
+                n,
+                d,
+            };
+            let (_, saved) = forward(&x, &layout);
+            backward(&saved, &grad[b.start * (n + 1) * d..b.end * (n + 1) * d])
+        };
+        let all = run(0..batch);
+        let mut sum_w = vec![0f32; 2 * d * w];
+        let mut sum_b = vec![0f32; w];
+        let mut sum_q = vec![0f32; d];
+        let close = |a: f32, b: f32, what: &str| {
+            assert!(
+                (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                "{what}: batch {a} vs alone {b}"
+            );
+        };
+        for b in 0..batch {
+            let one = run(b..b + 1);
+            for (i, (&a, &o)) in all.leaf_h[b * n * d..(b + 1) * n * d]
+                .iter()
+                .zip(&one.leaf_h)
+                .enumerate()
+            {
+                close(a, o, &format!("sentence {b} leaf h grad {i}"));
+            }
+            for (i, (&a, &o)) in all.leaf_c[b * n * d..(b + 1) * n * d]
+                .iter()
+                .zip(&one.leaf_c)
+                .enumerate()
+            {
+                close(a, o, &format!("sentence {b} leaf c grad {i}"));
+            }
+            for (acc, v) in [
+                (&mut sum_w, &one.weight),
+                (&mut sum_b, &one.bias),
+                (&mut sum_q, &one.query),
+            ] {
+                for (a, x) in acc.iter_mut().zip(v.iter()) {
+                    *a += x;
+                }
+            }
+        }
+        for (what, a, o) in [
+            ("weight", &all.weight, &sum_w),
+            ("bias", &all.bias, &sum_b),
+            ("query", &all.query, &sum_q),
+        ] {
+            for (i, (&a, &o)) in a.iter().zip(o.iter()).enumerate() {
+                close(a, o, &format!("{what} grad {i}"));
+            }
+        }
+        assert!(all.weight.iter().any(|&v| v != 0.0) && all.query.iter().any(|&v| v != 0.0));
     }
 }
 

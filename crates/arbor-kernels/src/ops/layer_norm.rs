@@ -125,57 +125,9 @@ pub(crate) mod reference {
 // vectorises them.
 #[allow(clippy::needless_range_loop)]
 pub(crate) mod cpu {
+    use crate::lanes::{sum8, sum_dot8, sum_sq8};
     #[cfg(target_arch = "x86_64")]
     use crate::ops::activation::cpu::avx2;
-
-    /// `Σ x` in eight interleaved partial sums (one vector register once vectorised: a single
-    /// running sum is a serial chain that LLVM may not reorder).
-    #[inline(always)]
-    fn sum8(x: &[f32]) -> f32 {
-        let mut acc = [0f32; 8];
-        let chunks = x.chunks_exact(8);
-        let tail: f32 = chunks.remainder().iter().sum();
-        for c in chunks {
-            for l in 0..8 {
-                acc[l] += c[l];
-            }
-        }
-        acc.iter().sum::<f32>() + tail
-    }
-
-    /// `Σ (x − m)²` likewise.
-    #[inline(always)]
-    fn sum_sq8(x: &[f32], m: f32) -> f32 {
-        let mut acc = [0f32; 8];
-        let chunks = x.chunks_exact(8);
-        let tail: f32 = chunks.remainder().iter().map(|&v| (v - m) * (v - m)).sum();
-        for c in chunks {
-            for l in 0..8 {
-                let v = c[l] - m;
-                acc[l] += v * v;
-            }
-        }
-        acc.iter().sum::<f32>() + tail
-    }
-
-    /// `Σ a ⊙ (x − m)` likewise.
-    #[inline(always)]
-    fn sum_dot8(a: &[f32], x: &[f32], m: f32) -> f32 {
-        let mut acc = [0f32; 8];
-        let (ca, cx) = (a.chunks_exact(8), x.chunks_exact(8));
-        let tail: f32 = ca
-            .remainder()
-            .iter()
-            .zip(cx.remainder())
-            .map(|(&a, &v)| a * (v - m))
-            .sum();
-        for (a, x) in ca.zip(cx) {
-            for l in 0..8 {
-                acc[l] += a[l] * (x[l] - m);
-            }
-        }
-        acc.iter().sum::<f32>() + tail
-    }
 
     /// Mean and `1 / sqrt(var + ε)` of one row (two passes).
     #[inline(always)]

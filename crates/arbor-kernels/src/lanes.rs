@@ -1,0 +1,110 @@
+//! Reductions over contiguous `f32` slices in eight interleaved partial sums, for the CPU
+//! loops. A single running sum is a serial chain of dependent additions that LLVM may not
+//! reorder (floating-point addition is not associative), so it runs one element per addition's
+//! latency; eight independent sums fill one 256-bit register (two SSE registers on the baseline
+//! target) once vectorised. Inlined into their callers, they take the callers' instruction set
+//! (the `#[target_feature(enable = "avx2,fma")]` copies chosen at run time).
+
+// The loops index several equal-length chunks at once; indices keep them readable and LLVM
+// vectorises them.
+#![allow(clippy::needless_range_loop)]
+
+/// `Σ x` in eight interleaved partial sums (one vector register once vectorised: a single
+/// running sum is a serial chain that LLVM may not reorder).
+#[inline(always)]
+pub(crate) fn sum8(x: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let tail: f32 = chunks.remainder().iter().sum();
+    for c in chunks {
+        for l in 0..8 {
+            acc[l] += c[l];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `Σ (x − m)²` likewise.
+#[inline(always)]
+pub(crate) fn sum_sq8(x: &[f32], m: f32) -> f32 {
+    let mut acc = [0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let tail: f32 = chunks.remainder().iter().map(|&v| (v - m) * (v - m)).sum();
+    for c in chunks {
+        for l in 0..8 {
+            let v = c[l] - m;
+            acc[l] += v * v;
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `Σ a ⊙ (x − m)` likewise.
+#[inline(always)]
+pub(crate) fn sum_dot8(a: &[f32], x: &[f32], m: f32) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cx) = (a.chunks_exact(8), x.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cx.remainder())
+        .map(|(&a, &v)| a * (v - m))
+        .sum();
+    for (a, x) in ca.zip(cx) {
+        for l in 0..8 {
+            acc[l] += a[l] * (x[l] - m);
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `Σ a ⊙ b` likewise.
+#[inline(always)]
+pub(crate) fn dot8(a: &[f32], b: &[f32]) -> f32 {
+    debug_assert_eq!(a.len(), b.len());
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(&a, &b)| a * b)
+        .sum();
+    for (a, b) in ca.zip(cb) {
+        for l in 0..8 {
+            acc[l] += a[l] * b[l];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sums_equal_the_plain_ones() {
+        for len in [0usize, 1, 7, 8, 9, 23, 64, 101] {
+            let a: Vec<f32> = (0..len).map(|i| (i as f32 * 0.37).sin()).collect();
+            let b: Vec<f32> = (0..len).map(|i| (i as f32 * 0.11).cos()).collect();
+            let close = |x: f32, y: f64| assert!((x as f64 - y).abs() < 1e-4, "{len}: {x} vs {y}");
+            close(sum8(&a), a.iter().map(|&v| v as f64).sum());
+            close(
+                dot8(&a, &b),
+                a.iter().zip(&b).map(|(&x, &y)| x as f64 * y as f64).sum(),
+            );
+            let m = 0.25f32;
+            close(
+                sum_sq8(&a, m),
+                a.iter().map(|&v| ((v - m) as f64).powi(2)).sum(),
+            );
+            close(
+                sum_dot8(&b, &a, m),
+                a.iter()
+                    .zip(&b)
+                    .map(|(&x, &g)| g as f64 * (x - m) as f64)
+                    .sum(),
+            );
+        }
+    }
+}
