@@ -864,6 +864,19 @@ pub(crate) mod cpu {
         layer_backward_body(x, state, upstream, best_gates, scratch)
     }
 
+    /// `⟨g, v⟩` for the local object `g`'s gradient and the object `v`'s saved values (a
+    /// function, not a closure, so that it is inlined into, and compiled for the instruction set
+    /// of, [`layer_backward`]'s copies).
+    #[inline(always)]
+    fn dot_grad(s: &Saved, st: &SentenceGrads, g: usize, v: usize) -> f32 {
+        let d = s.d;
+        let w = 5 * d;
+        dot(&st.dh[g * d..(g + 1) * d], &s.h[v * d..(v + 1) * d])
+            + dot(&st.pp[g * w..(g + 1) * w], &s.proj_l[v * w..(v + 1) * w])
+            + dot(&st.qq[g * w..(g + 1) * w], &s.proj_r[v * w..(v + 1) * w])
+            + dot(&st.dc[g * d..(g + 1) * d], &s.c[v * d..(v + 1) * d])
+    }
+
     #[inline(always)]
     fn layer_backward_body(
         x: &Shared<'_>,
@@ -888,13 +901,6 @@ pub(crate) mod cpu {
                 rec.nodes[i + 1]
             }
         };
-        // `⟨g, v⟩` for the local object `g`'s gradient and the object `v`'s saved values.
-        let dot_g = |st: &SentenceGrads, g: usize, v: usize| -> f32 {
-            dot(&st.dh[g * d..(g + 1) * d], &s.h[v * d..(v + 1) * d])
-                + dot(&st.pp[g * w..(g + 1) * w], &s.proj_l[v * w..(v + 1) * w])
-                + dot(&st.qq[g * w..(g + 1) * w], &s.proj_r[v * w..(v + 1) * w])
-                + dot(&st.dc[g * d..(g + 1) * d], &s.c[v * d..(v + 1) * d])
-        };
         let Scratch {
             ds,
             dcl,
@@ -908,11 +914,11 @@ pub(crate) mod cpu {
             let g = next(i);
             let gl = lo(g);
             let (xi, xn) = (rec.nodes[i] as usize, rec.nodes[i + 1] as usize);
-            let gx = dot_g(st, gl, xi);
-            ds[i] = dot_g(st, gl, rec.cands[i] as usize) - gx
+            let gx = dot_grad(s, st, gl, xi);
+            ds[i] = dot_grad(s, st, gl, rec.cands[i] as usize) - gx
                 + suffix
                 + dot(chosen, &s.h[g as usize * d..(g as usize + 1) * d]);
-            suffix += dot_g(st, gl, xn) - gx;
+            suffix += dot_grad(s, st, gl, xn) - gx;
         }
         let sy = dot(&rec.y, ds);
         for i in 0..k {
