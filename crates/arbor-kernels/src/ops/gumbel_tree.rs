@@ -657,6 +657,12 @@ pub(crate) mod cpu {
         let mut full = Vec::new();
         let mut gathered = Vec::new();
         let mut best_gates = Vec::new();
+        let shared = Shared {
+            s,
+            gq: &gq,
+            cq: &cq,
+            local: &local,
+        };
         for t in (0..s.layers.len()).rev() {
             let records = &s.layers[t];
             // The chosen parent's gradient is the selected node's, at the next layer; the
@@ -698,12 +704,6 @@ pub(crate) mod cpu {
                 .zip(full.chunks_exact(d).zip(best_gates.chunks_exact_mut(w)))
                 .map(|((rec, st), (f, bg))| (rec, st, f, bg))
                 .collect();
-            let shared = Shared {
-                s,
-                gq: &gq,
-                cq: &cq,
-                local: &local,
-            };
             par::items(&mut work, &|item| item.0.cands.len() * 4 * w, &|chunk| {
                 let mut scratch = Scratch::new(d);
                 for (rec, st, f, bg) in chunk.iter_mut() {
