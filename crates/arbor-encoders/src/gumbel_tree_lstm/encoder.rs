@@ -392,8 +392,8 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
     }
 
     /// The output of a fused pass ([`BinaryTreeLstm::argmax_tree`],
-    /// [`BinaryTreeLstm::st_gumbel_tree`]) in the layout the layers' loop gives: per-layer selections and probabilities, intra-attention over the
-    /// leaves and the chosen parents.
+    /// [`BinaryTreeLstm::st_gumbel_tree`]) in the layout the layers' loop gives: per-layer
+    /// selections and probabilities, intra-attention over the leaves and the chosen parents.
     fn fused_output(
         &self,
         tree: arbor_cells::kernels::TreePass<B>,
