@@ -6,7 +6,7 @@ use burn::module::Param;
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 
-use crate::runner::{CellStep, RecurrentCell};
+use crate::runner::{CellStep, RecurrentCell, ScanOutput};
 use crate::LstmState;
 
 /// Configuration of an [`LstmCell`].
@@ -74,16 +74,12 @@ pub(crate) fn lstm_update<B: ArborBackend>(
 }
 
 impl<B: ArborBackend> LstmCell<B> {
-    /// Every step's state over a whole sequence: the input projection `W x_t + b` of every
-    /// step as one product, then the recurrence as one fused op
-    /// ([`arbor_kernels::lstm_sequence`]: the step loop inside the op, one backward node).
-    /// Computes what the step loop computes; an example's state is frozen after its length.
-    ///
-    /// Not yet the runner's path (the cell has no `scan`): measured on the 2-core AMD EPYC VM
-    /// (flex, docs/log/bench.md "Issue 33, round 1"), against the step loop, it was
-    /// 0.77–0.87× in evaluation and 0.5–0.75× with padding (the step loop runs only the examples
-    /// still going), and 0.92–1.23× in training with 30–45 MiB more peak memory (the saved
-    /// gates and the whole-sequence projection), on a VM whose runs moved by ±20%.
+    /// Every step's state over a whole sequence as one fused op
+    /// ([`arbor_kernels::lstm_sequence`]: the step loop inside the op, with the input and
+    /// recurrent weights packed once for the sequence, only the examples still running computed
+    /// at each step, and one backward node). Computes what the step loop computes; an
+    /// example's state is frozen after its length. The runner's path
+    /// ([`RecurrentCell::scan`]).
     ///
     /// # Shapes
     /// - `x`: `[batch, time, d_input]`
@@ -99,9 +95,12 @@ impl<B: ArborBackend> LstmCell<B> {
         let [batch, _, _] = x.dims();
         let h = self.d_hidden;
         let init = init.unwrap_or_else(|| LstmState::zeros([batch, h], &x.device()));
-        let xp = crate::linear_rows(&self.input, x);
-        let out =
-            arbor_kernels::lstm_sequence(xp, self.hidden.weight.val(), init.h, init.c, lengths);
+        let bias = match &self.input.bias {
+            Some(b) => b.val(),
+            None => Tensor::zeros([4 * h], &x.device()),
+        };
+        let params = (self.input.weight.val(), bias, self.hidden.weight.val());
+        let out = arbor_kernels::lstm_sequence(x, params, init.h, init.c, lengths);
         LstmState::new(out.clone().narrow(2, 0, h), out.narrow(2, h, h))
     }
 }
@@ -145,5 +144,21 @@ impl<B: ArborBackend> RecurrentCell<B> for LstmCell<B> {
             state: lstm_update(gates, state.c),
             master_forget: None,
         }
+    }
+
+    /// The whole sequence as one op: [`LstmCell::sequence`].
+    fn scan(
+        &self,
+        x: Tensor<B, 3>,
+        init: &LstmState<B, 2>,
+        _pad: Option<Tensor<B, 3, Bool>>,
+        lengths: Option<&[usize]>,
+    ) -> Option<ScanOutput<B>> {
+        let out = self.sequence(x, Some(init.clone()), lengths.unwrap_or(&[]));
+        Some(ScanOutput {
+            h: out.h,
+            c: out.c,
+            master_forget: None,
+        })
     }
 }

@@ -1,7 +1,9 @@
 //! The cells that override `step_input` (the LSTM, ON-LSTM and FastTrees: input and recurrent
 //! products as one `linear_pair`) compute what the default path computes (`precompute(x_t)`
 //! then `step`): outputs, last states, distances and every gradient, with padding (an empty
-//! example included) and an initial state, on Flex and on NdArray in f64.
+//! example included) and an initial state, on Flex and on NdArray in f64. (The LSTM's
+//! `run_sequence` takes its whole-sequence op, `scan`, so for it this compares that op with
+//! the default steps.)
 
 mod common;
 
@@ -90,7 +92,10 @@ fn fused_steps_equal_the_default_steps_on_flex() {
 #[test]
 fn fused_steps_equal_the_default_steps_in_f64() {
     let device = Default::default();
-    agree::<Ad64, _>(&LstmCellConfig::new(6, 8).init::<Ad64>(&device), 1e-12);
+    // The LSTM runs a sequence as one op (`LstmCell::scan`), whose plain-ops definition computes
+    // σ in the float type itself; the step loop's `gated_cell` uses Burn's `sigmoid`, which
+    // computes in f32 whatever the type, so the two agree to f32 rounding of σ only.
+    agree::<Ad64, _>(&LstmCellConfig::new(6, 8).init::<Ad64>(&device), 1e-7);
     agree::<Ad64, _>(&OnLstmCellConfig::new(6, 8, 2).init::<Ad64>(&device), 1e-12);
     agree::<Ad64, _>(
         &FastTreesCellConfig::new(6, 8, 4).init::<Ad64>(&device),

@@ -98,10 +98,8 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
         ) -> FloatTensor<Self>
             => ops::layer_norm::autodiff::layer_norm_rows::<B, C>;
         fn lstm_sequence_tracked(
-            xp: FloatTensor<Self>,
-            u: FloatTensor<Self>,
-            h0: FloatTensor<Self>,
-            c0: FloatTensor<Self>,
+            x: FloatTensor<Self>,
+            params: [FloatTensor<Self>; 5],
             lengths: &[usize],
         ) -> FloatTensor<Self>
             => ops::lstm::autodiff::lstm_sequence_tracked::<B, C>;

@@ -146,23 +146,20 @@ macro_rules! host_backend {
                 ) -> (FloatTensor<Self>, FloatTensor<Self>)
                     => $crate::ops::gated_cell::host::gated_output_backward::<Self>;
                 fn lstm_sequence(
-                    xp: FloatTensor<Self>,
-                    u: FloatTensor<Self>,
-                    h0: FloatTensor<Self>,
-                    c0: FloatTensor<Self>,
+                    x: FloatTensor<Self>,
+                    params: [FloatTensor<Self>; 5],
                     lengths: &[usize],
                     keep_gates: bool,
                 ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>)
                     => $crate::ops::lstm::host::lstm_sequence::<Self>;
                 fn lstm_sequence_backward(
-                    u: FloatTensor<Self>,
-                    h0: FloatTensor<Self>,
-                    c0: FloatTensor<Self>,
+                    x: FloatTensor<Self>,
+                    params: [FloatTensor<Self>; 4],
                     out: FloatTensor<Self>,
                     gates: FloatTensor<Self>,
                     lengths: &[usize],
                     grad: FloatTensor<Self>,
-                ) -> [FloatTensor<Self>; 4]
+                ) -> [FloatTensor<Self>; 6]
                     => $crate::ops::lstm::host::lstm_sequence_backward::<Self>;
                 fn ordered_cell(
                     gates: FloatTensor<Self>,

@@ -82,6 +82,7 @@ mod host;
 mod lanes;
 mod ndarray;
 mod ops;
+mod packed;
 mod par;
 pub mod reference;
 
@@ -372,43 +373,40 @@ pub trait ArborBackend: Backend {
 
     /// [`lstm_sequence`]'s entry point: the autodiff backend records one node (and keeps the
     /// gates for it); every other backend runs [`ArborBackend::lstm_sequence`] without them.
+    /// `params` are `[w, b, u, h0, c0]`.
     fn lstm_sequence_tracked(
-        xp: FloatTensor<Self>,
-        u: FloatTensor<Self>,
-        h0: FloatTensor<Self>,
-        c0: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        params: [FloatTensor<Self>; 5],
         lengths: &[usize],
     ) -> FloatTensor<Self> {
-        Self::lstm_sequence(xp, u, h0, c0, lengths, false).0
+        Self::lstm_sequence(x, params, lengths, false).0
     }
 
-    /// The LSTM recurrence over a sequence; see [`lstm_sequence`]. Returns the `[b, t, 2H]`
-    /// output and, with `keep_gates`, the activated gates `[b, t, 4H]` that the backward pass
-    /// reads (rows at frozen steps hold unused values).
+    /// The LSTM layer over a sequence; see [`lstm_sequence`] (`params` are `[w, b, u, h0,
+    /// c0]`). Returns the `[b, t, 2H]` output and, with `keep_gates`, the activated gates that
+    /// the backward pass reads, in a layout of the backend's own (the plain-op default:
+    /// `[b, t, 4H]`, rows at frozen steps unused; the CPU kernels: the running rows only).
     fn lstm_sequence(
-        xp: FloatTensor<Self>,
-        u: FloatTensor<Self>,
-        h0: FloatTensor<Self>,
-        c0: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        params: [FloatTensor<Self>; 5],
         lengths: &[usize],
         keep_gates: bool,
     ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>) {
-        reference::lstm_sequence::<Self>(xp, u, h0, c0, lengths, keep_gates)
+        reference::lstm_sequence::<Self>(x, params, lengths, keep_gates)
     }
 
-    /// The gradients of [`ArborBackend::lstm_sequence`] with respect to `xp`, `u`, `h0` and
-    /// `c0`, from its output and activated gates.
-    #[allow(clippy::too_many_arguments)]
+    /// The gradients of [`ArborBackend::lstm_sequence`] with respect to `x`, `w`, `b`, `u`,
+    /// `h0` and `c0`, from its input, parameters (`[w, u, h0, c0]`), output and activated
+    /// gates.
     fn lstm_sequence_backward(
-        u: FloatTensor<Self>,
-        h0: FloatTensor<Self>,
-        c0: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        params: [FloatTensor<Self>; 4],
         out: FloatTensor<Self>,
         gates: FloatTensor<Self>,
         lengths: &[usize],
         grad: FloatTensor<Self>,
-    ) -> [FloatTensor<Self>; 4] {
-        reference::lstm_sequence_backward::<Self>(u, h0, c0, out, gates, lengths, grad)
+    ) -> [FloatTensor<Self>; 6] {
+        reference::lstm_sequence_backward::<Self>(x, params, out, gates, lengths, grad)
     }
 
     /// The Gumbel Tree-LSTM's layers with argmax decisions as one op; see [`argmax_tree`].

@@ -6,53 +6,72 @@ use burn::tensor::TensorPrimitive;
 
 use crate::ArborBackend;
 
-/// The LSTM recurrence over a whole sequence as one op and one autodiff node: with the input
-/// projections `xp_t = W x_t + b` precomputed for every step (one large product, by the
-/// caller), each step is `[i, f, g, o] = xp_t + U h_{t−1}` (gate order `i, f, g, o`, as
-/// [`GateLayout::lstm`]), `c_t = σ(f) c_{t−1} + σ(i) tanh(g)`, `h_t = σ(o) tanh(c_t)`.
+/// An LSTM layer over a whole sequence as one op and one autodiff node: each step is
+/// `[i, f, g, o] = x_t·W + b + h_{t−1}·U` (gate order `i, f, g, o`, as [`GateLayout::lstm`]),
+/// `c_t = σ(f) c_{t−1} + σ(i) tanh(g)`, `h_t = σ(o) tanh(c_t)`.
 ///
-/// On the CPU backends the step loop runs inside the op: one product per step accumulated into
-/// the step's rows of `xp` (no per-step graph node, no per-step gradient of `U`), the fused
-/// update of every row in parallel. The backward pass is backpropagation through time in one
-/// node: one product `δ_t·Uᵀ` per step and `dU = Σ_t h_{t−1}ᵀ δ_t` as one product at the end
-/// (where the step loop of separate nodes computes one `dU` product per step and sums them).
+/// On the CPU backends the step loop runs inside the op, with `W` and `U` packed once for the
+/// sequence (arbor's own product kernel, `src/packed.rs`) and each step's projection computed
+/// into one cache-resident buffer; only the examples still running at a step are computed (the
+/// examples are ordered longest first inside the op, as PyTorch's packed sequences are). The
+/// backward pass is backpropagation through time in one node: per step `δ_t·Wᵀ` and `δ_t·Uᵀ`
+/// (both packed once) and the parameter gradients accumulated, so no whole-sequence buffer
+/// beyond the saved output and gates and the input gradient is allocated.
 ///
 /// `lengths` (one entry per example, each `≤ time`, or empty for all `time` steps): an
 /// example's state is frozen after its last real step, so its output rows there repeat its last
 /// state and its final state is the one after its own last step.
 ///
 /// # Shapes
-/// - `xp`: `[batch, time, 4H]`
+/// - `x`: `[batch, time, d]`
+/// - `w`: `[d, 4H]` (the input weight, `x_t·w`), `b`: `[4H]`
 /// - `u`: `[H, 4H]` (the recurrent weight, `h_{t−1}·u`)
 /// - `h0`, `c0`: `[batch, H]`
 /// - output: `[batch, time, 2H]`, `h_t` in columns `0..H` and `c_t` in `H..2H`
 ///
 /// # Panics
 /// If the shapes disagree or `lengths` has another count than `batch` or an entry over `time`.
+///
+/// [`GateLayout::lstm`]: crate::GateLayout::lstm
 pub fn lstm_sequence<B: ArborBackend>(
-    xp: Tensor<B, 3>,
-    u: Tensor<B, 2>,
+    x: Tensor<B, 3>,
+    (w, b, u): (Tensor<B, 2>, Tensor<B, 1>, Tensor<B, 2>),
     h0: Tensor<B, 2>,
     c0: Tensor<B, 2>,
     lengths: &[usize],
 ) -> Tensor<B, 3> {
-    let [b, t, w] = xp.dims();
-    let h = w / 4;
-    assert_eq!(w, 4 * h, "lstm_sequence: xp's width {w} is not 4H");
-    assert_eq!(u.dims(), [h, w], "lstm_sequence: u must be [{h}, {w}]");
-    assert_eq!(h0.dims(), [b, h], "lstm_sequence: h0 must be [{b}, {h}]");
-    assert_eq!(c0.dims(), [b, h], "lstm_sequence: c0 must be [{b}, {h}]");
+    let [batch, t, d] = x.dims();
+    let [h, width] = u.dims();
+    assert_eq!(
+        width,
+        4 * h,
+        "lstm_sequence: u's width {width} is not 4H for H = {h}"
+    );
+    assert_eq!(
+        w.dims(),
+        [d, width],
+        "lstm_sequence: w must be [{d}, {width}]"
+    );
+    assert_eq!(b.dims(), [width], "lstm_sequence: b must be [{width}]");
+    assert_eq!(
+        h0.dims(),
+        [batch, h],
+        "lstm_sequence: h0 must be [{batch}, {h}]"
+    );
+    assert_eq!(
+        c0.dims(),
+        [batch, h],
+        "lstm_sequence: c0 must be [{batch}, {h}]"
+    );
     assert!(
-        lengths.is_empty() || (lengths.len() == b && lengths.iter().all(|&l| l <= t)),
-        "lstm_sequence: {} lengths for {b} rows of {t} steps",
+        lengths.is_empty() || (lengths.len() == batch && lengths.iter().all(|&l| l <= t)),
+        "lstm_sequence: {} lengths for {batch} rows of {t} steps",
         lengths.len()
     );
-    let p2 = |x: Tensor<B, 2>| x.into_primitive().tensor();
+    let p = |x: Tensor<B, 2>| x.into_primitive().tensor();
     Tensor::from_primitive(TensorPrimitive::Float(B::lstm_sequence_tracked(
-        xp.into_primitive().tensor(),
-        p2(u),
-        p2(h0),
-        p2(c0),
+        x.into_primitive().tensor(),
+        [p(w), b.into_primitive().tensor(), p(u), p(h0), p(c0)],
         lengths,
     )))
 }
@@ -83,9 +102,63 @@ pub(crate) mod reference {
         })
     }
 
-    /// The LSTM recurrence over a sequence in plain ops, one step per time step; see
-    /// [`crate::lstm_sequence`].
+    /// [`crate::lstm_sequence`] in plain ops: the input projection of every step as one
+    /// product, then [`recurrence`]. Returns the `[b, t, 2H]` output and, with `keep_gates`, the
+    /// activated gates `[b, t, 4H]`.
     pub fn lstm_sequence<B: Backend>(
+        x: FloatTensor<B>,
+        [w, bias, u, h0, c0]: [FloatTensor<B>; 5],
+        lengths: &[usize],
+        keep_gates: bool,
+    ) -> (FloatTensor<B>, Option<FloatTensor<B>>) {
+        let (x, w, bias) = (
+            t3::<B>(x),
+            t2::<B>(w),
+            Tensor::<B, 1>::from_primitive(burn::tensor::TensorPrimitive::Float(bias)),
+        );
+        let [b, t, d] = x.dims();
+        let width = w.dims()[1];
+        let xp = x
+            .reshape([b * t, d])
+            .matmul(w)
+            .add(bias.unsqueeze_dim(0))
+            .reshape([b, t, width]);
+        recurrence::<B>(xp.into_primitive().tensor(), u, h0, c0, lengths, keep_gates)
+    }
+
+    /// The gradients of [`lstm_sequence`] with respect to `x`, `w`, `b`, `u`, `h0` and `c0` in
+    /// plain ops: [`recurrence_backward`], then the input projection's.
+    #[allow(clippy::too_many_arguments)]
+    pub fn lstm_sequence_backward<B: Backend>(
+        x: FloatTensor<B>,
+        [w, u, h0, c0]: [FloatTensor<B>; 4],
+        out: FloatTensor<B>,
+        gates: FloatTensor<B>,
+        lengths: &[usize],
+        grad: FloatTensor<B>,
+    ) -> [FloatTensor<B>; 6] {
+        let [d_xp, d_u, d_h0, d_c0] =
+            recurrence_backward::<B>(u, h0, c0, out, gates, lengths, grad);
+        let (x, w, d_xp) = (t3::<B>(x), t2::<B>(w), t3::<B>(d_xp));
+        let [b, t, d] = x.dims();
+        let width = w.dims()[1];
+        let d_xp = d_xp.reshape([b * t, width]);
+        let d_x = d_xp.clone().matmul(w.transpose()).reshape([b, t, d]);
+        let d_w = x.reshape([b * t, d]).transpose().matmul(d_xp.clone());
+        let d_b = d_xp.sum_dim(0).reshape([width]);
+        [
+            d_x.into_primitive().tensor(),
+            d_w.into_primitive().tensor(),
+            d_b.into_primitive().tensor(),
+            d_u,
+            d_h0,
+            d_c0,
+        ]
+    }
+
+    /// The LSTM recurrence from precomputed input projections `xp` (`[b, t, 4H]`), in plain
+    /// ops, one step per time step.
+    pub(crate) fn recurrence<B: Backend>(
         xp: FloatTensor<B>,
         u: FloatTensor<B>,
         h0: FloatTensor<B>,
@@ -141,9 +214,9 @@ pub(crate) mod reference {
         (out.into_primitive().tensor(), gates)
     }
 
-    /// The gradients of [`lstm_sequence`] with respect to `xp`, `u`, `h0` and `c0` in plain ops
-    /// (backpropagation through time); see [`crate::lstm_sequence`].
-    pub fn lstm_sequence_backward<B: Backend>(
+    /// The gradients of [`recurrence`] with respect to `xp`, `u`, `h0` and `c0` in plain ops
+    /// (backpropagation through time).
+    pub(crate) fn recurrence_backward<B: Backend>(
         u: FloatTensor<B>,
         h0: FloatTensor<B>,
         c0: FloatTensor<B>,
@@ -324,7 +397,8 @@ pub(crate) mod cpu {
     }
 }
 
-/// The CPU backends' entry points: the step loop around `gemm` and the row kernels.
+/// The CPU backends' entry points: the step loop around the packed products and the row
+/// kernels.
 pub(crate) mod host {
     use burn::prelude::Backend;
     use burn::tensor::ops::FloatTensor;
@@ -333,72 +407,131 @@ pub(crate) mod host {
     use super::{cpu, reference};
     use crate::host::{dims3, HostTensor};
     use crate::ops::linear::host::gemm_slices;
+    use crate::packed::PackedRhs;
     use crate::par;
 
-    /// Whether row `b` is frozen at step `s` (past its length; no lengths: never).
-    fn frozen(lengths: &[usize], b: usize, s: usize) -> bool {
-        lengths.get(b).is_some_and(|&len| s >= len)
+    /// The examples longest first (a stable sort: equal lengths keep their order), so that the
+    /// ones still running at step `s` are the first [`Running::at`]`(s)` rows of the op's
+    /// state, and each step computes those rows only (as PyTorch's packed sequences do).
+    struct Running {
+        /// `order[i]`: the example in row `i` of the op's state.
+        order: Vec<usize>,
+        /// The length of row `i`'s example.
+        sorted: Vec<usize>,
+    }
+
+    impl Running {
+        fn new(lengths: &[usize], b: usize, t: usize) -> Self {
+            let len = |r: usize| lengths.get(r).copied().unwrap_or(t);
+            let mut order: Vec<usize> = (0..b).collect();
+            order.sort_by_key(|&r| std::cmp::Reverse(len(r)));
+            let sorted = order.iter().map(|&r| len(r)).collect();
+            Self { order, sorted }
+        }
+
+        /// How many rows run step `s`.
+        fn at(&self, s: usize) -> usize {
+            self.sorted.partition_point(|&l| l > s)
+        }
+
+        /// Where each step's rows start in a buffer that holds the running rows of every step,
+        /// step after step (the saved gates), and the total row count as the last entry.
+        fn step_starts(&self, t: usize) -> Vec<usize> {
+            let mut starts = Vec::with_capacity(t + 1);
+            let mut at = 0;
+            for s in 0..t {
+                starts.push(at);
+                at += self.at(s);
+            }
+            starts.push(at);
+            starts
+        }
+
+        /// Copies step `s`'s `width`-wide row of each of the first `n` rows' examples from the
+        /// `[b, t, width]` buffer `src` into the first `n` rows of `dst`.
+        fn gather(&self, n: usize, s: usize, t: usize, width: usize, src: &[f32], dst: &mut [f32]) {
+            for (i, &r) in self.order[..n].iter().enumerate() {
+                let at = (r * t + s) * width;
+                dst[i * width..(i + 1) * width].copy_from_slice(&src[at..at + width]);
+            }
+        }
     }
 
     /// The CPU kernel on `f32` memory, [`reference::lstm_sequence`] otherwise.
     pub(crate) fn lstm_sequence<B: Backend>(
-        xp: FloatTensor<B>,
-        u: FloatTensor<B>,
-        h0: FloatTensor<B>,
-        c0: FloatTensor<B>,
+        x: FloatTensor<B>,
+        params: [FloatTensor<B>; 5],
         lengths: &[usize],
         keep_gates: bool,
     ) -> (FloatTensor<B>, Option<FloatTensor<B>>)
     where
         FloatTensor<B>: HostTensor,
     {
-        lstm_sequence_f32(&xp, &u, &h0, &c0, lengths, keep_gates)
-            .unwrap_or_else(|| reference::lstm_sequence::<B>(xp, u, h0, c0, lengths, keep_gates))
+        lstm_sequence_f32(&x, &params, lengths, keep_gates)
+            .unwrap_or_else(|| reference::lstm_sequence::<B>(x, params, lengths, keep_gates))
     }
 
-    /// The LSTM recurrence over a sequence ([`crate::lstm_sequence`]): per step one product
-    /// `h_{t−1}·U` accumulated into the step's rows of `xp`, then the fused update of every row.
-    /// Returns `[b, t, 2h]` (`h`, then `c`, per step) and, with `keep_gates`, the activated gates
-    /// `[b, t, 4h]`.
+    /// The LSTM layer over a sequence ([`crate::lstm_sequence`]): per step the running rows'
+    /// `b + x_t·W + h_{t−1}·U` (`W` and `U` packed once for the sequence) into one buffer, then
+    /// the fused update. Returns `[b, t, 2h]` (`h`, then `c`, per step) and, with `keep_gates`,
+    /// the activated gates of the running rows only, step after step in the running order
+    /// (`[Σ lengths, 4h]`: an ended example's steps take no memory), which only
+    /// [`lstm_sequence_backward_f32`] reads.
     fn lstm_sequence_f32<T: HostTensor>(
-        xp: &T,
-        u: &T,
-        h0: &T,
-        c0: &T,
+        x: &T,
+        [w, bias, u, h0, c0]: &[T; 5],
         lengths: &[usize],
         keep_gates: bool,
     ) -> Option<(T, Option<T>)> {
-        let (xx, uu, hh0, cc0) = (xp.host()?, u.host()?, h0.host()?, c0.host()?);
-        let (b, t, w) = dims3(xp);
-        let h = w / 4;
-        let mut hs = hh0.to_vec();
-        let mut cs = cc0.to_vec();
+        let (xx, ww, bb, uu) = (x.host()?, w.host()?, bias.host()?, u.host()?);
+        let (hh0, cc0) = (h0.host()?, c0.host()?);
+        let (b, t, d) = dims3(x);
+        let wd = bb.len();
+        let h = wd / 4;
+        let running = Running::new(lengths, b, t);
+        let order = &running.order;
+        // The state in the running order.
+        let (mut hs, mut cs) = (vec![0f32; b * h], vec![0f32; b * h]);
+        for (i, &r) in order.iter().enumerate() {
+            hs[i * h..(i + 1) * h].copy_from_slice(&hh0[r * h..(r + 1) * h]);
+            cs[i * h..(i + 1) * h].copy_from_slice(&cc0[r * h..(r + 1) * h]);
+        }
         let (mut h_new, mut c_new) = (vec![0f32; b * h], vec![0f32; b * h]);
-        let mut pre = vec![0f32; b * w];
-        let mut act = vec![0f32; b * w];
+        let mut xs = vec![0f32; b * d];
+        let mut pre = vec![0f32; b * wd];
+        let mut act = vec![0f32; b * wd];
         let mut out = vec![0f32; b * t * 2 * h];
+        let starts = running.step_starts(t);
         let mut gates = if keep_gates {
-            vec![0f32; b * t * w]
+            vec![0f32; starts[t] * wd]
         } else {
             Vec::new()
         };
+        let w_packed = PackedRhs::new(&ww, d, wd, (wd, 1));
+        let u_packed = PackedRhs::new(&uu, h, wd, (wd, 1));
         for s in 0..t {
-            for r in 0..b {
-                let at = (r * t + s) * w;
-                pre[r * w..(r + 1) * w].copy_from_slice(&xx[at..at + w]);
+            let n = running.at(s);
+            running.gather(n, s, t, d, &xx, &mut xs);
+            for row in pre[..n * wd].chunks_exact_mut(wd) {
+                row.copy_from_slice(&bb);
             }
-            gemm_slices((b, w, h), &mut pre, w, true, &hs, (h, 1), &uu, (w, 1));
+            w_packed.product(n, &mut pre, wd, true, &xs, (d, 1));
+            u_packed.product(n, &mut pre, wd, true, &hs, (h, 1));
             let (pre_ref, cs_ref) = (&pre, &cs);
             par::rows(
-                b,
+                n,
                 12 * h,
-                vec![(&mut act, w), (&mut h_new, h), (&mut c_new, h)],
+                vec![
+                    (&mut act[..n * wd], wd),
+                    (&mut h_new[..n * h], h),
+                    (&mut c_new[..n * h], h),
+                ],
                 &|r, o| {
                     let [act, ho, cn] = o else {
                         unreachable!("three outputs")
                     };
                     cpu::lstm_step(
-                        par::at(pre_ref, &r, w),
+                        par::at(pre_ref, &r, wd),
                         par::at(cs_ref, &r, h),
                         h,
                         act,
@@ -407,102 +540,116 @@ pub(crate) mod host {
                     );
                 },
             );
-            for r in 0..b {
-                let row = r * h..(r + 1) * h;
-                if !frozen(lengths, r, s) {
-                    hs[row.clone()].copy_from_slice(&h_new[row.clone()]);
-                    cs[row.clone()].copy_from_slice(&c_new[row.clone()]);
-                }
+            hs[..n * h].copy_from_slice(&h_new[..n * h]);
+            cs[..n * h].copy_from_slice(&c_new[..n * h]);
+            if keep_gates {
+                gates[starts[s] * wd..starts[s + 1] * wd].copy_from_slice(&act[..n * wd]);
+            }
+            for (i, &r) in order.iter().enumerate() {
                 let at = (r * t + s) * 2 * h;
-                out[at..at + h].copy_from_slice(&hs[row.clone()]);
-                out[at + h..at + 2 * h].copy_from_slice(&cs[row]);
-                if keep_gates && !frozen(lengths, r, s) {
-                    let at = (r * t + s) * w;
-                    gates[at..at + w].copy_from_slice(&act[r * w..(r + 1) * w]);
-                }
+                out[at..at + h].copy_from_slice(&hs[i * h..(i + 1) * h]);
+                out[at + h..at + 2 * h].copy_from_slice(&cs[i * h..(i + 1) * h]);
             }
         }
-        let gates = keep_gates.then(|| T::from_f32(gates, Shape::new([b, t, w])));
+        let gates = keep_gates.then(|| T::from_f32(gates, Shape::new([starts[t], wd])));
         Some((T::from_f32(out, Shape::new([b, t, 2 * h])), gates))
     }
 
-    #[allow(clippy::too_many_arguments)]
     /// The CPU kernel on `f32` memory, [`reference::lstm_sequence_backward`] otherwise.
     pub(crate) fn lstm_sequence_backward<B: Backend>(
-        u: FloatTensor<B>,
-        h0: FloatTensor<B>,
-        c0: FloatTensor<B>,
+        x: FloatTensor<B>,
+        params: [FloatTensor<B>; 4],
         out: FloatTensor<B>,
         gates: FloatTensor<B>,
         lengths: &[usize],
         grad: FloatTensor<B>,
-    ) -> [FloatTensor<B>; 4]
+    ) -> [FloatTensor<B>; 6]
     where
         FloatTensor<B>: HostTensor,
     {
-        lstm_sequence_backward_f32(&u, &h0, &c0, &out, &gates, lengths, &grad).unwrap_or_else(
-            || reference::lstm_sequence_backward::<B>(u, h0, c0, out, gates, lengths, grad),
-        )
+        lstm_sequence_backward_f32(&x, &params, &out, &gates, lengths, &grad).unwrap_or_else(|| {
+            reference::lstm_sequence_backward::<B>(x, params, out, gates, lengths, grad)
+        })
     }
 
-    /// The gradients of [`lstm_sequence_f32`] with respect to `xp`, `u`, `h0` and `c0`, from the
-    /// saved output and activated gates: backpropagation through time, one product `δ_t·Uᵀ` per
-    /// step, and `dU = Σ_t h_{t−1}ᵀ·δ_t` as one product at the end.
-    #[allow(clippy::too_many_arguments)]
+    /// The gradients of [`lstm_sequence_f32`] with respect to `x`, `W`, `b`, `U`, `h0` and
+    /// `c0`, from the saved output and activated gates: backpropagation through time on the
+    /// rows still running at each step ([`Running`]). Per step: the pre-activations' gradient
+    /// `δ_t`, `dx_t = δ_t·Wᵀ` and `dh_{t−1} += δ_t·Uᵀ` (`Wᵀ`, `Uᵀ` packed once), and
+    /// `dW += x_tᵀ·δ_t`, `dU += h_{t−1}ᵀ·δ_t`, `db += Σ δ_t`.
     fn lstm_sequence_backward_f32<T: HostTensor>(
-        u: &T,
-        h0: &T,
-        c0: &T,
+        x: &T,
+        [w, u, h0, c0]: &[T; 4],
         out: &T,
         gates: &T,
         lengths: &[usize],
         grad: &T,
-    ) -> Option<[T; 4]> {
-        let (uu, hh0, cc0) = (u.host()?, h0.host()?, c0.host()?);
+    ) -> Option<[T; 6]> {
+        let (xx, ww, uu) = (x.host()?, w.host()?, u.host()?);
+        let (hh0, cc0) = (h0.host()?, c0.host()?);
+        // The gates as `lstm_sequence_f32` saves them (running rows only); any other layout
+        // came from the plain-op forward, whose backward reads it.
+        if gates.shape().num_dims() != 2 {
+            return None;
+        }
         let (oo, gg, dd) = (out.host()?, gates.host()?, grad.host()?);
-        let (b, t, w) = dims3(gates);
-        let h = w / 4;
-        let mut d_xp = vec![0f32; b * t * w];
-        let mut h_prev = vec![0f32; b * t * h];
+        let (b, t, _) = dims3(out);
+        let (d, wd) = (dims3(x).2, gates.shape()[1]);
+        let h = wd / 4;
+        let running = Running::new(lengths, b, t);
+        let order = &running.order;
+        let starts = running.step_starts(t);
+        let mut d_x = vec![0f32; b * t * d];
+        let (mut d_w, mut d_u, mut d_b) = (vec![0f32; d * wd], vec![0f32; h * wd], vec![0f32; wd]);
+        // The gradients reaching each row's state, in the running order.
         let (mut dh, mut dc) = (vec![0f32; b * h], vec![0f32; b * h]);
         let (mut g_h, mut g_c) = (vec![0f32; b * h], vec![0f32; b * h]);
         let (mut c_here, mut c_before) = (vec![0f32; b * h], vec![0f32; b * h]);
-        let mut act = vec![0f32; b * w];
-        let mut d_pre = vec![0f32; b * w];
+        let mut h_before = vec![0f32; b * h];
+        let mut xs = vec![0f32; b * d];
+        let mut dxs = vec![0f32; b * d];
+        let mut d_pre = vec![0f32; b * wd];
         let mut d_c_prev = vec![0f32; b * h];
+        // `Wᵀ` and `Uᵀ` (both row-major `[·, wd]`, so their transposes have strides (1, wd)).
+        let wt_packed = PackedRhs::new(&ww, wd, d, (1, wd));
+        let ut_packed = PackedRhs::new(&uu, wd, h, (1, wd));
         for s in (0..t).rev() {
-            for r in 0..b {
-                let row = r * h..(r + 1) * h;
+            let n = running.at(s);
+            for (i, &r) in order.iter().enumerate() {
+                let row = i * h..(i + 1) * h;
                 let at = (r * t + s) * 2 * h;
                 for (j, k) in row.clone().enumerate() {
                     g_h[k] = dd[at + j] + dh[k];
                     g_c[k] = dd[at + h + j] + dc[k];
                 }
+                if i >= n {
+                    // Ended: the gradients pass to the state before this step unchanged.
+                    continue;
+                }
                 c_here[row.clone()].copy_from_slice(&oo[at + h..at + 2 * h]);
                 if s > 0 {
                     let before = (r * t + s - 1) * 2 * h;
                     c_before[row.clone()].copy_from_slice(&oo[before + h..before + 2 * h]);
-                    h_prev[(r * t + s) * h..(r * t + s + 1) * h]
-                        .copy_from_slice(&oo[before..before + h]);
+                    h_before[row].copy_from_slice(&oo[before..before + h]);
                 } else {
-                    c_before[row.clone()].copy_from_slice(&cc0[row.clone()]);
-                    h_prev[(r * t) * h..(r * t + 1) * h].copy_from_slice(&hh0[row.clone()]);
+                    c_before[row.clone()].copy_from_slice(&cc0[r * h..(r + 1) * h]);
+                    h_before[row].copy_from_slice(&hh0[r * h..(r + 1) * h]);
                 }
-                let at = (r * t + s) * w;
-                act[r * w..(r + 1) * w].copy_from_slice(&gg[at..at + w]);
             }
-            let (act_ref, c_ref, cb_ref, gh_ref, gc_ref) = (&act, &c_here, &c_before, &g_h, &g_c);
+            let act = &gg[starts[s] * wd..starts[s + 1] * wd];
+            running.gather(n, s, t, d, &xx, &mut xs);
+            let (act_ref, c_ref, cb_ref, gh_ref, gc_ref) = (act, &c_here, &c_before, &g_h, &g_c);
             par::rows(
-                b,
+                n,
                 20 * h,
-                vec![(&mut d_pre, w), (&mut d_c_prev, h)],
+                vec![(&mut d_pre[..n * wd], wd), (&mut d_c_prev[..n * h], h)],
                 &|r, o| {
                     let [dp, dcp] = o else {
                         unreachable!("two outputs")
                     };
                     let mut scratch = vec![0f32; h];
                     cpu::lstm_step_backward(
-                        par::at(act_ref, &r, w),
+                        par::at(act_ref, &r, wd),
                         par::at(c_ref, &r, h),
                         par::at(cb_ref, &r, h),
                         par::at(gh_ref, &r, h),
@@ -514,40 +661,52 @@ pub(crate) mod host {
                     );
                 },
             );
-            // Frozen rows pass their gradients to the state before them unchanged.
-            for r in 0..b {
-                let row = r * h..(r + 1) * h;
-                if frozen(lengths, r, s) {
-                    d_pre[r * w..(r + 1) * w].fill(0.0);
-                    dh[row.clone()].copy_from_slice(&g_h[row.clone()]);
-                    dc[row.clone()].copy_from_slice(&g_c[row]);
-                } else {
-                    dh[row.clone()].fill(0.0);
-                    dc[row.clone()].copy_from_slice(&d_c_prev[row]);
-                }
-                let at = (r * t + s) * w;
-                d_xp[at..at + w].copy_from_slice(&d_pre[r * w..(r + 1) * w]);
+            dh[..n * h].fill(0.0);
+            dc[..n * h].copy_from_slice(&d_c_prev[..n * h]);
+            dh[n * h..].copy_from_slice(&g_h[n * h..]);
+            dc[n * h..].copy_from_slice(&g_c[n * h..]);
+            if n == 0 {
+                continue;
             }
-            // dh_{t−1} += δ_t·Uᵀ (`U` is `[h, w]` row-major, so `Uᵀ` has strides (1, w)).
-            gemm_slices((b, h, w), &mut dh, h, true, &d_pre, (w, 1), &uu, (1, w));
+            let dp = &d_pre[..n * wd];
+            // dh_{t−1} += δ_t·Uᵀ and dx_t = δ_t·Wᵀ for the running rows.
+            ut_packed.product(n, &mut dh, h, true, dp, (wd, 1));
+            wt_packed.product(n, &mut dxs, d, false, dp, (wd, 1));
+            for (i, &r) in order[..n].iter().enumerate() {
+                let at = (r * t + s) * d;
+                d_x[at..at + d].copy_from_slice(&dxs[i * d..(i + 1) * d]);
+            }
+            // dW += x_tᵀ·δ_t, dU += h_{t−1}ᵀ·δ_t (`[·, n]·[n, wd]`), db += Σ_rows δ_t.
+            gemm_slices((d, wd, n), &mut d_w, wd, true, &xs, (1, d), dp, (wd, 1));
+            gemm_slices(
+                (h, wd, n),
+                &mut d_u,
+                wd,
+                true,
+                &h_before,
+                (1, h),
+                dp,
+                (wd, 1),
+            );
+            for row in dp.chunks_exact(wd) {
+                for (acc, &v) in d_b.iter_mut().zip(row) {
+                    *acc += v;
+                }
+            }
         }
-        // dU = Σ_t h_{t−1}ᵀ·δ_t: `[h, b·t]·[b·t, w]`.
-        let mut d_u = vec![0f32; h * w];
-        gemm_slices(
-            (h, w, b * t),
-            &mut d_u,
-            w,
-            false,
-            &h_prev,
-            (1, h),
-            &d_xp,
-            (w, 1),
-        );
+        // The initial state's gradients back in the examples' order.
+        let (mut d_h0, mut d_c0) = (vec![0f32; b * h], vec![0f32; b * h]);
+        for (i, &r) in order.iter().enumerate() {
+            d_h0[r * h..(r + 1) * h].copy_from_slice(&dh[i * h..(i + 1) * h]);
+            d_c0[r * h..(r + 1) * h].copy_from_slice(&dc[i * h..(i + 1) * h]);
+        }
         Some([
-            T::from_f32(d_xp, Shape::new([b, t, w])),
-            T::from_f32(d_u, Shape::new([h, w])),
-            T::from_f32(dh, Shape::new([b, h])),
-            T::from_f32(dc, Shape::new([b, h])),
+            T::from_f32(d_x, Shape::new([b, t, d])),
+            T::from_f32(d_w, Shape::new([d, wd])),
+            T::from_f32(d_b, Shape::new([wd])),
+            T::from_f32(d_u, Shape::new([h, wd])),
+            T::from_f32(d_h0, Shape::new([b, h])),
+            T::from_f32(d_c0, Shape::new([b, h])),
         ])
     }
 }
@@ -564,25 +723,26 @@ pub(crate) mod autodiff {
     use crate::autodiff::backward_with;
     use crate::ArborBackend;
 
-    /// The backward step of `lstm_sequence` (parents `xp`, `u`, `h0`, `c0`): backpropagation
-    /// through time from the saved output and activated gates.
+    /// The backward step of `lstm_sequence` (parents `x`, `w`, `b`, `u`, `h0`, `c0`):
+    /// backpropagation through time from the saved output and activated gates.
     #[derive(Debug)]
     struct LstmSequence;
 
-    /// `u`, `h0`, `c0`, the output, the activated gates and the lengths.
+    /// `x`, then `w`, `u`, `h0`, `c0`, the output, the activated gates and the lengths.
     type LstmSequenceState<B> = (
-        [FloatTensor<B>; 3],
+        FloatTensor<B>,
+        [FloatTensor<B>; 4],
         FloatTensor<B>,
         FloatTensor<B>,
         Vec<usize>,
     );
 
-    impl<B: ArborBackend> Backward<B, 4> for LstmSequence {
+    impl<B: ArborBackend> Backward<B, 6> for LstmSequence {
         type State = LstmSequenceState<B>;
 
-        fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, _: &mut Checkpointer) {
-            backward_with::<B, _, 4, _>(ops, grads, |([u, h0, c0], out, gates, lengths), grad| {
-                B::lstm_sequence_backward(u, h0, c0, out, gates, &lengths, grad)
+        fn backward(self, ops: Ops<Self::State, 6>, grads: &mut Gradients, _: &mut Checkpointer) {
+            backward_with::<B, _, 6, _>(ops, grads, |(x, params, out, gates, lengths), grad| {
+                B::lstm_sequence_backward(x, params, out, gates, &lengths, grad)
             });
         }
     }
@@ -590,30 +750,35 @@ pub(crate) mod autodiff {
     /// `lstm_sequence` as one node that keeps the activated gates (the inner backend's
     /// `lstm_sequence` without them when nothing is tracked).
     pub(crate) fn lstm_sequence_tracked<B: ArborBackend, C: CheckpointStrategy>(
-        xp: FloatTensor<Autodiff<B, C>>,
-        u: FloatTensor<Autodiff<B, C>>,
-        h0: FloatTensor<Autodiff<B, C>>,
-        c0: FloatTensor<Autodiff<B, C>>,
+        x: FloatTensor<Autodiff<B, C>>,
+        [w, bias, u, h0, c0]: [FloatTensor<Autodiff<B, C>>; 5],
         lengths: &[usize],
     ) -> FloatTensor<Autodiff<B, C>> {
         let nodes = [
-            xp.node.clone(),
+            x.node.clone(),
+            w.node.clone(),
+            bias.node.clone(),
             u.node.clone(),
             h0.node.clone(),
             c0.node.clone(),
         ];
-        let (xp, u, h0, c0) = (xp.primitive, u.primitive, h0.primitive, c0.primitive);
+        let x = x.primitive;
+        let params = [
+            w.primitive,
+            bias.primitive,
+            u.primitive,
+            h0.primitive,
+            c0.primitive,
+        ];
         match LstmSequence.prepare::<C>(nodes).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
-                let (out, gates) =
-                    B::lstm_sequence(xp, u.clone(), h0.clone(), c0.clone(), lengths, true);
+                let (out, gates) = B::lstm_sequence(x.clone(), params.clone(), lengths, true);
                 let gates = gates.expect("lstm_sequence keeps the gates when asked");
-                let state = ([u, h0, c0], out.clone(), gates, lengths.to_vec());
+                let [w, _, u, h0, c0] = params;
+                let state = (x, [w, u, h0, c0], out.clone(), gates, lengths.to_vec());
                 prep.finish(state, out)
             }
-            OpsKind::UnTracked(prep) => {
-                prep.finish(B::lstm_sequence(xp, u, h0, c0, lengths, false).0)
-            }
+            OpsKind::UnTracked(prep) => prep.finish(B::lstm_sequence(x, params, lengths, false).0),
         }
     }
 }

@@ -1,5 +1,6 @@
-//! `lstm_sequence`: values against the plain-op reference and the recurrence written out on
-//! the host (frozen rows included), gradients, and finite differences in f64.
+//! `lstm_sequence`: values against the plain-op reference and the layer written out on the
+//! host (frozen rows included), gradients of the input, every parameter and the initial state,
+//! and finite differences in f64.
 
 use arbor_kernels::{reference, ArborBackend};
 use burn::backend::{Autodiff, Flex, NdArray};
@@ -9,34 +10,43 @@ use burn::tensor::TensorPrimitive;
 
 use crate::support::{assert_close, assert_fused_agrees, central_differences, tensor, to_vec};
 
-/// `lstm_sequence` inputs: `xp` a strided view (`4h` of `4h + 3` columns, as a narrowed
-/// projection would be), `u` scaled as a recurrent weight, `h0`, `c0`.
-fn lstm_inputs<B: Backend>(b: usize, t: usize, h: usize) -> [Tensor<B, 3>; 4] {
-    let xp = tensor::<B, 3>([b, t, 4 * h + 3], 2.0, 51).narrow(2, 2, 4 * h);
+/// The input width used with hidden width `h` (another width than `h`, to catch a swapped
+/// dimension).
+fn d_in(h: usize) -> usize {
+    h + 3
+}
+
+/// `lstm_sequence` inputs, each as a rank-3 tensor: `x` a strided view (`d` of `d + 3`
+/// columns, as a narrowed projection would be), `w`, `b`, `u` scaled as weights, `h0`, `c0`.
+fn lstm_inputs<B: Backend>(b: usize, t: usize, h: usize) -> [Tensor<B, 3>; 6] {
+    let d = d_in(h);
+    let x = tensor::<B, 3>([b, t, d + 3], 2.0, 51).narrow(2, 2, d);
+    let w = tensor::<B, 2>([d, 4 * h], 1.0 / (d as f64).sqrt(), 56).unsqueeze_dim::<3>(0);
+    let bias = tensor::<B, 2>([1, 4 * h], 0.5, 57).unsqueeze_dim::<3>(0);
     let u = tensor::<B, 2>([h, 4 * h], 1.0 / (h as f64).sqrt(), 52).unsqueeze_dim::<3>(0);
     let h0 = tensor::<B, 2>([b, h], 1.0, 53).unsqueeze_dim::<3>(0);
     let c0 = tensor::<B, 2>([b, h], 1.0, 54).unsqueeze_dim::<3>(0);
-    [xp, u, h0, c0]
+    [x, w, bias, u, h0, c0]
 }
 
 /// The fused op, or the plain-op reference forward (which autodiff differentiates op by op).
-fn lstm<B: ArborBackend>(xs: [Tensor<B, 3>; 4], lengths: &[usize], fused: bool) -> Tensor<B, 3> {
-    let [xp, u, h0, c0] = xs;
-    let (h, b) = (u.dims()[1], h0.dims()[1]);
-    let (u, h0, c0) = (
+fn lstm<B: ArborBackend>(xs: [Tensor<B, 3>; 6], lengths: &[usize], fused: bool) -> Tensor<B, 3> {
+    let [x, w, bias, u, h0, c0] = xs;
+    let (h, b, d) = (u.dims()[1], h0.dims()[1], x.dims()[2]);
+    let (w, bias, u, h0, c0) = (
+        w.reshape([d, 4 * h]),
+        bias.reshape([4 * h]),
         u.reshape([h, 4 * h]),
         h0.reshape([b, h]),
         c0.reshape([b, h]),
     );
     if fused {
-        arbor_kernels::lstm_sequence(xp, u, h0, c0, lengths)
+        arbor_kernels::lstm_sequence(x, (w, bias, u), h0, c0, lengths)
     } else {
         let p2 = |t: Tensor<B, 2>| t.into_primitive().tensor();
         let (out, _) = reference::lstm_sequence::<B>(
-            xp.into_primitive().tensor(),
-            p2(u),
-            p2(h0),
-            p2(c0),
+            x.into_primitive().tensor(),
+            [p2(w), bias.into_primitive().tensor(), p2(u), p2(h0), p2(c0)],
             lengths,
             false,
         );
@@ -73,7 +83,8 @@ fn lstm_sequence_forward_matches_reference_and_the_recurrence() {
                 &format!("lstm [{b}, {t}, {h}] {lengths:?}"),
             );
             // The recurrence written out on the host, frozen rows included.
-            let [xp, u, h0, c0] = xs.map(to_vec);
+            let d = d_in(h);
+            let [x, w, bias, u, h0, c0] = xs.map(to_vec);
             let (mut hs, mut cs) = (h0.clone(), c0.clone());
             let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
             for s in 0..t {
@@ -82,7 +93,10 @@ fn lstm_sequence_forward_matches_reference_and_the_recurrence() {
                     if live {
                         let pre: Vec<f64> = (0..4 * h)
                             .map(|k| {
-                                xp[(r * t + s) * 4 * h + k]
+                                bias[k]
+                                    + (0..d)
+                                        .map(|j| x[(r * t + s) * d + j] * w[j * 4 * h + k])
+                                        .sum::<f64>()
                                     + (0..h)
                                         .map(|j| hs[r * h + j] * u[j * 4 * h + k])
                                         .sum::<f64>()
@@ -133,7 +147,7 @@ fn lstm_sequence_gradients_match_reference() {
     for (b, t, h, lengths) in LSTM_CASES {
         assert_fused_agrees!(
             lstm_grads(b, t, h, lengths),
-            ["d xp", "d u", "d h0", "d c0"],
+            ["d x", "d w", "d b", "d u", "d h0", "d c0"],
             5e-5,
             format!("[{b}, {t}, {h}] {lengths:?}")
         );
@@ -147,11 +161,11 @@ fn lstm_sequence_finite_differences_f64() {
         let ad = lstm_grads::<Autodiff<Inner>>(true, b, t, h, lengths);
         let inputs = lstm_inputs::<Inner>(b, t, h);
         let w = tensor::<Inner, 3>([b, t, 2 * h], 1.0, 55);
-        let f = |xs: [Tensor<Inner, 3>; 4]| -> f64 {
+        let f = |xs: [Tensor<Inner, 3>; 6]| -> f64 {
             lstm(xs, lengths, true).mul(w.clone()).sum().into_scalar()
         };
         let fd = central_differences(&inputs, 1e-5, f);
-        for i in 0..4 {
+        for i in 0..6 {
             assert_close(
                 &ad[i],
                 &fd[i],

@@ -1,0 +1,495 @@
+//! Matrix products against a right-hand side packed once and used for many products: the
+//! recurrent weight of a sequence op, multiplied by every step's state.
+//!
+//! Why not the `gemm` crate, which every other product here goes through: `gemm` 0.19 packs both
+//! operands into its own panels at every call and offers no way to keep a packed operand, so a
+//! recurrent product `h_{t−1}·U` repacks `U` (`[512, 2048]`: 4 MiB) at each of a sequence's
+//! steps. This module packs it once per sequence and runs a register-blocked kernel (six rows by
+//! sixteen columns, BLIS's layout) straight from the left operand's own memory. On the 2-core
+//! Zen 3 VM, `[128, 512]·[512, 2048]` ran at 181 GFLOP/s against `gemm`'s 160, and the backward
+//! pass's `[128, 2048]·[2048, 512]` at 161 against 109 (docs/kernels.md, "Packed products").
+//!
+//! # Layout
+//! The `k × n` right-hand side is cut into panels of [`NR`] columns (the last one zero-padded);
+//! panel `j` holds, for every `kk` in `0..k`, its [`NR`] values of row `kk` contiguously, so the
+//! kernel reads one panel as a stream of `k` rows of [`NR`] values. A product walks `k` in blocks
+//! of [`KC`] (a block of one panel is 16 KiB: it stays in the L1 cache while every strip of
+//! [`MR`] left-hand rows is multiplied by it) and the rows in blocks of [`MC`] (one block of the
+//! left operand, `MC × KC` values, stays in L2).
+
+use crate::par::GRAIN;
+
+/// Columns per panel: two 8-lane vectors.
+pub(crate) const NR: usize = 16;
+/// Left-hand rows per kernel call: six rows of two vectors are twelve accumulator registers.
+const MR: usize = 6;
+/// Depth of one pass of the kernel over a panel.
+const KC: usize = 256;
+/// Left-hand rows per block.
+const MC: usize = 144;
+/// Products with fewer multiply-adds than this per parallel task are not split further.
+const TASK_WORK: usize = 64 * GRAIN;
+
+/// A `k × n` right-hand side in the kernel's panel layout (see the module docs).
+#[derive(Debug, Clone)]
+pub(crate) struct PackedRhs {
+    k: usize,
+    n: usize,
+    data: Vec<f32>,
+}
+
+impl PackedRhs {
+    /// Packs the `k × n` matrix whose element `(kk, j)` is `rhs[kk·rs + j·cs]`.
+    ///
+    /// # Panics
+    /// When the strides would read outside `rhs`.
+    pub(crate) fn new(rhs: &[f32], k: usize, n: usize, (rs, cs): (usize, usize)) -> Self {
+        if k > 0 && n > 0 {
+            assert!(
+                rhs.len() > (k - 1) * rs + (n - 1) * cs,
+                "PackedRhs: rhs too short"
+            );
+        }
+        let panels = n.div_ceil(NR);
+        let mut data = vec![0f32; panels * k * NR];
+        if cs == 1 {
+            // Rows contiguous: copy each row's panel-wide pieces.
+            for kk in 0..k {
+                let row = &rhs[kk * rs..kk * rs + n];
+                for (j, piece) in row.chunks(NR).enumerate() {
+                    let at = (j * k + kk) * NR;
+                    data[at..at + piece.len()].copy_from_slice(piece);
+                }
+            }
+        } else {
+            // Columns contiguous (a transposed matrix) or any other strides: walk each column
+            // down, so the reads are sequential when `rs` is 1.
+            for col in 0..n {
+                let (j, c) = (col / NR, col % NR);
+                for kk in 0..k {
+                    data[(j * k + kk) * NR + c] = rhs[kk * rs + col * cs];
+                }
+            }
+        }
+        Self { k, n, data }
+    }
+
+    /// `dst (+)= lhs·self` for `m` rows: `dst` is `m × n` with row stride `dst_rs` (columns
+    /// contiguous), `lhs` is `m × k` with element `(r, kk)` at `lhs[r·l_rs + kk·l_cs]`. With
+    /// `accumulate` the product is added to `dst`, else it overwrites it. Runs on rayon's pool
+    /// when the product is large enough to be worth splitting (by column panels, then by row
+    /// blocks); every element of `dst` is summed in the same order whatever the split.
+    ///
+    /// # Panics
+    /// When a stride or length would let the product read or write outside a slice.
+    pub(crate) fn product(
+        &self,
+        m: usize,
+        dst: &mut [f32],
+        dst_rs: usize,
+        accumulate: bool,
+        lhs: &[f32],
+        (l_rs, l_cs): (usize, usize),
+    ) {
+        let (k, n) = (self.k, self.n);
+        if m == 0 || n == 0 {
+            return;
+        }
+        assert!(
+            dst.len() > (m - 1) * dst_rs + n - 1 && dst_rs >= n,
+            "PackedRhs::product: dst too short"
+        );
+        if k == 0 {
+            if !accumulate {
+                for r in 0..m {
+                    dst[r * dst_rs..r * dst_rs + n].fill(0.0);
+                }
+            }
+            return;
+        }
+        assert!(
+            lhs.len() > (m - 1) * l_rs + (k - 1) * l_cs,
+            "PackedRhs::product: lhs too short"
+        );
+        let job = Job {
+            packed: self,
+            lhs,
+            l_rs,
+            l_cs,
+            dst: Dst(dst.as_mut_ptr()),
+            dst_rs,
+            accumulate,
+            kernel: Kernel::detect(),
+        };
+        job.split(0..m, 0..n.div_ceil(NR));
+    }
+}
+
+/// The output pointer, shared by tasks that write disjoint blocks of it.
+#[derive(Clone, Copy)]
+struct Dst(*mut f32);
+// SAFETY: tasks write disjoint (row range × panel range) blocks of the buffer (`Job::split`
+// halves one range or the other), and the buffer outlives them (`rayon::join` returns first).
+unsafe impl Send for Dst {}
+unsafe impl Sync for Dst {}
+
+/// Which compiled kernel runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kernel {
+    /// AVX2 + FMA intrinsics, chosen at run time.
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    /// Plain `f32` loops for any other CPU.
+    Portable,
+}
+
+impl Kernel {
+    fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if crate::ops::activation::cpu::avx2::available() {
+            return Kernel::Avx2;
+        }
+        Kernel::Portable
+    }
+}
+
+/// One product's operands, split across tasks by [`Job::split`].
+struct Job<'a> {
+    packed: &'a PackedRhs,
+    lhs: &'a [f32],
+    l_rs: usize,
+    l_cs: usize,
+    dst: Dst,
+    dst_rs: usize,
+    accumulate: bool,
+    kernel: Kernel,
+}
+
+// SAFETY: see `Dst`; the other fields are shared references and plain values.
+unsafe impl Sync for Job<'_> {}
+
+impl Job<'_> {
+    /// Runs rows × panels, halving the larger side (in work) across `rayon::join` until a task
+    /// is under [`TASK_WORK`] multiply-adds.
+    fn split(&self, rows: std::ops::Range<usize>, panels: std::ops::Range<usize>) {
+        let work = rows.len() * panels.len() * NR * self.packed.k;
+        if work >= 2 * TASK_WORK && (panels.len() > 1 || rows.len() > MR) {
+            if panels.len() > 1 && panels.len() * NR >= rows.len() {
+                let mid = panels.start + panels.len() / 2;
+                rayon::join(
+                    || self.split(rows.clone(), panels.start..mid),
+                    || self.split(rows.clone(), mid..panels.end),
+                );
+            } else {
+                // Halve the rows on a multiple of MR, so strips stay whole.
+                let mid = rows.start + (rows.len() / 2).div_ceil(MR) * MR;
+                rayon::join(
+                    || self.split(rows.start..mid, panels.clone()),
+                    || self.split(mid..rows.end, panels.clone()),
+                );
+            }
+            return;
+        }
+        // SAFETY: the ranges lie inside the product's `m` rows and `n` columns, whose extent
+        // `PackedRhs::product` checked against the slices; no other task writes this block.
+        unsafe { self.block(rows, panels) }
+    }
+
+    /// One task's block, serially.
+    ///
+    /// # Safety
+    /// `rows` and `panels` must lie inside the product, and no other thread may touch this
+    /// block of `dst` meanwhile.
+    unsafe fn block(&self, rows: std::ops::Range<usize>, panels: std::ops::Range<usize>) {
+        let (k, n) = (self.packed.k, self.packed.n);
+        let mut r0 = rows.start;
+        while r0 < rows.end {
+            let r1 = (r0 + MC).min(rows.end);
+            for j in panels.clone() {
+                let cols = (n - j * NR).min(NR);
+                let mut k0 = 0;
+                while k0 < k {
+                    let kc = KC.min(k - k0);
+                    let load = self.accumulate || k0 > 0;
+                    let b = self.packed.data.as_ptr().add((j * k + k0) * NR);
+                    let mut i = r0;
+                    while i < r1 {
+                        let r = MR.min(r1 - i);
+                        let a = self.lhs.as_ptr().add(i * self.l_rs + k0 * self.l_cs);
+                        let c = self.dst.0.add(i * self.dst_rs + j * NR);
+                        if cols == NR {
+                            self.strip(r, kc, a, b, c, self.dst_rs, load);
+                        } else {
+                            // The last, partial panel: into a full-width scratch block.
+                            let mut tmp = [0f32; MR * NR];
+                            if load {
+                                for rr in 0..r {
+                                    for cc in 0..cols {
+                                        tmp[rr * NR + cc] = *c.add(rr * self.dst_rs + cc);
+                                    }
+                                }
+                            }
+                            self.strip(r, kc, a, b, tmp.as_mut_ptr(), NR, load);
+                            for rr in 0..r {
+                                for cc in 0..cols {
+                                    *c.add(rr * self.dst_rs + cc) = tmp[rr * NR + cc];
+                                }
+                            }
+                        }
+                        i += r;
+                    }
+                    k0 += kc;
+                }
+            }
+            r0 = r1;
+        }
+    }
+
+    /// `r ≤ MR` rows of one panel over `kc` steps.
+    ///
+    /// # Safety
+    /// `a` must address `r` rows of `kc` values (strides `l_rs`, `l_cs`), `b` `kc` rows of
+    /// [`NR`] values, `c` `r` rows of [`NR`] writable values (stride `c_rs`).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn strip(
+        &self,
+        r: usize,
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        c: *mut f32,
+        c_rs: usize,
+        load: bool,
+    ) {
+        let s = (self.l_rs, self.l_cs);
+        match self.kernel {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => match r {
+                6 => avx2::kernel::<6>(kc, a, s, b, c, c_rs, load),
+                5 => avx2::kernel::<5>(kc, a, s, b, c, c_rs, load),
+                4 => avx2::kernel::<4>(kc, a, s, b, c, c_rs, load),
+                3 => avx2::kernel::<3>(kc, a, s, b, c, c_rs, load),
+                2 => avx2::kernel::<2>(kc, a, s, b, c, c_rs, load),
+                _ => avx2::kernel::<1>(kc, a, s, b, c, c_rs, load),
+            },
+            Kernel::Portable => match r {
+                6 => portable::<6>(kc, a, s, b, c, c_rs, load),
+                5 => portable::<5>(kc, a, s, b, c, c_rs, load),
+                4 => portable::<4>(kc, a, s, b, c, c_rs, load),
+                3 => portable::<3>(kc, a, s, b, c, c_rs, load),
+                2 => portable::<2>(kc, a, s, b, c, c_rs, load),
+                _ => portable::<1>(kc, a, s, b, c, c_rs, load),
+            },
+        }
+    }
+}
+
+/// The kernel in plain `f32` code (any CPU): `R` rows of accumulators [`NR`] wide.
+///
+/// # Safety
+/// As [`Job::strip`].
+unsafe fn portable<const R: usize>(
+    kc: usize,
+    a: *const f32,
+    (l_rs, l_cs): (usize, usize),
+    b: *const f32,
+    c: *mut f32,
+    c_rs: usize,
+    load: bool,
+) {
+    let mut acc = [[0f32; NR]; R];
+    for kk in 0..kc {
+        let bv = std::slice::from_raw_parts(b.add(kk * NR), NR);
+        for (r, row) in acc.iter_mut().enumerate() {
+            let av = *a.add(r * l_rs + kk * l_cs);
+            for (x, &y) in row.iter_mut().zip(bv) {
+                *x += av * y;
+            }
+        }
+    }
+    for (r, row) in acc.iter().enumerate() {
+        let out = std::slice::from_raw_parts_mut(c.add(r * c_rs), NR);
+        for (o, &x) in out.iter_mut().zip(row) {
+            *o = if load { *o + x } else { x };
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::NR;
+
+    /// `R` rows × [`NR`] columns in twelve (at most) 8-lane accumulators: per step one broadcast
+    /// of each row's left-hand value and two fused multiply-adds against the panel's row.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA; the pointers as [`super::Job::strip`].
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn kernel<const R: usize>(
+        kc: usize,
+        a: *const f32,
+        (l_rs, l_cs): (usize, usize),
+        b: *const f32,
+        c: *mut f32,
+        c_rs: usize,
+        load: bool,
+    ) {
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        for kk in 0..kc {
+            let b0 = _mm256_loadu_ps(b.add(kk * NR));
+            let b1 = _mm256_loadu_ps(b.add(kk * NR + 8));
+            for (r, row) in acc.iter_mut().enumerate() {
+                let av = _mm256_broadcast_ss(&*a.add(r * l_rs + kk * l_cs));
+                row[0] = _mm256_fmadd_ps(av, b0, row[0]);
+                row[1] = _mm256_fmadd_ps(av, b1, row[1]);
+            }
+        }
+        for (r, row) in acc.iter().enumerate() {
+            let p = c.add(r * c_rs);
+            let (mut x0, mut x1) = (row[0], row[1]);
+            if load {
+                x0 = _mm256_add_ps(_mm256_loadu_ps(p), x0);
+                x1 = _mm256_add_ps(_mm256_loadu_ps(p.add(8)), x1);
+            }
+            _mm256_storeu_ps(p, x0);
+            _mm256_storeu_ps(p.add(8), x1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `lhs·rhs` in f64 from row-major operands.
+    fn naive(m: usize, k: usize, n: usize, lhs: &[f32], rhs: &[f32]) -> Vec<f64> {
+        let mut out = vec![0f64; m * n];
+        for r in 0..m {
+            for kk in 0..k {
+                for j in 0..n {
+                    out[r * n + j] += lhs[r * k + kk] as f64 * rhs[kk * n + j] as f64;
+                }
+            }
+        }
+        out
+    }
+
+    fn values(len: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..len)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s % 2001) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn transpose(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+        let mut t = vec![0f32; x.len()];
+        for r in 0..rows {
+            for c in 0..cols {
+                t[c * rows + r] = x[r * cols + c];
+            }
+        }
+        t
+    }
+
+    /// Every shape class (rows not a multiple of MR or MC, widths not a multiple of NR, depths
+    /// over KC, large enough to be split across tasks), both strides of each operand, with and
+    /// without accumulation, on every kernel this CPU can run.
+    #[test]
+    fn products_match_a_naive_product_for_every_shape_stride_and_kernel() {
+        let mut kernels = vec![Kernel::Portable];
+        #[cfg(target_arch = "x86_64")]
+        if Kernel::detect() == Kernel::Avx2 {
+            kernels.push(Kernel::Avx2);
+        }
+        let shapes = [
+            (1, 1, 1),
+            (5, 3, 17),
+            (7, 300, 33),
+            (13, 16, 16),
+            (150, 257, 50),
+            (128, 200, 512),
+            (300, 40, 24),
+        ];
+        for &(m, k, n) in &shapes {
+            let lhs = values(m * k, (m * 31 + k) as u64);
+            let rhs = values(k * n, (n * 17 + k) as u64);
+            let start = values(m * (n + 3), 5);
+            let want = naive(m, k, n, &lhs, &rhs);
+            let (lhs_t, rhs_t) = (transpose(&lhs, m, k), transpose(&rhs, k, n));
+            for rhs_transposed in [false, true] {
+                let packed = if rhs_transposed {
+                    PackedRhs::new(&rhs_t, k, n, (1, k))
+                } else {
+                    PackedRhs::new(&rhs, k, n, (n, 1))
+                };
+                assert_eq!((packed.k, packed.n), (k, n));
+                for lhs_transposed in [false, true] {
+                    for accumulate in [false, true] {
+                        for &kernel in &kernels {
+                            // Row stride n + 3: the product must leave the gaps alone.
+                            let mut dst = start.clone();
+                            let (l, strides) = if lhs_transposed {
+                                (&lhs_t, (1, m))
+                            } else {
+                                (&lhs, (k, 1))
+                            };
+                            let job = Job {
+                                packed: &packed,
+                                lhs: l,
+                                l_rs: strides.0,
+                                l_cs: strides.1,
+                                dst: Dst(dst.as_mut_ptr()),
+                                dst_rs: n + 3,
+                                accumulate,
+                                kernel,
+                            };
+                            job.split(0..m, 0..n.div_ceil(NR));
+                            for r in 0..m {
+                                for j in 0..n + 3 {
+                                    let at = r * (n + 3) + j;
+                                    let got = dst[at] as f64;
+                                    if j >= n {
+                                        assert_eq!(dst[at], start[at], "gap overwritten");
+                                        continue;
+                                    }
+                                    let base = if accumulate { start[at] as f64 } else { 0.0 };
+                                    let w = want[r * n + j] + base;
+                                    assert!(
+                                        (got - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                                        "{kernel:?} {m}x{k}x{n} lhs_t {lhs_transposed} \
+                                         rhs_t {rhs_transposed} acc {accumulate} ({r},{j}): \
+                                         {got} vs {w}"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_public_entry_point_writes_zeros_for_an_empty_depth_and_checks_its_slices() {
+        let packed = PackedRhs::new(&[], 0, 3, (3, 1));
+        let mut dst = vec![7f32; 6];
+        packed.product(2, &mut dst, 3, false, &[], (0, 1));
+        assert_eq!(dst, vec![0.0; 6]);
+        let mut dst = vec![7f32; 6];
+        packed.product(2, &mut dst, 3, true, &[], (0, 1));
+        assert_eq!(dst, vec![7.0; 6]);
+        let packed = PackedRhs::new(&[1.0, 2.0], 1, 2, (2, 1));
+        let short = std::panic::catch_unwind(|| {
+            let mut dst = vec![0f32; 3];
+            packed.product(2, &mut dst, 2, false, &[1.0, 1.0], (1, 1));
+        });
+        assert!(short.is_err(), "a too-short dst must be refused");
+    }
+}
