@@ -138,9 +138,12 @@ impl<B: ArborBackend> RecurrentCell<B> for FasterFastTreesCell<B> {
             c_all.clone(),
             &arbor_kernels::GateLayout::lstm(),
         );
+        // Padded steps leave `c` unchanged (`a = 1`, `u = 0`), so the last step's is each
+        // example's final state.
+        let c_last = c_all.clone().narrow(1, t - 1, 1).reshape([b, h]);
         Some(ScanOutput {
             h: h_all,
-            c: c_all,
+            c_last,
             master_forget: Some(master.forget.reshape([b, t, c])),
         })
     }

@@ -85,13 +85,14 @@ impl<B: ArborBackend> LstmCell<B> {
     /// - `x`: `[batch, time, d_input]`
     /// - `init`: `[batch, H]` each (`None`: zeros)
     /// - `lengths`: `batch` entries `≤ time`, or empty for all `time` steps
-    /// - output `h`, `c`: `[batch, time, H]`
+    /// - output: `h_t` of every step `[batch, time, H]` (an ended example's rows repeat its
+    ///   last `h`) and each example's final `c` `[batch, H]`
     pub fn sequence(
         &self,
         x: Tensor<B, 3>,
         init: Option<LstmState<B, 2>>,
         lengths: &[usize],
-    ) -> LstmState<B, 3> {
+    ) -> (Tensor<B, 3>, Tensor<B, 2>) {
         let [batch, _, _] = x.dims();
         let h = self.d_hidden;
         let init = init.unwrap_or_else(|| LstmState::zeros([batch, h], &x.device()));
@@ -100,8 +101,7 @@ impl<B: ArborBackend> LstmCell<B> {
             None => Tensor::zeros([4 * h], &x.device()),
         };
         let params = (self.input.weight.val(), bias, self.hidden.weight.val());
-        let out = arbor_kernels::lstm_sequence(x, params, init.h, init.c, lengths);
-        LstmState::new(out.clone().narrow(2, 0, h), out.narrow(2, h, h))
+        arbor_kernels::lstm_sequence(x, params, init.h, init.c, lengths)
     }
 }
 
@@ -154,10 +154,10 @@ impl<B: ArborBackend> RecurrentCell<B> for LstmCell<B> {
         _pad: Option<Tensor<B, 3, Bool>>,
         lengths: Option<&[usize]>,
     ) -> Option<ScanOutput<B>> {
-        let out = self.sequence(x, Some(init.clone()), lengths.unwrap_or(&[]));
+        let (h, c_last) = self.sequence(x, Some(init.clone()), lengths.unwrap_or(&[]));
         Some(ScanOutput {
-            h: out.h,
-            c: out.c,
+            h,
+            c_last,
             master_forget: None,
         })
     }

@@ -119,12 +119,12 @@ impl RecurrentCell<Autodiff<Flex>> for AlwaysFused<'_> {
         _pad: Option<Tensor<Autodiff<Flex>, 3, Bool>>,
         lengths: Option<&[usize]>,
     ) -> Option<ScanOutput<Autodiff<Flex>>> {
-        let s = self
+        let (h, c_last) = self
             .0
             .sequence(x, Some(init.clone()), lengths.unwrap_or(&[]));
         Some(ScanOutput {
-            h: s.h,
-            c: s.c,
+            h,
+            c_last,
             master_forget: None,
         })
     }

@@ -383,9 +383,10 @@ pub trait ArborBackend: Backend {
     }
 
     /// The LSTM layer over a sequence; see [`lstm_sequence`] (`params` are `[w, b, u, h0,
-    /// c0]`). Returns the `[b, t, 2H]` output and, with `keep_gates`, the activated gates that
-    /// the backward pass reads, in a layout of the backend's own (the plain-op default:
-    /// `[b, t, 4H]`, rows at frozen steps unused; the CPU kernels: the running rows only).
+    /// c0]`). Returns the `[b, t + 1, H]` output (every step's `h`, then the final `c`) and,
+    /// with `keep_gates`, what the backward pass reads (the activated gates and `c`), in a
+    /// layout of the backend's own (the plain-op default: `[b, t, 6H]` with `h` too; the CPU
+    /// kernels: the running rows only).
     fn lstm_sequence(
         x: FloatTensor<Self>,
         params: [FloatTensor<Self>; 5],
@@ -396,8 +397,8 @@ pub trait ArborBackend: Backend {
     }
 
     /// The gradients of [`ArborBackend::lstm_sequence`] with respect to `x`, `w`, `b`, `u`,
-    /// `h0` and `c0`, from its input, parameters (`[w, u, h0, c0]`), output and activated
-    /// gates.
+    /// `h0` and `c0`, from its input, parameters (`[w, u, h0, c0]`), output, what it saved and
+    /// the output's gradient.
     fn lstm_sequence_backward(
         x: FloatTensor<Self>,
         params: [FloatTensor<Self>; 4],

@@ -21,8 +21,8 @@ pub struct ScanOutput<B: Backend> {
     /// `h_t` for every step `[batch, time, H]` (any values at padded steps; the runner zeroes
     /// them and reads each example's last real step).
     pub h: Tensor<B, 3>,
-    /// `c_t` for every step `[batch, time, H]`, unchanged through padded steps.
-    pub c: Tensor<B, 3>,
+    /// Each example's cell state after its last real step `[batch, H]`.
+    pub c_last: Tensor<B, 2>,
     /// The master forget gate `f̃_t` `[batch, time, C]` of cumax cells; `None` otherwise.
     pub master_forget: Option<Tensor<B, 3>>,
 }

@@ -251,7 +251,6 @@ fn from_scan<B: ArborBackend>(
 ) -> SequenceOutput<B> {
     let [batch, time, h] = scan.h.dims();
     let device = scan.h.device();
-    let c_last = scan.c.narrow(1, time - 1, 1).reshape([batch, h]);
     let distances = scan.master_forget.map(|f| {
         let d = syntactic_distance(f);
         match &pad {
@@ -289,7 +288,7 @@ fn from_scan<B: ArborBackend>(
         outputs,
         last: LstmState {
             h: h_last,
-            c: c_last,
+            c: scan.c_last,
         },
         distances,
     }

@@ -27,7 +27,8 @@ use crate::ArborBackend;
 /// - `w`: `[d, 4H]` (the input weight, `x_t·w`), `b`: `[4H]`
 /// - `u`: `[H, 4H]` (the recurrent weight, `h_{t−1}·u`)
 /// - `h0`, `c0`: `[batch, H]`
-/// - output: `[batch, time, 2H]`, `h_t` in columns `0..H` and `c_t` in `H..2H`
+/// - output: `h_t` of every step `[batch, time, H]` (an ended example's rows repeat its last
+///   `h`), and each example's final cell state `[batch, H]` (after its own last step)
 ///
 /// # Panics
 /// If the shapes disagree or `lengths` has another count than `batch` or an entry over `time`.
@@ -39,7 +40,7 @@ pub fn lstm_sequence<B: ArborBackend>(
     h0: Tensor<B, 2>,
     c0: Tensor<B, 2>,
     lengths: &[usize],
-) -> Tensor<B, 3> {
+) -> (Tensor<B, 3>, Tensor<B, 2>) {
     let [batch, t, d] = x.dims();
     let [h, width] = u.dims();
     assert_eq!(
@@ -69,11 +70,16 @@ pub fn lstm_sequence<B: ArborBackend>(
         lengths.len()
     );
     let p = |x: Tensor<B, 2>| x.into_primitive().tensor();
-    Tensor::from_primitive(TensorPrimitive::Float(B::lstm_sequence_tracked(
-        x.into_primitive().tensor(),
-        [p(w), b.into_primitive().tensor(), p(u), p(h0), p(c0)],
-        lengths,
-    )))
+    // One output, `[batch, time + 1, H]`: the `h` rows, then the final `c` (so the op is one
+    // autodiff node with no whole-sequence `c` in its output).
+    let out: Tensor<B, 3> =
+        Tensor::from_primitive(TensorPrimitive::Float(B::lstm_sequence_tracked(
+            x.into_primitive().tensor(),
+            [p(w), b.into_primitive().tensor(), p(u), p(h0), p(c0)],
+            lengths,
+        )));
+    let c_last = out.clone().narrow(1, t, 1).reshape([batch, h]);
+    (out.narrow(1, 0, t), c_last)
 }
 
 /// The recurrence in plain Burn ops, one step per time step.
@@ -103,8 +109,9 @@ pub(crate) mod reference {
     }
 
     /// [`crate::lstm_sequence`] in plain ops: the input projection of every step as one
-    /// product, then [`recurrence`]. Returns the `[b, t, 2H]` output and, with `keep_gates`, the
-    /// activated gates `[b, t, 4H]`.
+    /// product, then [`recurrence`]. Returns the `[b, t + 1, H]` output (every step's `h`, then
+    /// the final `c`) and, with `keep_gates`, what the backward pass reads: the activated gates
+    /// and every step's `h` and `c`, `[b, t, 6H]`.
     pub fn lstm_sequence<B: Backend>(
         x: FloatTensor<B>,
         [w, bias, u, h0, c0]: [FloatTensor<B>; 5],
@@ -123,7 +130,23 @@ pub(crate) mod reference {
             .matmul(w)
             .add(bias.unsqueeze_dim(0))
             .reshape([b, t, width]);
-        recurrence::<B>(xp.into_primitive().tensor(), u, h0, c0, lengths, keep_gates)
+        let hd = width / 4;
+        let first_c = c0.clone();
+        let (hc, gates) =
+            recurrence::<B>(xp.into_primitive().tensor(), u, h0, c0, lengths, keep_gates);
+        let hc = t3::<B>(hc);
+        let c_last = if t == 0 {
+            t2::<B>(first_c).unsqueeze_dim::<3>(1)
+        } else {
+            hc.clone().narrow(1, t - 1, 1).narrow(2, hd, hd)
+        };
+        let out = Tensor::cat(vec![hc.clone().narrow(2, 0, hd), c_last], 1);
+        let saved = gates.map(|g| {
+            Tensor::cat(vec![t3::<B>(g), hc], 2)
+                .into_primitive()
+                .tensor()
+        });
+        (out.into_primitive().tensor(), saved)
     }
 
     /// The gradients of [`lstm_sequence`] with respect to `x`, `w`, `b`, `u`, `h0` and `c0` in
@@ -132,15 +155,45 @@ pub(crate) mod reference {
     pub fn lstm_sequence_backward<B: Backend>(
         x: FloatTensor<B>,
         [w, u, h0, c0]: [FloatTensor<B>; 4],
-        out: FloatTensor<B>,
-        gates: FloatTensor<B>,
+        _out: FloatTensor<B>,
+        saved: FloatTensor<B>,
         lengths: &[usize],
         grad: FloatTensor<B>,
     ) -> [FloatTensor<B>; 6] {
+        let (saved, grad) = (t3::<B>(saved), t3::<B>(grad));
+        let [b, t, d] = t3::<B>(x.clone()).dims();
+        let hd = t2::<B>(u.clone()).dims()[0];
+        if t == 0 {
+            // No step: the final `c` is `c0`.
+            let x = t3::<B>(x);
+            let w = t2::<B>(w);
+            let p = |t: Tensor<B, 2>| t.into_primitive().tensor();
+            return [
+                x.zeros_like().into_primitive().tensor(),
+                p(w.zeros_like()),
+                Tensor::<B, 1>::zeros([4 * hd], &w.device())
+                    .into_primitive()
+                    .tensor(),
+                p(t2::<B>(u).zeros_like()),
+                p(t2::<B>(h0).zeros_like()),
+                p(grad.narrow(1, 0, 1).reshape([b, hd])),
+            ];
+        }
+        let gates = saved.clone().narrow(2, 0, 4 * hd);
+        let hc = saved.narrow(2, 4 * hd, 2 * hd);
+        // The gradient of every step's `h` and `c` (`c` only at the last step, the final `c`).
+        let d_c = Tensor::cat(
+            vec![
+                Tensor::<B, 3>::zeros([b, t - 1, hd], &grad.device()),
+                grad.clone().narrow(1, t, 1),
+            ],
+            1,
+        );
+        let d_hc = Tensor::cat(vec![grad.narrow(1, 0, t), d_c], 2);
+        let p3 = |t: Tensor<B, 3>| t.into_primitive().tensor();
         let [d_xp, d_u, d_h0, d_c0] =
-            recurrence_backward::<B>(u, h0, c0, out, gates, lengths, grad);
+            recurrence_backward::<B>(u, h0, c0, p3(hc), p3(gates), lengths, p3(d_hc));
         let (x, w, d_xp) = (t3::<B>(x), t2::<B>(w), t3::<B>(d_xp));
-        let [b, t, d] = x.dims();
         let width = w.dims()[1];
         let d_xp = d_xp.reshape([b * t, width]);
         let d_x = d_xp.clone().matmul(w.transpose()).reshape([b, t, d]);
@@ -473,10 +526,10 @@ pub(crate) mod host {
 
     /// The LSTM layer over a sequence ([`crate::lstm_sequence`]): per step the running rows'
     /// `b + x_t·W + h_{t−1}·U` (`W` and `U` packed once for the sequence) into one buffer, then
-    /// the fused update. Returns `[b, t, 2h]` (`h`, then `c`, per step) and, with `keep_gates`,
-    /// the activated gates of the running rows only, step after step in the running order
-    /// (`[Σ lengths, 4h]`: an ended example's steps take no memory), which only
-    /// [`lstm_sequence_backward_f32`] reads.
+    /// the fused update. Returns `[b, t + 1, h]` (every step's `h`, then the final `c`) and,
+    /// with `keep_gates`, the activated gates and `c` of the running rows only, step after step
+    /// in the running order (`[Σ lengths, 5h]`: an ended example's steps take no memory),
+    /// which only [`lstm_sequence_backward_f32`] reads.
     fn lstm_sequence_f32<T: HostTensor>(
         x: &T,
         [w, bias, u, h0, c0]: &[T; 5],
@@ -500,10 +553,12 @@ pub(crate) mod host {
         let mut xs = vec![0f32; b * d];
         let mut pre = vec![0f32; b * wd];
         let mut act = vec![0f32; b * wd];
-        let mut out = vec![0f32; b * t * 2 * h];
+        let mut out = vec![0f32; b * (t + 1) * h];
         let starts = running.step_starts(t);
-        let mut gates = if keep_gates {
-            vec![0f32; starts[t] * wd]
+        // Per running row and step: the activated gates, then `c`.
+        let sw = wd + h;
+        let mut saved = if keep_gates {
+            vec![0f32; starts[t] * sw]
         } else {
             Vec::new()
         };
@@ -543,16 +598,23 @@ pub(crate) mod host {
             hs[..n * h].copy_from_slice(&h_new[..n * h]);
             cs[..n * h].copy_from_slice(&c_new[..n * h]);
             if keep_gates {
-                gates[starts[s] * wd..starts[s + 1] * wd].copy_from_slice(&act[..n * wd]);
+                let rows = saved[starts[s] * sw..starts[s + 1] * sw].chunks_exact_mut(sw);
+                for (i, row) in rows.enumerate() {
+                    row[..wd].copy_from_slice(&act[i * wd..(i + 1) * wd]);
+                    row[wd..].copy_from_slice(&cs[i * h..(i + 1) * h]);
+                }
             }
             for (i, &r) in order.iter().enumerate() {
-                let at = (r * t + s) * 2 * h;
+                let at = (r * (t + 1) + s) * h;
                 out[at..at + h].copy_from_slice(&hs[i * h..(i + 1) * h]);
-                out[at + h..at + 2 * h].copy_from_slice(&cs[i * h..(i + 1) * h]);
             }
         }
-        let gates = keep_gates.then(|| T::from_f32(gates, Shape::new([starts[t], wd])));
-        Some((T::from_f32(out, Shape::new([b, t, 2 * h])), gates))
+        for (i, &r) in order.iter().enumerate() {
+            let at = (r * (t + 1) + t) * h;
+            out[at..at + h].copy_from_slice(&cs[i * h..(i + 1) * h]);
+        }
+        let saved = keep_gates.then(|| T::from_f32(saved, Shape::new([starts[t], sw])));
+        Some((T::from_f32(out, Shape::new([b, t + 1, h])), saved))
     }
 
     /// The CPU kernel on `f32` memory, [`reference::lstm_sequence_backward`] otherwise.
@@ -593,21 +655,28 @@ pub(crate) mod host {
             return None;
         }
         let (oo, gg, dd) = (out.host()?, gates.host()?, grad.host()?);
-        let (b, t, _) = dims3(out);
-        let (d, wd) = (dims3(x).2, gates.shape()[1]);
-        let h = wd / 4;
+        let (b, t1, h) = dims3(out);
+        let t = t1 - 1;
+        let (d, wd) = (dims3(x).2, 4 * h);
+        let sw = wd + h;
         let running = Running::new(lengths, b, t);
         let order = &running.order;
         let starts = running.step_starts(t);
         let mut d_x = vec![0f32; b * t * d];
         let (mut d_w, mut d_u, mut d_b) = (vec![0f32; d * wd], vec![0f32; h * wd], vec![0f32; wd]);
-        // The gradients reaching each row's state, in the running order.
+        // The gradients reaching each row's state, in the running order; the final `c`'s
+        // comes in as the output's last row.
         let (mut dh, mut dc) = (vec![0f32; b * h], vec![0f32; b * h]);
+        for (i, &r) in order.iter().enumerate() {
+            let at = (r * (t + 1) + t) * h;
+            dc[i * h..(i + 1) * h].copy_from_slice(&dd[at..at + h]);
+        }
         let (mut g_h, mut g_c) = (vec![0f32; b * h], vec![0f32; b * h]);
         let (mut c_here, mut c_before) = (vec![0f32; b * h], vec![0f32; b * h]);
         let mut h_before = vec![0f32; b * h];
         let mut xs = vec![0f32; b * d];
         let mut dxs = vec![0f32; b * d];
+        let mut act = vec![0f32; b * wd];
         let mut d_pre = vec![0f32; b * wd];
         let mut d_c_prev = vec![0f32; b * h];
         // `Wᵀ` and `Uᵀ` (both row-major `[·, wd]`, so their transposes have strides (1, wd)).
@@ -617,28 +686,31 @@ pub(crate) mod host {
             let n = running.at(s);
             for (i, &r) in order.iter().enumerate() {
                 let row = i * h..(i + 1) * h;
-                let at = (r * t + s) * 2 * h;
+                let at = (r * (t + 1) + s) * h;
                 for (j, k) in row.clone().enumerate() {
                     g_h[k] = dd[at + j] + dh[k];
-                    g_c[k] = dd[at + h + j] + dc[k];
+                    g_c[k] = dc[k];
                 }
                 if i >= n {
                     // Ended: the gradients pass to the state before this step unchanged.
                     continue;
                 }
-                c_here[row.clone()].copy_from_slice(&oo[at + h..at + 2 * h]);
+                let here = (starts[s] + i) * sw + wd;
+                c_here[row.clone()].copy_from_slice(&gg[here..here + h]);
+                act[i * wd..(i + 1) * wd].copy_from_slice(&gg[here - wd..here]);
                 if s > 0 {
-                    let before = (r * t + s - 1) * 2 * h;
-                    c_before[row.clone()].copy_from_slice(&oo[before + h..before + 2 * h]);
-                    h_before[row].copy_from_slice(&oo[before..before + h]);
+                    // Running now, so running at `s − 1` too, in the same row.
+                    let before = (starts[s - 1] + i) * sw + wd;
+                    c_before[row.clone()].copy_from_slice(&gg[before..before + h]);
+                    let at = (r * (t + 1) + s - 1) * h;
+                    h_before[row].copy_from_slice(&oo[at..at + h]);
                 } else {
                     c_before[row.clone()].copy_from_slice(&cc0[r * h..(r + 1) * h]);
                     h_before[row].copy_from_slice(&hh0[r * h..(r + 1) * h]);
                 }
             }
-            let act = &gg[starts[s] * wd..starts[s + 1] * wd];
             running.gather(n, s, t, d, &xx, &mut xs);
-            let (act_ref, c_ref, cb_ref, gh_ref, gc_ref) = (act, &c_here, &c_before, &g_h, &g_c);
+            let (act_ref, c_ref, cb_ref, gh_ref, gc_ref) = (&act, &c_here, &c_before, &g_h, &g_c);
             par::rows(
                 n,
                 20 * h,

@@ -29,7 +29,8 @@ fn lstm_inputs<B: Backend>(b: usize, t: usize, h: usize) -> [Tensor<B, 3>; 6] {
     [x, w, bias, u, h0, c0]
 }
 
-/// The fused op, or the plain-op reference forward (which autodiff differentiates op by op).
+/// The fused op, or the plain-op reference forward (which autodiff differentiates op by op),
+/// as `[b, t + 1, h]`: every step's `h`, then the final `c`.
 fn lstm<B: ArborBackend>(xs: [Tensor<B, 3>; 6], lengths: &[usize], fused: bool) -> Tensor<B, 3> {
     let [x, w, bias, u, h0, c0] = xs;
     let (h, b, d) = (u.dims()[1], h0.dims()[1], x.dims()[2]);
@@ -41,7 +42,8 @@ fn lstm<B: ArborBackend>(xs: [Tensor<B, 3>; 6], lengths: &[usize], fused: bool) 
         c0.reshape([b, h]),
     );
     if fused {
-        arbor_kernels::lstm_sequence(x, (w, bias, u), h0, c0, lengths)
+        let (hs, c_last) = arbor_kernels::lstm_sequence(x, (w, bias, u), h0, c0, lengths);
+        Tensor::cat(vec![hs, c_last.unsqueeze_dim(1)], 1)
     } else {
         let p2 = |t: Tensor<B, 2>| t.into_primitive().tensor();
         let (out, _) = reference::lstm_sequence::<B>(
@@ -114,13 +116,16 @@ fn lstm_sequence_forward_matches_reference_and_the_recurrence() {
                         }
                     }
                     for j in 0..h {
-                        let at = (r * t + s) * 2 * h;
+                        let at = (r * (t + 1) + s) * h;
                         assert!((fused[at + j] - hs[r * h + j]).abs() < 1e-4, "h step {s}");
-                        assert!(
-                            (fused[at + h + j] - cs[r * h + j]).abs() < 1e-4,
-                            "c step {s}"
-                        );
                     }
+                }
+            }
+            // The last row: each example's final `c`.
+            for r in 0..b {
+                for j in 0..h {
+                    let at = (r * (t + 1) + t) * h;
+                    assert!((fused[at + j] - cs[r * h + j]).abs() < 1e-4, "final c");
                 }
             }
         }
@@ -137,7 +142,7 @@ fn lstm_grads<B: AutodiffBackend + ArborBackend>(
     lengths: &[usize],
 ) -> Vec<Vec<f64>> {
     let xs = lstm_inputs::<B>(b, t, h).map(|x| x.require_grad());
-    let w = tensor::<B, 3>([b, t, 2 * h], 1.0, 55);
+    let w = tensor::<B, 3>([b, t + 1, h], 1.0, 55);
     let g = lstm(xs.clone(), lengths, fused).mul(w).sum().backward();
     xs.iter().map(|x| to_vec(x.grad(&g).unwrap())).collect()
 }
@@ -160,7 +165,7 @@ fn lstm_sequence_finite_differences_f64() {
     for (b, t, h, lengths) in [(2, 4, 3, &[][..]), (3, 4, 2, &[4, 2, 0][..])] {
         let ad = lstm_grads::<Autodiff<Inner>>(true, b, t, h, lengths);
         let inputs = lstm_inputs::<Inner>(b, t, h);
-        let w = tensor::<Inner, 3>([b, t, 2 * h], 1.0, 55);
+        let w = tensor::<Inner, 3>([b, t + 1, h], 1.0, 55);
         let f = |xs: [Tensor<Inner, 3>; 6]| -> f64 {
             lstm(xs, lengths, true).mul(w.clone()).sum().into_scalar()
         };
