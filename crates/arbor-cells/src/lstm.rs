@@ -93,15 +93,42 @@ impl<B: ArborBackend> LstmCell<B> {
         init: Option<LstmState<B, 2>>,
         lengths: &[usize],
     ) -> (Tensor<B, 3>, Tensor<B, 2>) {
+        let init = self.initial(&x, init);
+        let params = self.params(&x.device());
+        arbor_kernels::lstm_sequence(x, params, init.h, init.c, lengths)
+    }
+
+    /// [`LstmCell::sequence`] with every step's cell state too
+    /// ([`arbor_kernels::lstm_sequence_states`]), for callers that read them.
+    ///
+    /// # Shapes
+    /// - `x`, `init`, `lengths`: as [`LstmCell::sequence`]
+    /// - output `h`, `c`: `[batch, time, H]` (an ended example's rows repeat its last state)
+    pub fn sequence_states(
+        &self,
+        x: Tensor<B, 3>,
+        init: Option<LstmState<B, 2>>,
+        lengths: &[usize],
+    ) -> LstmState<B, 3> {
+        let init = self.initial(&x, init);
+        let params = self.params(&x.device());
+        let (h, c) = arbor_kernels::lstm_sequence_states(x, params, init.h, init.c, lengths);
+        LstmState::new(h, c)
+    }
+
+    /// `init`, or zeros for `x`'s batch.
+    fn initial(&self, x: &Tensor<B, 3>, init: Option<LstmState<B, 2>>) -> LstmState<B, 2> {
         let [batch, _, _] = x.dims();
-        let h = self.d_hidden;
-        let init = init.unwrap_or_else(|| LstmState::zeros([batch, h], &x.device()));
+        init.unwrap_or_else(|| LstmState::zeros([batch, self.d_hidden], &x.device()))
+    }
+
+    /// The fused op's parameters: `W`, `b` (zeros when the input `Linear` has none), `U`.
+    fn params(&self, device: &B::Device) -> arbor_kernels::LstmParams<B> {
         let bias = match &self.input.bias {
             Some(b) => b.val(),
-            None => Tensor::zeros([4 * h], &x.device()),
+            None => Tensor::zeros([4 * self.d_hidden], device),
         };
-        let params = (self.input.weight.val(), bias, self.hidden.weight.val());
-        arbor_kernels::lstm_sequence(x, params, init.h, init.c, lengths)
+        (self.input.weight.val(), bias, self.hidden.weight.val())
     }
 }
 

@@ -149,6 +149,7 @@ macro_rules! host_backend {
                     x: FloatTensor<Self>,
                     params: [FloatTensor<Self>; 5],
                     lengths: &[usize],
+                    every_c: bool,
                     keep_gates: bool,
                 ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>)
                     => $crate::ops::lstm::host::lstm_sequence::<Self>;

@@ -2,7 +2,7 @@
 //! left-to-right LSTM, or a bidirectional one.
 
 use arbor_cells::ArborBackend;
-use arbor_cells::{LstmCell, LstmState, RecurrentCell};
+use arbor_cells::{LstmCell, LstmState};
 use burn::nn::Linear;
 use burn::prelude::*;
 use burn::tensor::TensorData;
@@ -66,19 +66,9 @@ pub enum Leaf<B: Backend> {
 /// - `x`: `[batch, n, d_input]`
 /// - output `h`, `c`: `[batch, n, H]`
 fn run_leaf_cell<B: ArborBackend>(cell: &LstmCell<B>, x: Tensor<B, 3>) -> LstmState<B, 3> {
-    let [batch, n, _] = x.dims();
-    let mut state = LstmState::zeros([batch, cell.d_hidden()], &x.device());
-    let (mut hs, mut cs) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    for t in 0..n {
-        // The input projection step by step, with the recurrent one (one product sum), as the
-        // cell runner does (slices of one precomputed tensor cost autodiff a full-size gradient
-        // per step).
-        let x_t = x.clone().narrow(1, t, 1).reshape([batch, cell.d_input()]);
-        state = cell.step_input(x_t, None, state).state;
-        hs.push(state.h.clone());
-        cs.push(state.c.clone());
-    }
-    LstmState::new(Tensor::stack(hs, 1), Tensor::stack(cs, 1))
+    // The whole sequence as one op (the weights packed once, one backward node); no lengths:
+    // the padding runs too, as the reference's leaf LSTM does, and the encoder ignores it.
+    cell.sequence_states(x, None, &[])
 }
 
 /// Reverses every sentence within its own length, leaving the padding where it is: position

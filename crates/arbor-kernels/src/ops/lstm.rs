@@ -36,11 +36,55 @@ use crate::ArborBackend;
 /// [`GateLayout::lstm`]: crate::GateLayout::lstm
 pub fn lstm_sequence<B: ArborBackend>(
     x: Tensor<B, 3>,
-    (w, b, u): (Tensor<B, 2>, Tensor<B, 1>, Tensor<B, 2>),
+    params: LstmParams<B>,
     h0: Tensor<B, 2>,
     c0: Tensor<B, 2>,
     lengths: &[usize],
 ) -> (Tensor<B, 3>, Tensor<B, 2>) {
+    let [batch, t, _] = x.dims();
+    let h = params.2.dims()[0];
+    // One output, `[batch, time + 1, H]`: the `h` rows, then the final `c` (so the op is one
+    // autodiff node with no whole-sequence `c` in its output).
+    let out = checked(x, params, h0, c0, lengths, false);
+    let c_last = out.clone().narrow(1, t, 1).reshape([batch, h]);
+    (out.narrow(1, 0, t), c_last)
+}
+
+/// [`lstm_sequence`] with every step's cell state too, for callers that read them (the Gumbel
+/// Tree-LSTM's leaves are every step's `(h, c)`).
+///
+/// # Shapes
+/// As [`lstm_sequence`], but the output is `h_t` and `c_t` of every step, `[batch, time, H]`
+/// each (an ended example's rows repeat its last state).
+///
+/// # Panics
+/// As [`lstm_sequence`].
+pub fn lstm_sequence_states<B: ArborBackend>(
+    x: Tensor<B, 3>,
+    params: LstmParams<B>,
+    h0: Tensor<B, 2>,
+    c0: Tensor<B, 2>,
+    lengths: &[usize],
+) -> (Tensor<B, 3>, Tensor<B, 3>) {
+    let batch = x.dims()[0];
+    // `[2·batch, time, H]`: the `h` of every example, then its `c` (two contiguous halves).
+    let out = checked(x, params, h0, c0, lengths, true);
+    (out.clone().narrow(0, 0, batch), out.narrow(0, batch, batch))
+}
+
+/// An LSTM layer's parameters for [`lstm_sequence`]: the input weight `[d, 4H]`, the bias
+/// `[4H]` and the recurrent weight `[H, 4H]`.
+pub type LstmParams<B> = (Tensor<B, 2>, Tensor<B, 1>, Tensor<B, 2>);
+
+/// The shape checks and the op: `[2·batch, time, H]` with `every_c`, else `[batch, time + 1, H]`.
+fn checked<B: ArborBackend>(
+    x: Tensor<B, 3>,
+    (w, b, u): LstmParams<B>,
+    h0: Tensor<B, 2>,
+    c0: Tensor<B, 2>,
+    lengths: &[usize],
+    every_c: bool,
+) -> Tensor<B, 3> {
     let [batch, t, d] = x.dims();
     let [h, width] = u.dims();
     assert_eq!(
@@ -70,16 +114,12 @@ pub fn lstm_sequence<B: ArborBackend>(
         lengths.len()
     );
     let p = |x: Tensor<B, 2>| x.into_primitive().tensor();
-    // One output, `[batch, time + 1, H]`: the `h` rows, then the final `c` (so the op is one
-    // autodiff node with no whole-sequence `c` in its output).
-    let out: Tensor<B, 3> =
-        Tensor::from_primitive(TensorPrimitive::Float(B::lstm_sequence_tracked(
-            x.into_primitive().tensor(),
-            [p(w), b.into_primitive().tensor(), p(u), p(h0), p(c0)],
-            lengths,
-        )));
-    let c_last = out.clone().narrow(1, t, 1).reshape([batch, h]);
-    (out.narrow(1, 0, t), c_last)
+    Tensor::from_primitive(TensorPrimitive::Float(B::lstm_sequence_tracked(
+        x.into_primitive().tensor(),
+        [p(w), b.into_primitive().tensor(), p(u), p(h0), p(c0)],
+        lengths,
+        every_c,
+    )))
 }
 
 /// The recurrence in plain Burn ops, one step per time step.
@@ -110,12 +150,15 @@ pub(crate) mod reference {
 
     /// [`crate::lstm_sequence`] in plain ops: the input projection of every step as one
     /// product, then [`recurrence`]. Returns the `[b, t + 1, H]` output (every step's `h`, then
-    /// the final `c`) and, with `keep_gates`, what the backward pass reads: the activated gates
-    /// and every step's `h` and `c`, `[b, t, 6H]`.
+    /// the final `c`), or with `every_c` `[2b, t, H]` (every step's `h`, then every step's `c`),
+    /// and, with
+    /// `keep_gates`, what the backward pass reads: the activated gates and every step's `h` and
+    /// `c`, `[b, t, 6H]`.
     pub fn lstm_sequence<B: Backend>(
         x: FloatTensor<B>,
         [w, bias, u, h0, c0]: [FloatTensor<B>; 5],
         lengths: &[usize],
+        every_c: bool,
         keep_gates: bool,
     ) -> (FloatTensor<B>, Option<FloatTensor<B>>) {
         let (x, w, bias) = (
@@ -140,7 +183,12 @@ pub(crate) mod reference {
         } else {
             hc.clone().narrow(1, t - 1, 1).narrow(2, hd, hd)
         };
-        let out = Tensor::cat(vec![hc.clone().narrow(2, 0, hd), c_last], 1);
+        let out = if every_c {
+            let (h_all, c_all) = (hc.clone().narrow(2, 0, hd), hc.clone().narrow(2, hd, hd));
+            Tensor::cat(vec![h_all, c_all], 0)
+        } else {
+            Tensor::cat(vec![hc.clone().narrow(2, 0, hd), c_last], 1)
+        };
         let saved = gates.map(|g| {
             Tensor::cat(vec![t3::<B>(g), hc], 2)
                 .into_primitive()
@@ -163,6 +211,9 @@ pub(crate) mod reference {
         let (saved, grad) = (t3::<B>(saved), t3::<B>(grad));
         let [b, t, d] = t3::<B>(x.clone()).dims();
         let hd = t2::<B>(u.clone()).dims()[0];
+        // The output's layout, from its gradient: every step's `h` and `c`, or `h` and the final
+        // `c`.
+        let every_c = grad.dims()[1] == t;
         if t == 0 {
             // No step: the final `c` is `c0`.
             let x = t3::<B>(x);
@@ -176,20 +227,29 @@ pub(crate) mod reference {
                     .tensor(),
                 p(t2::<B>(u).zeros_like()),
                 p(t2::<B>(h0).zeros_like()),
-                p(grad.narrow(1, 0, 1).reshape([b, hd])),
+                if every_c {
+                    p(t2::<B>(c0).zeros_like())
+                } else {
+                    p(grad.narrow(1, 0, 1).reshape([b, hd]))
+                },
             ];
         }
         let gates = saved.clone().narrow(2, 0, 4 * hd);
         let hc = saved.narrow(2, 4 * hd, 2 * hd);
-        // The gradient of every step's `h` and `c` (`c` only at the last step, the final `c`).
-        let d_c = Tensor::cat(
-            vec![
-                Tensor::<B, 3>::zeros([b, t - 1, hd], &grad.device()),
-                grad.clone().narrow(1, t, 1),
-            ],
-            1,
-        );
-        let d_hc = Tensor::cat(vec![grad.narrow(1, 0, t), d_c], 2);
+        // The gradient of every step's `h` and `c` (without `every_c`, `c`'s only at the last
+        // step: the final `c`).
+        let d_hc = if every_c {
+            Tensor::cat(vec![grad.clone().narrow(0, 0, b), grad.narrow(0, b, b)], 2)
+        } else {
+            let d_c = Tensor::cat(
+                vec![
+                    Tensor::<B, 3>::zeros([b, t - 1, hd], &grad.device()),
+                    grad.clone().narrow(1, t, 1),
+                ],
+                1,
+            );
+            Tensor::cat(vec![grad.narrow(1, 0, t), d_c], 2)
+        };
         let p3 = |t: Tensor<B, 3>| t.into_primitive().tensor();
         let [d_xp, d_u, d_h0, d_c0] =
             recurrence_backward::<B>(u, h0, c0, p3(hc), p3(gates), lengths, p3(d_hc));
@@ -515,25 +575,63 @@ pub(crate) mod host {
         x: FloatTensor<B>,
         params: [FloatTensor<B>; 5],
         lengths: &[usize],
+        every_c: bool,
         keep_gates: bool,
     ) -> (FloatTensor<B>, Option<FloatTensor<B>>)
     where
         FloatTensor<B>: HostTensor,
     {
-        lstm_sequence_f32(&x, &params, lengths, keep_gates)
-            .unwrap_or_else(|| reference::lstm_sequence::<B>(x, params, lengths, keep_gates))
+        lstm_sequence_f32(&x, &params, lengths, every_c, keep_gates).unwrap_or_else(|| {
+            reference::lstm_sequence::<B>(x, params, lengths, every_c, keep_gates)
+        })
+    }
+
+    /// Where the op's output keeps each state: `[b, t + 1, h]` (every step's `h`, then the
+    /// final `c`) or, with `every_c`, `[2b, t, h]` (every step's `h` of each example, then
+    /// every step's `c`: two contiguous halves).
+    struct OutLayout {
+        b: usize,
+        t: usize,
+        h: usize,
+        every_c: bool,
+    }
+
+    impl OutLayout {
+        /// The output's shape.
+        fn shape(&self) -> [usize; 3] {
+            if self.every_c {
+                [2 * self.b, self.t, self.h]
+            } else {
+                [self.b, self.t + 1, self.h]
+            }
+        }
+
+        /// Where `h` of example `r` at step `s` starts.
+        fn h_at(&self, r: usize, s: usize) -> usize {
+            (r * self.shape()[1] + s) * self.h
+        }
+
+        /// Where `c` of example `r` at step `s` starts, with `every_c`.
+        fn c_at(&self, r: usize, s: usize) -> Option<usize> {
+            self.every_c.then(|| self.h_at(self.b + r, s))
+        }
+
+        /// Where example `r`'s final `c` starts, without `every_c`.
+        fn c_last_at(&self, r: usize) -> Option<usize> {
+            (!self.every_c).then(|| self.h_at(r, self.t))
+        }
     }
 
     /// The LSTM layer over a sequence ([`crate::lstm_sequence`]): per step the running rows'
     /// `b + x_t·W + h_{t−1}·U` (`W` and `U` packed once for the sequence) into one buffer, then
-    /// the fused update. Returns `[b, t + 1, h]` (every step's `h`, then the final `c`) and,
-    /// with `keep_gates`, the activated gates and `c` of the running rows only, step after step
+    /// the fused update. Returns the output in its [`OutLayout`] and, with `keep_gates`, the activated gates and `c` of the running rows only, step after step
     /// in the running order (`[Σ lengths, 5h]`: an ended example's steps take no memory),
     /// which only [`lstm_sequence_backward_f32`] reads.
     fn lstm_sequence_f32<T: HostTensor>(
         x: &T,
         [w, bias, u, h0, c0]: &[T; 5],
         lengths: &[usize],
+        every_c: bool,
         keep_gates: bool,
     ) -> Option<(T, Option<T>)> {
         let (xx, ww, bb, uu) = (x.host()?, w.host()?, bias.host()?, u.host()?);
@@ -553,7 +651,9 @@ pub(crate) mod host {
         let mut xs = vec![0f32; b * d];
         let mut pre = vec![0f32; b * wd];
         let mut act = vec![0f32; b * wd];
-        let mut out = vec![0f32; b * (t + 1) * h];
+        let layout = OutLayout { b, t, h, every_c };
+        let shape = layout.shape();
+        let mut out = vec![0f32; shape.iter().product()];
         let starts = running.step_starts(t);
         // Per running row and step: the activated gates, then `c`.
         let sw = wd + h;
@@ -605,16 +705,20 @@ pub(crate) mod host {
                 }
             }
             for (i, &r) in order.iter().enumerate() {
-                let at = (r * (t + 1) + s) * h;
+                let at = layout.h_at(r, s);
                 out[at..at + h].copy_from_slice(&hs[i * h..(i + 1) * h]);
+                if let Some(at) = layout.c_at(r, s) {
+                    out[at..at + h].copy_from_slice(&cs[i * h..(i + 1) * h]);
+                }
             }
         }
         for (i, &r) in order.iter().enumerate() {
-            let at = (r * (t + 1) + t) * h;
-            out[at..at + h].copy_from_slice(&cs[i * h..(i + 1) * h]);
+            if let Some(at) = layout.c_last_at(r) {
+                out[at..at + h].copy_from_slice(&cs[i * h..(i + 1) * h]);
+            }
         }
         let saved = keep_gates.then(|| T::from_f32(saved, Shape::new([starts[t], sw])));
-        Some((T::from_f32(out, Shape::new([b, t + 1, h])), saved))
+        Some((T::from_f32(out, Shape::new(shape)), saved))
     }
 
     /// The CPU kernel on `f32` memory, [`reference::lstm_sequence_backward`] otherwise.
@@ -655,9 +759,15 @@ pub(crate) mod host {
             return None;
         }
         let (oo, gg, dd) = (out.host()?, gates.host()?, grad.host()?);
-        let (b, t1, h) = dims3(out);
-        let t = t1 - 1;
-        let (d, wd) = (dims3(x).2, 4 * h);
+        let (b, t, d) = dims3(x);
+        let h = u.shape()[0];
+        let wd = 4 * h;
+        let layout = OutLayout {
+            b,
+            t,
+            h,
+            every_c: dims3(out).1 == t,
+        };
         let sw = wd + h;
         let running = Running::new(lengths, b, t);
         let order = &running.order;
@@ -668,8 +778,9 @@ pub(crate) mod host {
         // comes in as the output's last row.
         let (mut dh, mut dc) = (vec![0f32; b * h], vec![0f32; b * h]);
         for (i, &r) in order.iter().enumerate() {
-            let at = (r * (t + 1) + t) * h;
-            dc[i * h..(i + 1) * h].copy_from_slice(&dd[at..at + h]);
+            if let Some(at) = layout.c_last_at(r) {
+                dc[i * h..(i + 1) * h].copy_from_slice(&dd[at..at + h]);
+            }
         }
         let (mut g_h, mut g_c) = (vec![0f32; b * h], vec![0f32; b * h]);
         let (mut c_here, mut c_before) = (vec![0f32; b * h], vec![0f32; b * h]);
@@ -686,10 +797,17 @@ pub(crate) mod host {
             let n = running.at(s);
             for (i, &r) in order.iter().enumerate() {
                 let row = i * h..(i + 1) * h;
-                let at = (r * (t + 1) + s) * h;
+                let at = layout.h_at(r, s);
                 for (j, k) in row.clone().enumerate() {
                     g_h[k] = dd[at + j] + dh[k];
-                    g_c[k] = dc[k];
+                }
+                match layout.c_at(r, s) {
+                    Some(at) => {
+                        for (j, k) in row.clone().enumerate() {
+                            g_c[k] = dd[at + j] + dc[k];
+                        }
+                    }
+                    None => g_c[row.clone()].copy_from_slice(&dc[row.clone()]),
                 }
                 if i >= n {
                     // Ended: the gradients pass to the state before this step unchanged.
@@ -702,7 +820,7 @@ pub(crate) mod host {
                     // Running now, so running at `s − 1` too, in the same row.
                     let before = (starts[s - 1] + i) * sw + wd;
                     c_before[row.clone()].copy_from_slice(&gg[before..before + h]);
-                    let at = (r * (t + 1) + s - 1) * h;
+                    let at = layout.h_at(r, s - 1);
                     h_before[row].copy_from_slice(&oo[at..at + h]);
                 } else {
                     c_before[row.clone()].copy_from_slice(&cc0[r * h..(r + 1) * h]);
@@ -825,6 +943,7 @@ pub(crate) mod autodiff {
         x: FloatTensor<Autodiff<B, C>>,
         [w, bias, u, h0, c0]: [FloatTensor<Autodiff<B, C>>; 5],
         lengths: &[usize],
+        every_c: bool,
     ) -> FloatTensor<Autodiff<B, C>> {
         let nodes = [
             x.node.clone(),
@@ -844,13 +963,16 @@ pub(crate) mod autodiff {
         ];
         match LstmSequence.prepare::<C>(nodes).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
-                let (out, gates) = B::lstm_sequence(x.clone(), params.clone(), lengths, true);
+                let (out, gates) =
+                    B::lstm_sequence(x.clone(), params.clone(), lengths, every_c, true);
                 let gates = gates.expect("lstm_sequence keeps the gates when asked");
                 let [w, _, u, h0, c0] = params;
                 let state = (x, [w, u, h0, c0], out.clone(), gates, lengths.to_vec());
                 prep.finish(state, out)
             }
-            OpsKind::UnTracked(prep) => prep.finish(B::lstm_sequence(x, params, lengths, false).0),
+            OpsKind::UnTracked(prep) => {
+                prep.finish(B::lstm_sequence(x, params, lengths, every_c, false).0)
+            }
         }
     }
 }

@@ -30,8 +30,15 @@ fn lstm_inputs<B: Backend>(b: usize, t: usize, h: usize) -> [Tensor<B, 3>; 6] {
 }
 
 /// The fused op, or the plain-op reference forward (which autodiff differentiates op by op),
-/// as `[b, t + 1, h]`: every step's `h`, then the final `c`.
-fn lstm<B: ArborBackend>(xs: [Tensor<B, 3>; 6], lengths: &[usize], fused: bool) -> Tensor<B, 3> {
+/// as the op's output: `[b, t + 1, h]`, every step's `h` then the final `c`
+/// (`lstm_sequence`), or with `every_c` `[2b, t, h]`, every step's `h`, then every step's `c`
+/// (`lstm_sequence_states`).
+fn lstm<B: ArborBackend>(
+    xs: [Tensor<B, 3>; 6],
+    lengths: &[usize],
+    fused: bool,
+    every_c: bool,
+) -> Tensor<B, 3> {
     let [x, w, bias, u, h0, c0] = xs;
     let (h, b, d) = (u.dims()[1], h0.dims()[1], x.dims()[2]);
     let (w, bias, u, h0, c0) = (
@@ -41,7 +48,10 @@ fn lstm<B: ArborBackend>(xs: [Tensor<B, 3>; 6], lengths: &[usize], fused: bool) 
         h0.reshape([b, h]),
         c0.reshape([b, h]),
     );
-    if fused {
+    if fused && every_c {
+        let (hs, cs) = arbor_kernels::lstm_sequence_states(x, (w, bias, u), h0, c0, lengths);
+        Tensor::cat(vec![hs, cs], 0)
+    } else if fused {
         let (hs, c_last) = arbor_kernels::lstm_sequence(x, (w, bias, u), h0, c0, lengths);
         Tensor::cat(vec![hs, c_last.unsqueeze_dim(1)], 1)
     } else {
@@ -50,6 +60,7 @@ fn lstm<B: ArborBackend>(xs: [Tensor<B, 3>; 6], lengths: &[usize], fused: bool) 
             x.into_primitive().tensor(),
             [p2(w), bias.into_primitive().tensor(), p2(u), p2(h0), p2(c0)],
             lengths,
+            every_c,
             false,
         );
         Tensor::from_primitive(TensorPrimitive::Float(out))
@@ -73,17 +84,21 @@ const LSTM_CASES: [(usize, usize, usize, &[usize]); 5] = [
 
 #[test]
 fn lstm_sequence_forward_matches_reference_and_the_recurrence() {
-    fn check<B: ArborBackend>() {
+    fn check<B: ArborBackend>(every_c: bool) {
         for (b, t, h, lengths) in LSTM_CASES {
             let xs = lstm_inputs::<B>(b, t, h);
-            let fused = to_vec(lstm(xs.clone(), lengths, true));
-            let want = to_vec(lstm(xs.clone(), lengths, false));
+            let fused = to_vec(lstm(xs.clone(), lengths, true, every_c));
+            let want = to_vec(lstm(xs.clone(), lengths, false, every_c));
             assert_close(
                 &fused,
                 &want,
                 2e-5,
-                &format!("lstm [{b}, {t}, {h}] {lengths:?}"),
+                &format!("lstm [{b}, {t}, {h}] {lengths:?} every_c {every_c}"),
             );
+            // Where the output keeps `h` and `c` of example `r` at step `s` (`c` with
+            // `every_c`; the final `c` otherwise).
+            let rows = if every_c { t } else { t + 1 };
+            let h_at = |r: usize, s: usize| (r * rows + s) * h;
             // The recurrence written out on the host, frozen rows included.
             let d = d_in(h);
             let [x, w, bias, u, h0, c0] = xs.map(to_vec);
@@ -116,22 +131,39 @@ fn lstm_sequence_forward_matches_reference_and_the_recurrence() {
                         }
                     }
                     for j in 0..h {
-                        let at = (r * (t + 1) + s) * h;
+                        let at = h_at(r, s);
                         assert!((fused[at + j] - hs[r * h + j]).abs() < 1e-4, "h step {s}");
+                        if every_c {
+                            let c = fused[h_at(b + r, s) + j];
+                            assert!((c - cs[r * h + j]).abs() < 1e-4, "c step {s}");
+                        }
                     }
                 }
             }
-            // The last row: each example's final `c`.
-            for r in 0..b {
-                for j in 0..h {
-                    let at = (r * (t + 1) + t) * h;
-                    assert!((fused[at + j] - cs[r * h + j]).abs() < 1e-4, "final c");
+            if !every_c {
+                // The last row: each example's final `c`.
+                for r in 0..b {
+                    for j in 0..h {
+                        let at = h_at(r, t);
+                        assert!((fused[at + j] - cs[r * h + j]).abs() < 1e-4, "final c");
+                    }
                 }
             }
         }
     }
-    check::<Flex>();
-    check::<NdArray>();
+    for every_c in [false, true] {
+        check::<Flex>(every_c);
+        check::<NdArray>(every_c);
+    }
+}
+
+/// Weights for the output's entries (a loss that reaches every one of them differently).
+fn out_weights<B: Backend>(b: usize, t: usize, h: usize, every_c: bool) -> Tensor<B, 3> {
+    if every_c {
+        tensor::<B, 3>([2 * b, t, h], 1.0, 55)
+    } else {
+        tensor::<B, 3>([b, t + 1, h], 1.0, 55)
+    }
 }
 
 fn lstm_grads<B: AutodiffBackend + ArborBackend>(
@@ -140,34 +172,48 @@ fn lstm_grads<B: AutodiffBackend + ArborBackend>(
     t: usize,
     h: usize,
     lengths: &[usize],
+    every_c: bool,
 ) -> Vec<Vec<f64>> {
     let xs = lstm_inputs::<B>(b, t, h).map(|x| x.require_grad());
-    let w = tensor::<B, 3>([b, t + 1, h], 1.0, 55);
-    let g = lstm(xs.clone(), lengths, fused).mul(w).sum().backward();
+    let w = out_weights::<B>(b, t, h, every_c);
+    let g = lstm(xs.clone(), lengths, fused, every_c)
+        .mul(w)
+        .sum()
+        .backward();
     xs.iter().map(|x| to_vec(x.grad(&g).unwrap())).collect()
 }
 
 #[test]
 fn lstm_sequence_gradients_match_reference() {
     for (b, t, h, lengths) in LSTM_CASES {
-        assert_fused_agrees!(
-            lstm_grads(b, t, h, lengths),
-            ["d x", "d w", "d b", "d u", "d h0", "d c0"],
-            5e-5,
-            format!("[{b}, {t}, {h}] {lengths:?}")
-        );
+        for every_c in [false, true] {
+            assert_fused_agrees!(
+                lstm_grads(b, t, h, lengths, every_c),
+                ["d x", "d w", "d b", "d u", "d h0", "d c0"],
+                5e-5,
+                format!("[{b}, {t}, {h}] {lengths:?} every_c {every_c}")
+            );
+        }
     }
 }
 
 #[test]
 fn lstm_sequence_finite_differences_f64() {
     type Inner = NdArray<f64>;
-    for (b, t, h, lengths) in [(2, 4, 3, &[][..]), (3, 4, 2, &[4, 2, 0][..])] {
-        let ad = lstm_grads::<Autodiff<Inner>>(true, b, t, h, lengths);
+    let cases = [
+        (2, 4, 3, &[][..], false),
+        (3, 4, 2, &[4, 2, 0][..], false),
+        (3, 4, 2, &[4, 2, 0][..], true),
+    ];
+    for (b, t, h, lengths, every_c) in cases {
+        let ad = lstm_grads::<Autodiff<Inner>>(true, b, t, h, lengths, every_c);
         let inputs = lstm_inputs::<Inner>(b, t, h);
-        let w = tensor::<Inner, 3>([b, t + 1, h], 1.0, 55);
+        let w = out_weights::<Inner>(b, t, h, every_c);
         let f = |xs: [Tensor<Inner, 3>; 6]| -> f64 {
-            lstm(xs, lengths, true).mul(w.clone()).sum().into_scalar()
+            lstm(xs, lengths, true, every_c)
+                .mul(w.clone())
+                .sum()
+                .into_scalar()
         };
         let fd = central_differences(&inputs, 1e-5, f);
         for i in 0..6 {
