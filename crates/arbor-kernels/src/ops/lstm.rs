@@ -222,7 +222,11 @@ pub(crate) mod reference {
             return [
                 x.zeros_like().into_primitive().tensor(),
                 p(w.zeros_like()),
-                Tensor::<B, 1>::zeros([4 * hd], &w.device())
+                // Zeros in `u`'s float type (a constructor's default type may differ).
+                t2::<B>(u.clone())
+                    .sum_dim(0)
+                    .reshape([4 * hd])
+                    .zeros_like()
                     .into_primitive()
                     .tensor(),
                 p(t2::<B>(u).zeros_like()),
@@ -243,7 +247,8 @@ pub(crate) mod reference {
         } else {
             let d_c = Tensor::cat(
                 vec![
-                    Tensor::<B, 3>::zeros([b, t - 1, hd], &grad.device()),
+                    // Zeros in the gradient's own float type.
+                    grad.clone().narrow(1, 0, t - 1).zeros_like(),
                     grad.clone().narrow(1, t, 1),
                 ],
                 1,
