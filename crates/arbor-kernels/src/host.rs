@@ -157,7 +157,7 @@ macro_rules! host_backend {
                     x: FloatTensor<Self>,
                     params: [FloatTensor<Self>; 4],
                     out: FloatTensor<Self>,
-                    gates: FloatTensor<Self>,
+                    saved: FloatTensor<Self>,
                     lengths: &[usize],
                     grad: FloatTensor<Self>,
                 ) -> [FloatTensor<Self>; 6]

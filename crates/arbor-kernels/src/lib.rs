@@ -85,6 +85,8 @@ mod ops;
 mod packed;
 mod par;
 pub mod reference;
+#[cfg(test)]
+mod testing;
 
 #[cfg(feature = "cuda")]
 mod cuda;
@@ -406,11 +408,11 @@ pub trait ArborBackend: Backend {
         x: FloatTensor<Self>,
         params: [FloatTensor<Self>; 4],
         out: FloatTensor<Self>,
-        gates: FloatTensor<Self>,
+        saved: FloatTensor<Self>,
         lengths: &[usize],
         grad: FloatTensor<Self>,
     ) -> [FloatTensor<Self>; 6] {
-        reference::lstm_sequence_backward::<Self>(x, params, out, gates, lengths, grad)
+        reference::lstm_sequence_backward::<Self>(x, params, out, saved, lengths, grad)
     }
 
     /// The Gumbel Tree-LSTM's layers with argmax decisions as one op; see [`argmax_tree`].

@@ -17,6 +17,7 @@
 //! [`MR`] left-hand rows is multiplied by it) and the rows in blocks of [`MC`] (one block of the
 //! left operand, `MC × KC` values, stays in L2).
 
+use crate::ops::linear::host::{last_index, product_has_work};
 use crate::par::GRAIN;
 
 /// Columns per panel: two 8-lane vectors.
@@ -46,7 +47,7 @@ impl PackedRhs {
     pub(crate) fn new(rhs: &[f32], k: usize, n: usize, (rs, cs): (usize, usize)) -> Self {
         if k > 0 && n > 0 {
             assert!(
-                rhs.len() > (k - 1) * rs + (n - 1) * cs,
+                rhs.len() > last_index(k, rs, n, cs),
                 "PackedRhs: rhs too short"
             );
         }
@@ -92,24 +93,15 @@ impl PackedRhs {
         (l_rs, l_cs): (usize, usize),
     ) {
         let (k, n) = (self.k, self.n);
-        if m == 0 || n == 0 {
+        const OP: &str = "PackedRhs::product";
+        // Tasks write disjoint column ranges of each row: rows must not overlap.
+        assert!(m == 0 || n == 0 || dst_rs >= n, "{OP}: dst too short");
+        if !product_has_work(OP, (m, n, k), dst, dst_rs, accumulate) {
             return;
         }
         assert!(
-            dst.len() > (m - 1) * dst_rs + n - 1 && dst_rs >= n,
-            "PackedRhs::product: dst too short"
-        );
-        if k == 0 {
-            if !accumulate {
-                for r in 0..m {
-                    dst[r * dst_rs..r * dst_rs + n].fill(0.0);
-                }
-            }
-            return;
-        }
-        assert!(
-            lhs.len() > (m - 1) * l_rs + (k - 1) * l_cs,
-            "PackedRhs::product: lhs too short"
+            lhs.len() > last_index(m, l_rs, k, l_cs),
+            "{OP}: lhs too short"
         );
         let job = Job {
             packed: self,
@@ -362,6 +354,7 @@ mod avx2 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::fill;
 
     /// `lhs·rhs` in f64 from row-major operands.
     fn naive(m: usize, k: usize, n: usize, lhs: &[f32], rhs: &[f32]) -> Vec<f64> {
@@ -374,18 +367,6 @@ mod tests {
             }
         }
         out
-    }
-
-    fn values(len: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s % 2001) as f32 / 1000.0 - 1.0
-            })
-            .collect()
     }
 
     fn transpose(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
@@ -418,9 +399,9 @@ mod tests {
             (300, 40, 24),
         ];
         for &(m, k, n) in &shapes {
-            let lhs = values(m * k, (m * 31 + k) as u64);
-            let rhs = values(k * n, (n * 17 + k) as u64);
-            let start = values(m * (n + 3), 5);
+            let lhs = fill(m * k, (m * 31 + k) as u64, 1.0);
+            let rhs = fill(k * n, (n * 17 + k) as u64, 1.0);
+            let start = fill(m * (n + 3), 5, 1.0);
             let want = naive(m, k, n, &lhs, &rhs);
             let (lhs_t, rhs_t) = (transpose(&lhs, m, k), transpose(&rhs, k, n));
             for rhs_transposed in [false, true] {

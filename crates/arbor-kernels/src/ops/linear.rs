@@ -314,6 +314,42 @@ pub(crate) mod host {
         Some(T::from_f32(out, Shape::new([m, n])))
     }
 
+    /// The index of the last element of a `rows × cols` matrix with strides `(rs, cs)` (both
+    /// counts at least 1): a slice holds the matrix when it is longer than this.
+    pub(crate) fn last_index(rows: usize, rs: usize, cols: usize, cs: usize) -> usize {
+        (rows - 1) * rs + (cols - 1) * cs
+    }
+
+    /// What every `dst (+)= lhs·rhs` on slices does first ([`gemm_slices`], the packed
+    /// products): panics (naming `op`) when `dst` cannot hold `m` rows of `n` at row stride
+    /// `dst_rs`, and carries out an empty product itself: nothing for no rows or columns, and
+    /// for `k = 0` zeros (or, with `accumulate`, `dst` as it is). `true` when the product has
+    /// multiply-adds left for the caller.
+    pub(crate) fn product_has_work(
+        op: &str,
+        (m, n, k): (usize, usize, usize),
+        dst: &mut [f32],
+        dst_rs: usize,
+        accumulate: bool,
+    ) -> bool {
+        if m == 0 || n == 0 {
+            return false;
+        }
+        assert!(
+            dst.len() > last_index(m, dst_rs, n, 1),
+            "{op}: dst too short"
+        );
+        if k == 0 {
+            if !accumulate {
+                for r in 0..m {
+                    dst[r * dst_rs..r * dst_rs + n].fill(0.0);
+                }
+            }
+            return false;
+        }
+        true
+    }
+
     /// `dst (+)= lhs·rhs` on slices: `dst` is `m × n` with row stride `dst_rs` (columns
     /// contiguous), `lhs` is `m × k` and `rhs` is `k × n` with the given (row, column) strides, all
     /// in elements. With `accumulate` the product is added to `dst`, else it overwrites it.
@@ -331,29 +367,15 @@ pub(crate) mod host {
         rhs: &[f32],
         (r_rs, r_cs): (usize, usize),
     ) {
-        if m == 0 || n == 0 {
-            return;
-        }
-        let last =
-            |rows: usize, rs: usize, cols: usize, cs: usize| (rows - 1) * rs + (cols - 1) * cs;
-        assert!(
-            dst.len() > last(m, dst_rs, n, 1),
-            "gemm_slices: dst too short"
-        );
-        if k == 0 {
-            if !accumulate {
-                for r in 0..m {
-                    dst[r * dst_rs..r * dst_rs + n].fill(0.0);
-                }
-            }
+        if !product_has_work("gemm_slices", (m, n, k), dst, dst_rs, accumulate) {
             return;
         }
         assert!(
-            lhs.len() > last(m, l_rs, k, l_cs),
+            lhs.len() > last_index(m, l_rs, k, l_cs),
             "gemm_slices: lhs too short"
         );
         assert!(
-            rhs.len() > last(k, r_rs, n, r_cs),
+            rhs.len() > last_index(k, r_rs, n, r_cs),
             "gemm_slices: rhs too short"
         );
         let parallelism = product_parallelism(m * n * k);

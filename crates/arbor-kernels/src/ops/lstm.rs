@@ -731,20 +731,20 @@ pub(crate) mod host {
         x: FloatTensor<B>,
         params: [FloatTensor<B>; 4],
         out: FloatTensor<B>,
-        gates: FloatTensor<B>,
+        saved: FloatTensor<B>,
         lengths: &[usize],
         grad: FloatTensor<B>,
     ) -> [FloatTensor<B>; 6]
     where
         FloatTensor<B>: HostTensor,
     {
-        lstm_sequence_backward_f32(&x, &params, &out, &gates, lengths, &grad).unwrap_or_else(|| {
-            reference::lstm_sequence_backward::<B>(x, params, out, gates, lengths, grad)
+        lstm_sequence_backward_f32(&x, &params, &out, &saved, lengths, &grad).unwrap_or_else(|| {
+            reference::lstm_sequence_backward::<B>(x, params, out, saved, lengths, grad)
         })
     }
 
     /// The gradients of [`lstm_sequence_f32`] with respect to `x`, `W`, `b`, `U`, `h0` and
-    /// `c0`, from the saved output and activated gates: backpropagation through time on the
+    /// `c0`, from the output and the saved gates and `c`: backpropagation through time on the
     /// rows still running at each step ([`Running`]). Per step: the pre-activations' gradient
     /// `δ_t`, `dx_t = δ_t·Wᵀ` and `dh_{t−1} += δ_t·Uᵀ` (`Wᵀ`, `Uᵀ` packed once), and
     /// `dW += x_tᵀ·δ_t`, `dU += h_{t−1}ᵀ·δ_t`, `db += Σ δ_t`.
@@ -752,18 +752,18 @@ pub(crate) mod host {
         x: &T,
         [w, u, h0, c0]: &[T; 4],
         out: &T,
-        gates: &T,
+        saved: &T,
         lengths: &[usize],
         grad: &T,
     ) -> Option<[T; 6]> {
         let (xx, ww, uu) = (x.host()?, w.host()?, u.host()?);
         let (hh0, cc0) = (h0.host()?, c0.host()?);
-        // The gates as `lstm_sequence_f32` saves them (running rows only); any other layout
+        // What `lstm_sequence_f32` saves (running rows only); any other layout
         // came from the plain-op forward, whose backward reads it.
-        if gates.shape().num_dims() != 2 {
+        if saved.shape().num_dims() != 2 {
             return None;
         }
-        let (oo, gg, dd) = (out.host()?, gates.host()?, grad.host()?);
+        let (oo, gg, dd) = (out.host()?, saved.host()?, grad.host()?);
         let (b, t, d) = dims3(x);
         let h = u.shape()[0];
         let wd = 4 * h;
@@ -923,7 +923,8 @@ pub(crate) mod autodiff {
     #[derive(Debug)]
     struct LstmSequence;
 
-    /// `x`, then `w`, `u`, `h0`, `c0`, the output, the activated gates and the lengths.
+    /// `x`, then `w`, `u`, `h0`, `c0`, the output, what the forward saved (the activated gates
+    /// and `c`) and the lengths.
     type LstmSequenceState<B> = (
         FloatTensor<B>,
         [FloatTensor<B>; 4],
@@ -936,8 +937,8 @@ pub(crate) mod autodiff {
         type State = LstmSequenceState<B>;
 
         fn backward(self, ops: Ops<Self::State, 6>, grads: &mut Gradients, _: &mut Checkpointer) {
-            backward_with::<B, _, 6, _>(ops, grads, |(x, params, out, gates, lengths), grad| {
-                B::lstm_sequence_backward(x, params, out, gates, &lengths, grad)
+            backward_with::<B, _, 6, _>(ops, grads, |(x, params, out, saved, lengths), grad| {
+                B::lstm_sequence_backward(x, params, out, saved, &lengths, grad)
             });
         }
     }
