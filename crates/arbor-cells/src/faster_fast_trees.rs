@@ -8,7 +8,7 @@ use arbor_kernels::{sigmoid, tanh};
 
 use crate::master::n_chunks;
 use crate::runner::{CellStep, RecurrentCell, ScanOutput};
-use crate::{LstmState, MasterGates};
+use crate::{syntactic_distance, LstmState, MasterGates};
 
 /// Configuration of a [`FasterFastTreesCell`].
 #[derive(Config, Debug)]
@@ -144,7 +144,7 @@ impl<B: ArborBackend> RecurrentCell<B> for FasterFastTreesCell<B> {
         Some(ScanOutput {
             h: h_all,
             c_last,
-            master_forget: Some(master.forget.reshape([b, t, c])),
+            distances: Some(syntactic_distance(master.forget).reshape([b, t])),
         })
     }
 }

@@ -185,7 +185,7 @@ impl<B: ArborBackend> RecurrentCell<B> for LstmCell<B> {
         Some(ScanOutput {
             h,
             c_last,
-            master_forget: None,
+            distances: None,
         })
     }
 }

@@ -3,6 +3,7 @@
 use crate::ArborBackend;
 use burn::prelude::*;
 
+use crate::runner::ScanOutput;
 use crate::{cumax, LstmState};
 
 /// The chunk-level master gates `f̃ = cumax(·)` and `ĩ = 1 − cumax(·)`.
@@ -109,6 +110,45 @@ pub(crate) fn ordered_step<B: ArborBackend>(
     crate::CellStep {
         state: ordered_update(master, gates, c_prev),
         master_forget: Some(forget),
+    }
+}
+
+/// The output of [`arbor_kernels::on_lstm_sequence`] and [`arbor_kernels::fast_trees_sequence`]:
+/// every step's `h`, each example's final `c`, every step's distance.
+type OrderedSequence<B> = (Tensor<B, 3>, Tensor<B, 2>, Tensor<B, 2>);
+
+/// The whole sequence of an ON-LSTM or FastTrees cell as one op (`op`:
+/// [`arbor_kernels::on_lstm_sequence`] or [`arbor_kernels::fast_trees_sequence`] with the
+/// cell's chunk count) from its input (`x → [f̃, ĩ, i, f, ĉ, o]`, with bias) and hidden
+/// (`h → …`, no bias) weights.
+///
+/// # Shapes
+/// - `x`: `[batch, time, d_input]`; `init`: `[batch, H]` each; `lengths`: `batch` entries or
+///   empty (all `time` steps)
+/// - output: see [`ScanOutput`]
+pub(crate) fn ordered_scan<B: ArborBackend>(
+    input: &burn::nn::Linear<B>,
+    hidden: &burn::nn::Linear<B>,
+    x: Tensor<B, 3>,
+    init: &LstmState<B, 2>,
+    op: impl FnOnce(
+        Tensor<B, 3>,
+        arbor_kernels::LstmParams<B>,
+        Tensor<B, 2>,
+        Tensor<B, 2>,
+    ) -> OrderedSequence<B>,
+) -> ScanOutput<B> {
+    let width = input.weight.dims()[1];
+    let bias = match &input.bias {
+        Some(b) => b.val(),
+        None => Tensor::zeros([width], &x.device()),
+    };
+    let params = (input.weight.val(), bias, hidden.weight.val());
+    let (h, c_last, distances) = op(x, params, init.h.clone(), init.c.clone());
+    ScanOutput {
+        h,
+        c_last,
+        distances: Some(distances),
     }
 }
 

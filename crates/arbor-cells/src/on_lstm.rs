@@ -4,8 +4,8 @@ use crate::ArborBackend;
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 
-use crate::master::{n_chunks, ordered_step};
-use crate::runner::{CellStep, RecurrentCell};
+use crate::master::{n_chunks, ordered_scan, ordered_step};
+use crate::runner::{CellStep, RecurrentCell, ScanOutput};
 use crate::LstmState;
 
 /// Configuration of an [`OnLstmCell`].
@@ -93,5 +93,26 @@ impl<B: ArborBackend> RecurrentCell<B> for OnLstmCell<B> {
         debug_assert!(context_t.is_none(), "ON-LSTM has no context");
         let all = crate::linear_pair_rows(&self.input, x_t, &self.hidden, state.h);
         ordered_step(all, self.n_chunks, self.d_hidden, state.c)
+    }
+
+    /// The whole sequence as one op ([`arbor_kernels::on_lstm_sequence`]): `W` and `U` packed once, the
+    /// step loop and its backward pass inside.
+    fn scan(
+        &self,
+        x: Tensor<B, 3>,
+        init: &LstmState<B, 2>,
+        _pad: Option<Tensor<B, 3, Bool>>,
+        lengths: Option<&[usize]>,
+    ) -> Option<ScanOutput<B>> {
+        let chunks = self.n_chunks;
+        Some(ordered_scan(
+            &self.input,
+            &self.hidden,
+            x,
+            init,
+            |x, p, h0, c0| {
+                arbor_kernels::on_lstm_sequence(x, p, h0, c0, lengths.unwrap_or(&[]), chunks)
+            },
+        ))
     }
 }

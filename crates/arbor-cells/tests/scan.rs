@@ -6,8 +6,8 @@ mod common;
 
 use arbor_cells::{run_sequence, CellStep, RecurrentCell, ScanOutput, SequenceOutput};
 use arbor_cells::{
-    ArborBackend, FasterFastTreesCell, FasterFastTreesCellConfig, LstmCell, LstmCellConfig,
-    LstmState,
+    ArborBackend, FastTreesCell, FastTreesCellConfig, FasterFastTreesCell,
+    FasterFastTreesCellConfig, LstmCell, LstmCellConfig, LstmState, OnLstmCell, OnLstmCellConfig,
 };
 use burn::backend::{Autodiff, Flex};
 use burn::prelude::*;
@@ -125,7 +125,7 @@ impl RecurrentCell<Autodiff<Flex>> for AlwaysFused<'_> {
         Some(ScanOutput {
             h,
             c_last,
-            master_forget: None,
+            distances: None,
         })
     }
 }
@@ -180,4 +180,122 @@ fn lstm_sequence_equals_the_step_loop_in_values_and_gradients() {
             assert_close(&sg[k], &lg[k], 1e-4, &format!("{name}, {lengths:?}"));
         }
     }
+}
+
+/// Runs `cell` (its fused sequence op when `scan`, else its step loop) on a padded batch with
+/// an initial state and returns the values (outputs, last `h`, last `c`, distances) and the
+/// gradients of a loss reaching all of them (the distances included) with respect to `x`,
+/// `h0`, `c0` and the cell's parameters (`params`).
+fn fused_and_looped<C: RecurrentCell<Autodiff<Flex>>>(
+    cell: &C,
+    params: impl Fn(
+        &C,
+        &<Autodiff<Flex> as burn::tensor::backend::AutodiffBackend>::Gradients,
+    ) -> Vec<Vec<f64>>,
+    lengths: Option<&[usize]>,
+    scan: bool,
+) -> (Vec<Vec<f64>>, Vec<Vec<f64>>) {
+    type A = Autodiff<Flex>;
+    let device = Default::default();
+    let x = tensor::<A, 3>([4, 6, 5], 1.5, 1, &device).require_grad();
+    let h0 = tensor::<A, 2>([4, 8], 1.0, 2, &device).require_grad();
+    let c0 = tensor::<A, 2>([4, 8], 1.0, 3, &device).require_grad();
+    let init = Some(LstmState {
+        h: h0.clone(),
+        c: c0.clone(),
+    });
+    let out = if scan {
+        run_sequence(cell, x.clone(), lengths, init)
+    } else {
+        run_sequence(&StepByStep(cell), x.clone(), lengths, init)
+    };
+    let distances = out.distances.clone().expect("cumax cells give distances");
+    let values = vec![
+        to_vec(out.outputs.clone()),
+        to_vec(out.last.h.clone()),
+        to_vec(out.last.c.clone()),
+        to_vec(distances.clone()),
+    ];
+    let w = tensor::<A, 3>([4, 6, 8], 1.0, 4, &device);
+    let wd = tensor::<A, 2>([4, 6], 1.0, 5, &device);
+    let loss = out.outputs.mul(w).sum()
+        + out.last.h.sum()
+        + out.last.c.mul_scalar(0.5).sum()
+        + distances.mul(wd).sum();
+    let g = loss.backward();
+    let mut grads = vec![
+        to_vec(x.grad(&g).unwrap()),
+        to_vec(h0.grad(&g).unwrap()),
+        to_vec(c0.grad(&g).unwrap()),
+    ];
+    grads.extend(params(cell, &g));
+    (values, grads)
+}
+
+/// The ON-LSTM's and FastTrees' fused sequence ops (`on_lstm_sequence`,
+/// `fast_trees_sequence`, their cells' `scan`) compute what their step loops compute: outputs,
+/// last states, distances and the gradients of the input, the initial state and every weight,
+/// with padding (an empty example included) and an initial state.
+#[test]
+fn ordered_sequences_equal_the_step_loop_in_values_and_gradients() {
+    type A = Autodiff<Flex>;
+    let device = Default::default();
+    let on_lstm: OnLstmCell<A> = OnLstmCellConfig::new(5, 8, 2).init(&device);
+    let fast_trees: FastTreesCell<A> = FastTreesCellConfig::new(5, 8, 4).init(&device);
+    let names = ["d x", "d h0", "d c0", "d W", "d b", "d U"];
+    for lengths in [None, Some(&[6, 3, 0, 1][..]), Some(&[6, 6, 6, 6][..])] {
+        let runs = [
+            (
+                "ON-LSTM",
+                fused_and_looped(
+                    &on_lstm,
+                    |c, g| linear_grads(&c.input, &c.hidden, g),
+                    lengths,
+                    true,
+                ),
+                fused_and_looped(
+                    &on_lstm,
+                    |c, g| linear_grads(&c.input, &c.hidden, g),
+                    lengths,
+                    false,
+                ),
+            ),
+            (
+                "FastTrees",
+                fused_and_looped(
+                    &fast_trees,
+                    |c, g| linear_grads(&c.input, &c.hidden, g),
+                    lengths,
+                    true,
+                ),
+                fused_and_looped(
+                    &fast_trees,
+                    |c, g| linear_grads(&c.input, &c.hidden, g),
+                    lengths,
+                    false,
+                ),
+            ),
+        ];
+        for (cell, (sv, sg), (lv, lg)) in runs {
+            for (k, name) in NAMES.iter().enumerate() {
+                assert_close(&sv[k], &lv[k], 1e-5, &format!("{cell} {name}, {lengths:?}"));
+            }
+            for (k, name) in names.iter().enumerate() {
+                assert_close(&sg[k], &lg[k], 1e-4, &format!("{cell} {name}, {lengths:?}"));
+            }
+        }
+    }
+}
+
+/// The gradients of an input `Linear` (weight and bias) and a hidden one (weight).
+fn linear_grads(
+    input: &burn::nn::Linear<Autodiff<Flex>>,
+    hidden: &burn::nn::Linear<Autodiff<Flex>>,
+    g: &<Autodiff<Flex> as burn::tensor::backend::AutodiffBackend>::Gradients,
+) -> Vec<Vec<f64>> {
+    vec![
+        to_vec(input.weight.grad(g).unwrap()),
+        to_vec(input.bias.as_ref().unwrap().grad(g).unwrap()),
+        to_vec(hidden.weight.grad(g).unwrap()),
+    ]
 }

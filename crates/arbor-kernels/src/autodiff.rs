@@ -101,6 +101,7 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
             x: FloatTensor<Self>,
             params: [FloatTensor<Self>; 5],
             lengths: &[usize],
+            cell: crate::SequenceCell,
             every_c: bool,
         ) -> FloatTensor<Self>
             => ops::lstm::autodiff::lstm_sequence_tracked::<B, C>;

@@ -149,6 +149,7 @@ macro_rules! host_backend {
                     x: FloatTensor<Self>,
                     params: [FloatTensor<Self>; 5],
                     lengths: &[usize],
+                    cell: $crate::SequenceCell,
                     every_c: bool,
                     keep_gates: bool,
                 ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>)
@@ -159,6 +160,7 @@ macro_rules! host_backend {
                     out: FloatTensor<Self>,
                     saved: FloatTensor<Self>,
                     lengths: &[usize],
+                    cell: $crate::SequenceCell,
                     grad: FloatTensor<Self>,
                 ) -> [FloatTensor<Self>; 6]
                     => $crate::ops::lstm::host::lstm_sequence_backward::<Self>;

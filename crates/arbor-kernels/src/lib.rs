@@ -99,7 +99,10 @@ pub use ops::gumbel_tree::{st_gumbel_tree, StGumbelTreeParts, StGumbelTreeSaved}
 pub use ops::layer_norm::layer_norm;
 pub use ops::linear::{cpu_product_kernels, linear, linear_given, linear_pair};
 pub use ops::linear_scan::linear_scan;
-pub use ops::lstm::{lstm_sequence, lstm_sequence_states, LstmParams};
+pub use ops::lstm::{
+    fast_trees_sequence, lstm_sequence, lstm_sequence_states, on_lstm_sequence, LstmParams,
+    SequenceCell,
+};
 pub use ops::memory::{contiguous, zeros};
 pub use ops::ordered_cell::{ordered_cell, ordered_gates};
 pub use ops::rows::{select_rows, write_rows};
@@ -380,25 +383,28 @@ pub trait ArborBackend: Backend {
         x: FloatTensor<Self>,
         params: [FloatTensor<Self>; 5],
         lengths: &[usize],
+        cell: SequenceCell,
         every_c: bool,
     ) -> FloatTensor<Self> {
-        Self::lstm_sequence(x, params, lengths, every_c, false).0
+        Self::lstm_sequence(x, params, lengths, cell, every_c, false).0
     }
 
-    /// The LSTM layer over a sequence; see [`lstm_sequence`] (`params` are `[w, b, u, h0,
-    /// c0]`). Returns the `[b, t + 1, H]` output (every step's `h`, then the final `c`), or
-    /// with `every_c` `[2b, t, H]` (every step's `h`, then every step's `c`), and, with
-    /// `keep_gates`, what the backward pass reads (the activated gates and `c`), in a
-    /// layout of the backend's own (the plain-op default: `[b, t, 6H]` with `h` too; the CPU
-    /// kernels: the running rows only).
+    /// An LSTM-family layer (`cell`) over a sequence; see [`lstm_sequence`] and
+    /// [`on_lstm_sequence`] (`params` are `[w, b, u, h0, c0]`). Returns the `[b, t + 1, H + e]`
+    /// output (every step's `h` and, for the ordered cells, distance (`e = 1`), then the
+    /// final `c`), or with `every_c` `[2b, t, H + e]` (every step's `h`, then every step's
+    /// `c`), and, with `keep_gates`, what the backward pass reads (the activated gates and
+    /// `c`), in a layout of the backend's own (the plain-op default: `[b, t, P + 2H]` with `h`
+    /// too; the CPU kernels: the running rows only).
     fn lstm_sequence(
         x: FloatTensor<Self>,
         params: [FloatTensor<Self>; 5],
         lengths: &[usize],
+        cell: SequenceCell,
         every_c: bool,
         keep_gates: bool,
     ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>) {
-        reference::lstm_sequence::<Self>(x, params, lengths, every_c, keep_gates)
+        reference::lstm_sequence::<Self>(x, params, lengths, cell, every_c, keep_gates)
     }
 
     /// The gradients of [`ArborBackend::lstm_sequence`] with respect to `x`, `w`, `b`, `u`,
@@ -410,9 +416,10 @@ pub trait ArborBackend: Backend {
         out: FloatTensor<Self>,
         saved: FloatTensor<Self>,
         lengths: &[usize],
+        cell: SequenceCell,
         grad: FloatTensor<Self>,
     ) -> [FloatTensor<Self>; 6] {
-        reference::lstm_sequence_backward::<Self>(x, params, out, saved, lengths, grad)
+        reference::lstm_sequence_backward::<Self>(x, params, out, saved, lengths, cell, grad)
     }
 
     /// The Gumbel Tree-LSTM's layers with argmax decisions as one op; see [`argmax_tree`].

@@ -23,8 +23,9 @@ pub struct ScanOutput<B: Backend> {
     pub h: Tensor<B, 3>,
     /// Each example's cell state after its last real step `[batch, H]`.
     pub c_last: Tensor<B, 2>,
-    /// The master forget gate `f̃_t` `[batch, time, C]` of cumax cells; `None` otherwise.
-    pub master_forget: Option<Tensor<B, 3>>,
+    /// The syntactic distance `d_t = 1 − mean(f̃_t)` of every step `[batch, time]` (any
+    /// values at padded steps) for cumax cells; `None` otherwise.
+    pub distances: Option<Tensor<B, 2>>,
 }
 
 /// The interface every recurrent cell implements.

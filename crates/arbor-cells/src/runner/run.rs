@@ -251,13 +251,12 @@ fn from_scan<B: ArborBackend>(
 ) -> SequenceOutput<B> {
     let [batch, time, h] = scan.h.dims();
     let device = scan.h.device();
-    let distances = scan.master_forget.map(|f| {
-        let d = syntactic_distance(f);
-        match &pad {
-            Some(pad) => d.mask_fill(pad.clone(), 0.0),
-            None => d,
-        }
-        .reshape([batch, time])
+    let distances = scan.distances.map(|d| match &pad {
+        Some(pad) => d
+            .reshape([batch, time, 1])
+            .mask_fill(pad.clone(), 0.0)
+            .reshape([batch, time]),
+        None => d,
     });
     let (outputs, h_last) = match (pad, lengths) {
         (Some(pad), Some(lengths)) => {

@@ -1,10 +1,68 @@
-//! `lstm_sequence`: the LSTM recurrence over a whole sequence as one op and one autodiff node
-//! (the step loop inside the op, backpropagation through time in one backward pass).
+//! `lstm_sequence` and `ordered_sequence`: the recurrence of an LSTM-family layer (LSTM,
+//! ON-LSTM, FastTrees) over a whole sequence as one op and one autodiff node (the step loop
+//! inside the op, backpropagation through time in one backward pass).
 
 use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
 
 use crate::ArborBackend;
+
+/// The cell a sequence op runs; every cell's step is `pre = x_t·W + b + h_{t−1}·U` and then
+/// the cell's update from `pre`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SequenceCell {
+    /// The LSTM: `pre = [i, f, g, o]` (`4H` columns, [`GateLayout::lstm`]'s order),
+    /// `c_t = σ(f) c_{t−1} + σ(i) tanh(g)`, `h_t = σ(o) tanh(c_t)`; `U` is `[H, 4H]`.
+    ///
+    /// [`GateLayout::lstm`]: crate::GateLayout::lstm
+    Lstm,
+    /// ON-LSTM (Shen et al. 2019, eqs. 9–14): `pre = [f̃, ĩ, i, f, g, o]` (`2C + 4H` columns),
+    /// master gates `f̃ = cumax(·)`, `ĩ = 1 − cumax(·)` over `chunks` chunks of `H / C` units,
+    /// `ω = f̃ ĩ`, `f̂ = σ(f) ω + f̃ − ω`, `î = σ(i) ω + ĩ − ω`, `c_t = f̂ c_{t−1} + î tanh(g)`,
+    /// `h_t = σ(o) tanh(c_t)`; every gate reads `h`, so `U` is `[H, 2C + 4H]`.
+    OnLstm {
+        /// The number of chunks `C` (dividing `H`).
+        chunks: usize,
+    },
+    /// FastTrees (Pung & Chan): ON-LSTM whose master gates read `x_t` only, so `U` is
+    /// `[H, 4H]` and adds to the last `4H` columns of `pre`.
+    FastTrees {
+        /// The number of chunks `C` (dividing `H`).
+        chunks: usize,
+    },
+}
+
+impl SequenceCell {
+    /// The master gates' chunk count `C`; 0 for the LSTM.
+    pub fn chunks(self) -> usize {
+        match self {
+            Self::Lstm => 0,
+            Self::OnLstm { chunks } | Self::FastTrees { chunks } => chunks,
+        }
+    }
+
+    /// The width of `pre` (and of `W`, `b`) for hidden width `h`.
+    pub fn width(self, h: usize) -> usize {
+        2 * self.chunks() + 4 * h
+    }
+
+    /// The width of `U` for hidden width `h`: the last `u_width` columns of `pre` read `h`.
+    pub fn u_width(self, h: usize) -> usize {
+        match self {
+            Self::Lstm | Self::FastTrees { .. } => 4 * h,
+            Self::OnLstm { .. } => self.width(h),
+        }
+    }
+
+    /// The output's columns past `H`: the ordered cells' syntactic distance
+    /// `d_t = 1 − mean(f̃_t)` (one column), none for the LSTM.
+    pub fn extra_columns(self) -> usize {
+        match self {
+            Self::Lstm => 0,
+            Self::OnLstm { .. } | Self::FastTrees { .. } => 1,
+        }
+    }
+}
 
 /// An LSTM layer over a whole sequence as one op and one autodiff node: each step is
 /// `[i, f, g, o] = x_t·W + b + h_{t−1}·U` (gate order `i, f, g, o`, as [`GateLayout::lstm`]),
@@ -45,7 +103,7 @@ pub fn lstm_sequence<B: ArborBackend>(
     let h = params.2.dims()[0];
     // One output, `[batch, time + 1, H]`: the `h` rows, then the final `c` (so the op is one
     // autodiff node with no whole-sequence `c` in its output).
-    let out = checked(x, params, h0, c0, lengths, false);
+    let out = checked(x, params, h0, c0, lengths, SequenceCell::Lstm, false);
     let c_last = out.clone().narrow(1, t, 1).reshape([batch, h]);
     (out.narrow(1, 0, t), c_last)
 }
@@ -68,49 +126,122 @@ pub fn lstm_sequence_states<B: ArborBackend>(
 ) -> (Tensor<B, 3>, Tensor<B, 3>) {
     let batch = x.dims()[0];
     // `[2·batch, time, H]`: the `h` of every example, then its `c` (two contiguous halves).
-    let out = checked(x, params, h0, c0, lengths, true);
+    let out = checked(x, params, h0, c0, lengths, SequenceCell::Lstm, true);
     (out.clone().narrow(0, 0, batch), out.narrow(0, batch, batch))
 }
 
-/// An LSTM layer's parameters for [`lstm_sequence`]: the input weight `[d, 4H]`, the bias
-/// `[4H]` and the recurrent weight `[H, 4H]`.
+/// An ON-LSTM layer over a whole sequence as one op and one autodiff node, as
+/// [`lstm_sequence`] is for the LSTM: each step is `pre = x_t·W + b + h_{t−1}·U` with columns
+/// `[f̃ (C), ĩ (C), i, f, g, o]` and the update of [`SequenceCell::OnLstm`]; the op also
+/// gives every step's syntactic distance `d_t = 1 − mean(f̃_t)`.
+///
+/// # Shapes
+/// - `x`: `[batch, time, d]`
+/// - `w`: `[d, 2C + 4H]`, `b`: `[2C + 4H]`, `u`: `[H, 2C + 4H]`
+/// - `h0`, `c0`: `[batch, H]`
+/// - output: `h_t` of every step `[batch, time, H]`, each example's final cell state
+///   `[batch, H]` and the distances `[batch, time]` (an ended example's `h` rows repeat its last
+///   `h`; its distances there are 0)
+///
+/// # Panics
+/// If the shapes disagree, `chunks` does not divide `H`, or `lengths` has another count than
+/// `batch` or an entry over `time`.
+pub fn on_lstm_sequence<B: ArborBackend>(
+    x: Tensor<B, 3>,
+    params: LstmParams<B>,
+    h0: Tensor<B, 2>,
+    c0: Tensor<B, 2>,
+    lengths: &[usize],
+    chunks: usize,
+) -> (Tensor<B, 3>, Tensor<B, 2>, Tensor<B, 2>) {
+    ordered(x, params, h0, c0, lengths, SequenceCell::OnLstm { chunks })
+}
+
+/// A FastTrees layer over a whole sequence as one op and one autodiff node: as
+/// [`on_lstm_sequence`], but the master gates read `x_t` only ([`SequenceCell::FastTrees`]),
+/// so `u` is `[H, 4H]` (adding to the last `4H` columns of `pre`).
+///
+/// # Shapes
+/// As [`on_lstm_sequence`], with `u`: `[H, 4H]`.
+///
+/// # Panics
+/// As [`on_lstm_sequence`].
+pub fn fast_trees_sequence<B: ArborBackend>(
+    x: Tensor<B, 3>,
+    params: LstmParams<B>,
+    h0: Tensor<B, 2>,
+    c0: Tensor<B, 2>,
+    lengths: &[usize],
+    chunks: usize,
+) -> (Tensor<B, 3>, Tensor<B, 2>, Tensor<B, 2>) {
+    ordered(
+        x,
+        params,
+        h0,
+        c0,
+        lengths,
+        SequenceCell::FastTrees { chunks },
+    )
+}
+
+/// The ordered cells' op and the split of its `[batch, time + 1, H + 1]` output (every step's
+/// `h` and distance, then the final `c`).
+fn ordered<B: ArborBackend>(
+    x: Tensor<B, 3>,
+    params: LstmParams<B>,
+    h0: Tensor<B, 2>,
+    c0: Tensor<B, 2>,
+    lengths: &[usize],
+    cell: SequenceCell,
+) -> (Tensor<B, 3>, Tensor<B, 2>, Tensor<B, 2>) {
+    let [batch, t, _] = x.dims();
+    let h = params.2.dims()[0];
+    let out = checked(x, params, h0, c0, lengths, cell, false);
+    let steps = out.clone().narrow(1, 0, t);
+    // `h` is a column window of the output: copied into memory of its own, since the next
+    // layer reads it many times.
+    let hs = crate::contiguous(steps.clone().narrow(2, 0, h));
+    let distances = steps.narrow(2, h, 1).reshape([batch, t]);
+    let c_last = out.narrow(1, t, 1).narrow(2, 0, h).reshape([batch, h]);
+    (hs, c_last, distances)
+}
+
+/// An LSTM-family layer's parameters for the sequence ops: the input weight `[d, P]`, the bias
+/// `[P]` and the recurrent weight `[H, ·]` (`P` and `U`'s width as [`SequenceCell::width`] and
+/// [`SequenceCell::u_width`]; `[d, 4H]`, `[4H]`, `[H, 4H]` for [`lstm_sequence`]).
 pub type LstmParams<B> = (Tensor<B, 2>, Tensor<B, 1>, Tensor<B, 2>);
 
-/// The shape checks and the op: `[2·batch, time, H]` with `every_c`, else `[batch, time + 1, H]`.
+/// The shape checks and the op: `[2·batch, time, H + e]` with `every_c`, else
+/// `[batch, time + 1, H + e]`, where `e` is [`SequenceCell::extra_columns`].
 fn checked<B: ArborBackend>(
     x: Tensor<B, 3>,
     (w, b, u): LstmParams<B>,
     h0: Tensor<B, 2>,
     c0: Tensor<B, 2>,
     lengths: &[usize],
+    cell: SequenceCell,
     every_c: bool,
 ) -> Tensor<B, 3> {
     let [batch, t, d] = x.dims();
-    let [h, width] = u.dims();
-    assert_eq!(
-        width,
-        4 * h,
-        "lstm_sequence: u's width {width} is not 4H for H = {h}"
+    let [h, uw] = u.dims();
+    let (width, chunks) = (cell.width(h), cell.chunks());
+    assert!(
+        cell == SequenceCell::Lstm || (chunks > 0 && h % chunks == 0),
+        "{cell:?}: {chunks} chunks do not divide H = {h}"
     );
     assert_eq!(
-        w.dims(),
-        [d, width],
-        "lstm_sequence: w must be [{d}, {width}]"
+        uw,
+        cell.u_width(h),
+        "{cell:?}: u's width {uw} is not {} for H = {h}",
+        cell.u_width(h)
     );
-    assert_eq!(b.dims(), [width], "lstm_sequence: b must be [{width}]");
-    assert_eq!(
-        h0.dims(),
-        [batch, h],
-        "lstm_sequence: h0 must be [{batch}, {h}]"
-    );
-    assert_eq!(
-        c0.dims(),
-        [batch, h],
-        "lstm_sequence: c0 must be [{batch}, {h}]"
-    );
+    assert_eq!(w.dims(), [d, width], "{cell:?}: w must be [{d}, {width}]");
+    assert_eq!(b.dims(), [width], "{cell:?}: b must be [{width}]");
+    assert_eq!(h0.dims(), [batch, h], "{cell:?}: h0 must be [{batch}, {h}]");
+    assert_eq!(c0.dims(), [batch, h], "{cell:?}: c0 must be [{batch}, {h}]");
     assert!(
         lengths.is_empty() || (lengths.len() == batch && lengths.iter().all(|&l| l <= t)),
-        "lstm_sequence: {} lengths for {batch} rows of {t} steps",
+        "{cell:?}: {} lengths for {batch} rows of {t} steps",
         lengths.len()
     );
     let p = |x: Tensor<B, 2>| x.into_primitive().tensor();
@@ -118,6 +249,7 @@ fn checked<B: ArborBackend>(
         x.into_primitive().tensor(),
         [p(w), b.into_primitive().tensor(), p(u), p(h0), p(c0)],
         lengths,
+        cell,
         every_c,
     )))
 }
@@ -127,6 +259,7 @@ pub(crate) mod reference {
     use burn::prelude::*;
     use burn::tensor::ops::FloatTensor;
 
+    use super::SequenceCell;
     use crate::reference::{t2, t3};
 
     /// Row `b`'s state is frozen at step `s` (past its length), as a `[b, 1]` mask; `None` when no
@@ -148,16 +281,43 @@ pub(crate) mod reference {
         })
     }
 
-    /// [`crate::lstm_sequence`] in plain ops: the input projection of every step as one
-    /// product, then [`recurrence`]. Returns the `[b, t + 1, H]` output (every step's `h`, then
-    /// the final `c`), or with `every_c` `[2b, t, H]` (every step's `h`, then every step's `c`),
-    /// and, with
-    /// `keep_gates`, what the backward pass reads: the activated gates and every step's `h` and
-    /// `c`, `[b, t, 6H]`.
+    /// `1 / (1 + e^(−x))` in the float type itself: Burn 0.21's `sigmoid` computes in `f32`
+    /// whatever the type, which would make this reference too coarse for f64 checks.
+    fn sig<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
+        x.neg().exp().add_scalar(1.0).recip()
+    }
+
+    /// The softmax of each row, in the float type itself (as [`sig`]).
+    fn softmax_rows<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let e = x.clone().sub(x.max_dim(1)).exp();
+        e.clone().div(e.sum_dim(1))
+    }
+
+    /// `[n, C]` chunk values broadcast over their `H / C` units: `[n, H]`.
+    fn per_unit<B: Backend>(x: Tensor<B, 2>, h: usize) -> Tensor<B, 2> {
+        let [n, c] = x.dims();
+        x.unsqueeze_dim::<3>(2)
+            .expand([n, c, h / c])
+            .reshape([n, h])
+    }
+
+    /// `[n, H]` unit values summed over each chunk of `H / C`: `[n, C]`.
+    fn per_chunk<B: Backend>(x: Tensor<B, 2>, c: usize) -> Tensor<B, 2> {
+        let [n, h] = x.dims();
+        x.reshape([n, c, h / c]).sum_dim(2).reshape([n, c])
+    }
+
+    /// The sequence op in plain ops ([`crate::lstm_sequence`], [`crate::on_lstm_sequence`],
+    /// [`crate::fast_trees_sequence`]): the input projection of every step as one product, then
+    /// [`recurrence`]. Returns the `[b, t + 1, H + e]` output (every step's `h` and, for the
+    /// ordered cells, distance, then the final `c`), or with `every_c` `[2b, t, H + e]` (every
+    /// step's `h`, then every step's `c`), and, with `keep_gates`, what the backward pass
+    /// reads: the activated gates and every step's `h` and `c`, `[b, t, P + 2H]`.
     pub fn lstm_sequence<B: Backend>(
         x: FloatTensor<B>,
         [w, bias, u, h0, c0]: [FloatTensor<B>; 5],
         lengths: &[usize],
+        cell: SequenceCell,
         every_c: bool,
         keep_gates: bool,
     ) -> (FloatTensor<B>, Option<FloatTensor<B>>) {
@@ -173,24 +333,46 @@ pub(crate) mod reference {
             .matmul(w)
             .add(bias.unsqueeze_dim(0))
             .reshape([b, t, width]);
-        let hd = width / 4;
-        let first_c = c0.clone();
-        let (hc, gates) =
-            recurrence::<B>(xp.into_primitive().tensor(), u, h0, c0, lengths, keep_gates);
-        let hc = t3::<B>(hc);
-        let c_last = if t == 0 {
-            t2::<B>(first_c).unsqueeze_dim::<3>(1)
+        let hd = t2::<B>(c0.clone()).dims()[1];
+        let e = cell.extra_columns();
+        let first_c = t2::<B>(c0.clone());
+        let (hcd, gates) = recurrence::<B>(
+            xp.into_primitive().tensor(),
+            u,
+            h0,
+            c0,
+            lengths,
+            cell,
+            keep_gates,
+        );
+        let hcd = t3::<B>(hcd);
+        let (h_all, c_all) = (hcd.clone().narrow(2, 0, hd), hcd.clone().narrow(2, hd, hd));
+        // Every step's `h` with its distance.
+        let h_rows = if e > 0 {
+            Tensor::cat(vec![h_all, hcd.clone().narrow(2, 2 * hd, e)], 2)
         } else {
-            hc.clone().narrow(1, t - 1, 1).narrow(2, hd, hd)
+            h_all
+        };
+        let pad = |x: Tensor<B, 3>| {
+            if e > 0 {
+                let z = x.clone().narrow(2, 0, e).zeros_like();
+                Tensor::cat(vec![x, z], 2)
+            } else {
+                x
+            }
         };
         let out = if every_c {
-            let (h_all, c_all) = (hc.clone().narrow(2, 0, hd), hc.clone().narrow(2, hd, hd));
-            Tensor::cat(vec![h_all, c_all], 0)
+            Tensor::cat(vec![h_rows, pad(c_all)], 0)
         } else {
-            Tensor::cat(vec![hc.clone().narrow(2, 0, hd), c_last], 1)
+            let c_last = if t == 0 {
+                first_c.unsqueeze_dim::<3>(1)
+            } else {
+                c_all.narrow(1, t - 1, 1)
+            };
+            Tensor::cat(vec![h_rows, pad(c_last)], 1)
         };
         let saved = gates.map(|g| {
-            Tensor::cat(vec![t3::<B>(g), hc], 2)
+            Tensor::cat(vec![t3::<B>(g), hcd.narrow(2, 0, 2 * hd)], 2)
                 .into_primitive()
                 .tensor()
         });
@@ -206,11 +388,13 @@ pub(crate) mod reference {
         _out: FloatTensor<B>,
         saved: FloatTensor<B>,
         lengths: &[usize],
+        cell: SequenceCell,
         grad: FloatTensor<B>,
     ) -> [FloatTensor<B>; 6] {
         let (saved, grad) = (t3::<B>(saved), t3::<B>(grad));
         let [b, t, d] = t3::<B>(x.clone()).dims();
         let hd = t2::<B>(u.clone()).dims()[0];
+        let (width, e) = (cell.width(hd), cell.extra_columns());
         // The output's layout, from its gradient: every step's `h` and `c`, or `h` and the final
         // `c`.
         let every_c = grad.dims()[1] == t;
@@ -221,11 +405,10 @@ pub(crate) mod reference {
             let p = |t: Tensor<B, 2>| t.into_primitive().tensor();
             return [
                 x.zeros_like().into_primitive().tensor(),
-                p(w.zeros_like()),
-                // Zeros in `u`'s float type (a constructor's default type may differ).
-                t2::<B>(u.clone())
-                    .sum_dim(0)
-                    .reshape([4 * hd])
+                p(w.clone().zeros_like()),
+                // Zeros in `w`'s float type (a constructor's default type may differ).
+                w.sum_dim(0)
+                    .reshape([width])
                     .zeros_like()
                     .into_primitive()
                     .tensor(),
@@ -234,32 +417,36 @@ pub(crate) mod reference {
                 if every_c {
                     p(t2::<B>(c0).zeros_like())
                 } else {
-                    p(grad.narrow(1, 0, 1).reshape([b, hd]))
+                    p(grad.narrow(1, 0, 1).narrow(2, 0, hd).reshape([b, hd]))
                 },
             ];
         }
-        let gates = saved.clone().narrow(2, 0, 4 * hd);
-        let hc = saved.narrow(2, 4 * hd, 2 * hd);
-        // The gradient of every step's `h` and `c` (without `every_c`, `c`'s only at the last
-        // step: the final `c`).
-        let d_hc = if every_c {
-            Tensor::cat(vec![grad.clone().narrow(0, 0, b), grad.narrow(0, b, b)], 2)
+        let gates = saved.clone().narrow(2, 0, width);
+        let hc = saved.narrow(2, width, 2 * hd);
+        // The gradient of every step's `h`, `c` and distance (without `every_c`, `c`'s only at
+        // the last step: the final `c`).
+        let (d_h, d_c) = if every_c {
+            (
+                grad.clone().narrow(0, 0, b),
+                grad.clone().narrow(0, b, b).narrow(2, 0, hd),
+            )
         } else {
+            let last = grad.clone().narrow(1, t, 1).narrow(2, 0, hd);
             let d_c = Tensor::cat(
-                vec![
-                    // Zeros in the gradient's own float type.
-                    grad.clone().narrow(1, 0, t - 1).zeros_like(),
-                    grad.clone().narrow(1, t, 1),
-                ],
+                vec![last.clone().expand([b, t - 1, hd]).zeros_like(), last],
                 1,
             );
-            Tensor::cat(vec![grad.narrow(1, 0, t), d_c], 2)
+            (grad.narrow(1, 0, t), d_c)
         };
+        let mut d_hcd = vec![d_h.clone().narrow(2, 0, hd), d_c];
+        if e > 0 {
+            d_hcd.push(d_h.narrow(2, hd, e));
+        }
+        let d_hcd = Tensor::cat(d_hcd, 2);
         let p3 = |t: Tensor<B, 3>| t.into_primitive().tensor();
         let [d_xp, d_u, d_h0, d_c0] =
-            recurrence_backward::<B>(u, h0, c0, p3(hc), p3(gates), lengths, p3(d_hc));
+            recurrence_backward::<B>(u, h0, c0, p3(hc), p3(gates), lengths, cell, p3(d_hcd));
         let (x, w, d_xp) = (t3::<B>(x), t2::<B>(w), t3::<B>(d_xp));
-        let width = w.dims()[1];
         let d_xp = d_xp.reshape([b * t, width]);
         let d_x = d_xp.clone().matmul(w.transpose()).reshape([b, t, d]);
         let d_w = x.reshape([b * t, d]).transpose().matmul(d_xp.clone());
@@ -274,33 +461,112 @@ pub(crate) mod reference {
         ]
     }
 
-    /// The LSTM recurrence from precomputed input projections `xp` (`[b, t, 4H]`), in plain
-    /// ops, one step per time step.
+    /// `pre = xp_t + h·U` for `cell` (`U` adds to the last [`SequenceCell::u_width`] columns).
+    fn pre_activations<B: Backend>(
+        xp_t: Tensor<B, 2>,
+        h: Tensor<B, 2>,
+        u: &Tensor<B, 2>,
+        cell: SequenceCell,
+    ) -> Tensor<B, 2> {
+        let [_, w] = xp_t.dims();
+        let uw = u.dims()[1];
+        let hu = h.matmul(u.clone());
+        if uw == w {
+            xp_t + hu
+        } else {
+            let lead = xp_t.clone().narrow(1, 0, w - uw);
+            debug_assert!(matches!(cell, SequenceCell::FastTrees { .. }));
+            Tensor::cat(vec![lead, xp_t.narrow(1, w - uw, uw) + hu], 1)
+        }
+    }
+
+    /// The master gates from the activated `[p_f̃, p_ĩ]` (each row's softmax): `f̃ = cumsum(p_f̃)`,
+    /// `ĩ = 1 − cumsum(p_ĩ)`, per chunk `[n, C]`.
+    fn master<B: Backend>(act: &Tensor<B, 2>, c: usize) -> (Tensor<B, 2>, Tensor<B, 2>) {
+        let ft = act.clone().narrow(1, 0, c).cumsum(1);
+        let it = act.clone().narrow(1, c, c).cumsum(1).neg().add_scalar(1.0);
+        (ft, it)
+    }
+
+    /// One step's activated gates (`[p_f̃, p_ĩ]` the master gates' softmax, then `σ(i)`,
+    /// `σ(f)`, `tanh(g)`, `σ(o)`), new `c` and `h`, and distance (`[n, 1]`, ordered cells
+    /// only), from the pre-activations and `c_prev`.
+    fn step<B: Backend>(
+        pre: Tensor<B, 2>,
+        c_prev: Tensor<B, 2>,
+        cell: SequenceCell,
+    ) -> (
+        Tensor<B, 2>,
+        Tensor<B, 2>,
+        Tensor<B, 2>,
+        Option<Tensor<B, 2>>,
+    ) {
+        let hd = c_prev.dims()[1];
+        let c2 = 2 * cell.chunks();
+        let block = |k: usize| pre.clone().narrow(1, c2 + k * hd, hd);
+        let (i, f, g, o) = (sig(block(0)), sig(block(1)), block(2).tanh(), sig(block(3)));
+        let (act, c_new, distance) = match cell {
+            SequenceCell::Lstm => {
+                let c_new = f.clone().mul(c_prev) + i.clone().mul(g.clone());
+                (Tensor::cat(vec![i, f, g, o.clone()], 1), c_new, None)
+            }
+            SequenceCell::OnLstm { chunks } | SequenceCell::FastTrees { chunks } => {
+                let p = Tensor::cat(
+                    vec![
+                        softmax_rows(pre.clone().narrow(1, 0, chunks)),
+                        softmax_rows(pre.clone().narrow(1, chunks, chunks)),
+                    ],
+                    1,
+                );
+                let (ft, it) = master(&p, chunks);
+                let distance = ft.clone().mean_dim(1).neg().add_scalar(1.0);
+                let (ft, it) = (per_unit(ft, hd), per_unit(it, hd));
+                let w = ft.clone().mul(it.clone());
+                let f_hat = f.clone().mul(w.clone()) + ft - w.clone();
+                let i_hat = i.clone().mul(w.clone()) + it - w;
+                let c_new = f_hat.mul(c_prev) + i_hat.mul(g.clone());
+                (
+                    Tensor::cat(vec![p, i, f, g, o.clone()], 1),
+                    c_new,
+                    Some(distance),
+                )
+            }
+        };
+        let h_new = o.mul(c_new.clone().tanh());
+        (act, c_new, h_new, distance)
+    }
+
+    /// The recurrence from precomputed input projections `xp` (`[b, t, P]`), in plain ops, one
+    /// step per time step: every step's `[h, c, d]` (`[b, t, 2H + e]`; the distance `d` of
+    /// the ordered cells is 0 where an example has ended) and, with `keep_gates`, the activated
+    /// gates `[b, t, P]`.
     pub(crate) fn recurrence<B: Backend>(
         xp: FloatTensor<B>,
         u: FloatTensor<B>,
         h0: FloatTensor<B>,
         c0: FloatTensor<B>,
         lengths: &[usize],
+        cell: SequenceCell,
         keep_gates: bool,
     ) -> (FloatTensor<B>, Option<FloatTensor<B>>) {
         let (xp, u, mut h, mut c) = (t3::<B>(xp), t2::<B>(u), t2::<B>(h0), t2::<B>(c0));
         let [b, t, w] = xp.dims();
-        let hd = w / 4;
+        let hd = h.dims()[1];
+        let e = cell.extra_columns();
         let device = xp.device();
         let mut outs = Vec::with_capacity(t);
         let mut gates = Vec::with_capacity(t);
         for s in 0..t {
-            let pre = xp.clone().narrow(1, s, 1).reshape([b, w]) + h.clone().matmul(u.clone());
-            let block = |k: usize| pre.clone().narrow(1, k * hd, hd);
-            // `1 / (1 + e^(−x))` in the float type itself: Burn 0.21's `sigmoid` computes in
-            // `f32` whatever the type, which would make this reference too coarse for f64 checks.
-            let sig = |x: Tensor<B, 2>| x.neg().exp().add_scalar(1.0).recip();
-            let (i, f, g, o) = (sig(block(0)), sig(block(1)), block(2).tanh(), sig(block(3)));
-            let c_new = f.clone().mul(c.clone()) + i.clone().mul(g.clone());
-            let h_new = o.clone().mul(c_new.clone().tanh());
+            let pre = pre_activations(
+                xp.clone().narrow(1, s, 1).reshape([b, w]),
+                h.clone(),
+                &u,
+                cell,
+            );
+            let (act, c_new, h_new, mut distance) = step(pre, c.clone(), cell);
             match frozen_rows::<B>(lengths, b, s, &device) {
                 Some(frozen) => {
+                    distance = distance.map(|d| d.mask_fill(frozen.clone(), 0.0));
                     let frozen = frozen.expand([b, hd]);
                     h = h_new.mask_where(frozen.clone(), h);
                     c = c_new.mask_where(frozen, c);
@@ -310,13 +576,15 @@ pub(crate) mod reference {
                     c = c_new;
                 }
             }
-            outs.push(Tensor::cat(vec![h.clone(), c.clone()], 1).unsqueeze_dim::<3>(1));
+            let mut row = vec![h.clone(), c.clone()];
+            row.extend(distance);
+            outs.push(Tensor::cat(row, 1).unsqueeze_dim::<3>(1));
             if keep_gates {
-                gates.push(Tensor::cat(vec![i, f, g, o], 1).unsqueeze_dim::<3>(1));
+                gates.push(act.unsqueeze_dim::<3>(1));
             }
         }
         let out = if t == 0 {
-            Tensor::<B, 3>::zeros([b, 0, 2 * hd], &device)
+            Tensor::<B, 3>::zeros([b, 0, 2 * hd + e], &device)
         } else {
             Tensor::cat(outs, 1)
         };
@@ -333,7 +601,9 @@ pub(crate) mod reference {
     }
 
     /// The gradients of [`recurrence`] with respect to `xp`, `u`, `h0` and `c0` in plain ops
-    /// (backpropagation through time).
+    /// (backpropagation through time), from every step's `[h, c]` (`out`), the activated gates
+    /// and the gradient of every step's `[h, c, d]`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn recurrence_backward<B: Backend>(
         u: FloatTensor<B>,
         h0: FloatTensor<B>,
@@ -341,12 +611,15 @@ pub(crate) mod reference {
         out: FloatTensor<B>,
         gates: FloatTensor<B>,
         lengths: &[usize],
+        cell: SequenceCell,
         grad: FloatTensor<B>,
     ) -> [FloatTensor<B>; 4] {
         let (u, h0, c0) = (t2::<B>(u), t2::<B>(h0), t2::<B>(c0));
         let (out, gates, grad) = (t3::<B>(out), t3::<B>(gates), t3::<B>(grad));
         let [b, t, w] = gates.dims();
-        let hd = w / 4;
+        let hd = h0.dims()[1];
+        let (chunks, uw) = (cell.chunks(), cell.u_width(hd));
+        let c2 = 2 * chunks;
         let device = gates.device();
         let at = |x: &Tensor<B, 3>, s: usize, k: usize, width: usize| {
             x.clone()
@@ -367,10 +640,10 @@ pub(crate) mod reference {
                 (c0.clone(), h0.clone())
             };
             let (i, f, g, o) = (
-                at(&gates, s, 0, hd),
-                at(&gates, s, hd, hd),
-                at(&gates, s, 2 * hd, hd),
-                at(&gates, s, 3 * hd, hd),
+                at(&gates, s, c2, hd),
+                at(&gates, s, c2 + hd, hd),
+                at(&gates, s, c2 + 2 * hd, hd),
+                at(&gates, s, c2 + 3 * hd, hd),
             );
             let tc = c.tanh();
             let one = |x: &Tensor<B, 2>| x.ones_like();
@@ -380,35 +653,85 @@ pub(crate) mod reference {
                     .mul(o.clone())
                     .mul(one(&tc) - tc.clone().powi_scalar(2));
             let d_o = g_h.clone().mul(tc).mul(o.clone()).mul(one(&o) - o);
-            let d_i = d_c
-                .clone()
-                .mul(g.clone())
-                .mul(i.clone())
-                .mul(one(&i) - i.clone());
-            let d_g = d_c.clone().mul(i).mul(one(&g) - g.powi_scalar(2));
-            let d_f = d_c
-                .clone()
-                .mul(c_prev)
-                .mul(f.clone())
-                .mul(one(&f) - f.clone());
-            let mut dp = Tensor::cat(vec![d_i, d_f, d_g, d_o], 1);
+            // The gradients of the pre-activations, and `c_prev`'s through the update.
+            let (mut dp, d_c_prev) = match cell {
+                SequenceCell::Lstm => {
+                    let d_i = d_c
+                        .clone()
+                        .mul(g.clone())
+                        .mul(i.clone())
+                        .mul(one(&i) - i.clone());
+                    let d_g = d_c.clone().mul(i).mul(one(&g) - g.powi_scalar(2));
+                    let d_f = d_c
+                        .clone()
+                        .mul(c_prev)
+                        .mul(f.clone())
+                        .mul(one(&f) - f.clone());
+                    (Tensor::cat(vec![d_i, d_f, d_g, d_o], 1), d_c.mul(f))
+                }
+                SequenceCell::OnLstm { .. } | SequenceCell::FastTrees { .. } => {
+                    let act = at(&gates, s, 0, c2);
+                    let (pf, pi) = (
+                        act.clone().narrow(1, 0, chunks),
+                        act.narrow(1, chunks, chunks),
+                    );
+                    let (ft, it) = master(&at(&gates, s, 0, c2), chunks);
+                    let (ft_u, it_u) = (per_unit(ft.clone(), hd), per_unit(it.clone(), hd));
+                    let om = ft_u.clone().mul(it_u.clone());
+                    let f_hat = f.clone().mul(om.clone()) + ft_u.clone() - om.clone();
+                    let i_hat = i.clone().mul(om.clone()) + it_u.clone() - om.clone();
+                    let d_fhat = d_c.clone().mul(c_prev);
+                    let d_ihat = d_c.clone().mul(g.clone());
+                    let d_i = d_ihat
+                        .clone()
+                        .mul(om.clone())
+                        .mul(i.clone())
+                        .mul(one(&i) - i.clone());
+                    let d_f = d_fhat
+                        .clone()
+                        .mul(om.clone())
+                        .mul(f.clone())
+                        .mul(one(&f) - f.clone());
+                    let d_g = d_c.clone().mul(i_hat).mul(one(&g) - g.powi_scalar(2));
+                    let d_om = d_fhat.clone().mul(f - one(&om)) + d_ihat.clone().mul(i - one(&om));
+                    let g_d = at(&grad, s, 2 * hd, 1);
+                    let d_ft = per_chunk(d_fhat + d_om.clone().mul(it_u), chunks)
+                        - g_d.div_scalar(chunks as f64);
+                    let d_it = per_chunk(d_ihat + d_om.mul(ft_u), chunks);
+                    // `f̃ = cumsum(p_f̃)`: `∂/∂p_j = Σ_{k ≥ j} ∂/∂f̃_k`; `ĩ = 1 − cumsum(p_ĩ)`
+                    // likewise with the sign turned; then the softmax's backward.
+                    let rev_cumsum =
+                        |x: Tensor<B, 2>| x.clone().sum_dim(1) - x.clone().cumsum(1) + x;
+                    let soft_back = |p: Tensor<B, 2>, dp: Tensor<B, 2>| {
+                        let dot = p.clone().mul(dp.clone()).sum_dim(1);
+                        p.mul(dp - dot)
+                    };
+                    let dz_f = soft_back(pf, rev_cumsum(d_ft));
+                    let dz_i = soft_back(pi, rev_cumsum(d_it.neg()));
+                    (
+                        Tensor::cat(vec![dz_f, dz_i, d_i, d_f, d_g, d_o], 1),
+                        d_c.mul(f_hat),
+                    )
+                }
+            };
             let frozen = frozen_rows::<B>(lengths, b, s, &device);
             if let Some(frozen) = &frozen {
                 dp = dp.mask_fill(frozen.clone().expand([b, w]), 0.0);
             }
-            let through = dp.clone().matmul(u.clone().transpose());
+            let dp_u = dp.clone().narrow(1, w - uw, uw);
+            let through = dp_u.clone().matmul(u.clone().transpose());
             match frozen {
                 Some(frozen) => {
                     let frozen = frozen.expand([b, hd]);
                     dh = through.mask_where(frozen.clone(), g_h);
-                    dc = d_c.mul(f).mask_where(frozen, g_c);
+                    dc = d_c_prev.mask_where(frozen, g_c);
                 }
                 None => {
                     dh = through;
-                    dc = d_c.mul(f);
+                    dc = d_c_prev;
                 }
             }
-            d_u = d_u + h_prev.transpose().matmul(dp.clone());
+            d_u = d_u + h_prev.transpose().matmul(dp_u);
             d_pre[s] = Some(dp.unsqueeze_dim::<3>(1));
         }
         let d_xp = if t == 0 {
@@ -513,6 +836,175 @@ pub(crate) mod cpu {
             }
         }
     }
+
+    /// `dst = softmax(src)` (one row).
+    fn softmax(dst: &mut [f32], src: &[f32]) {
+        let max = src.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0.0;
+        for (d, &x) in dst.iter_mut().zip(src) {
+            *d = (x - max).exp();
+            sum += *d;
+        }
+        let inv = 1.0 / sum;
+        for d in dst.iter_mut() {
+            *d *= inv;
+        }
+    }
+
+    /// One ON-LSTM/FastTrees step for `pre.len() / (2c + 4h)` rows: from pre-activations
+    /// `[f̃, ĩ, i, f, g, o]` (`c` master columns each, then `h` per gate) and `c_prev`, writes
+    /// the activated gates (the master gates' softmax `p_f̃`, `p_ĩ`, then `σ(i)`, `σ(f)`,
+    /// `tanh(g)`, `σ(o)`) into `act`, `c = f̂ c_prev + î tanh(g)` into `c_out`,
+    /// `h = σ(o) tanh(c)` into `h_out` and the distance `1 − mean(f̃)` into `dist`, where
+    /// `f̃ = cumsum(p_f̃)`, `ĩ = 1 − cumsum(p_ĩ)`, `ω = f̃ ĩ`, `f̂ = σ(f) ω + f̃ − ω`,
+    /// `î = σ(i) ω + ĩ − ω`, each chunk's master values shared by its `h / c` units.
+    #[allow(clippy::too_many_arguments)]
+    pub fn ordered_step(
+        pre: &[f32],
+        c_prev: &[f32],
+        c: usize,
+        h: usize,
+        act: &mut [f32],
+        h_out: &mut [f32],
+        c_out: &mut [f32],
+        dist: &mut [f32],
+    ) {
+        let (w, s_len) = (2 * c + 4 * h, h / c);
+        for (((pre, act), (cp, (ho, cn))), d) in pre
+            .chunks_exact(w)
+            .zip(act.chunks_exact_mut(w))
+            .zip(
+                c_prev
+                    .chunks_exact(h)
+                    .zip(h_out.chunks_exact_mut(h).zip(c_out.chunks_exact_mut(h))),
+            )
+            .zip(dist.iter_mut())
+        {
+            softmax(&mut act[..c], &pre[..c]);
+            softmax(&mut act[c..2 * c], &pre[c..2 * c]);
+            let g0 = 2 * c;
+            sigmoid(&mut act[g0..g0 + 2 * h], &pre[g0..g0 + 2 * h]);
+            tanh(
+                &mut act[g0 + 2 * h..g0 + 3 * h],
+                &pre[g0 + 2 * h..g0 + 3 * h],
+            );
+            sigmoid(&mut act[g0 + 3 * h..], &pre[g0 + 3 * h..]);
+            let (p, gates) = act.split_at(g0);
+            let (i, rest) = gates.split_at(h);
+            let (f, rest) = rest.split_at(h);
+            let (g, o) = rest.split_at(h);
+            let (mut ft, mut cum_i, mut ft_sum) = (0f32, 0f32, 0f32);
+            for k in 0..c {
+                ft += p[k];
+                cum_i += p[c + k];
+                ft_sum += ft;
+                let it = 1.0 - cum_i;
+                let om = ft * it;
+                for j in k * s_len..(k + 1) * s_len {
+                    let f_hat = f[j] * om + ft - om;
+                    let i_hat = i[j] * om + it - om;
+                    cn[j] = f_hat * cp[j] + i_hat * g[j];
+                }
+            }
+            *d = 1.0 - ft_sum / c as f32;
+            tanh(ho, cn);
+            for (hv, ov) in ho.iter_mut().zip(o) {
+                *hv *= ov;
+            }
+        }
+    }
+
+    /// The backward pass of [`ordered_step`] for `act.len() / (2c + 4h)` rows, given the
+    /// gradients `g_h`, `g_c`, `g_d` reaching the step's `h`, `c` and distance: writes the
+    /// pre-activations' gradient into `d_pre` and `c_prev`'s into `d_c_prev`. `scratch` holds
+    /// `h + 4c` values.
+    #[allow(clippy::too_many_arguments)]
+    pub fn ordered_step_backward(
+        act: &[f32],
+        c_state: &[f32],
+        c_prev: &[f32],
+        (g_h, g_c, g_d): (&[f32], &[f32], &[f32]),
+        c: usize,
+        h: usize,
+        d_pre: &mut [f32],
+        d_c_prev: &mut [f32],
+        scratch: &mut [f32],
+    ) {
+        let (w, s_len) = (2 * c + 4 * h, h / c);
+        let (tc, rest) = scratch[..h + 4 * c].split_at_mut(h);
+        let (ft, rest) = rest.split_at_mut(c);
+        let (it, rest) = rest.split_at_mut(c);
+        let (d_ft, d_it) = rest.split_at_mut(c);
+        for (row, (act, d_pre)) in act
+            .chunks_exact(w)
+            .zip(d_pre.chunks_exact_mut(w))
+            .enumerate()
+        {
+            let span = row * h..(row + 1) * h;
+            let (cs, cp, gh, gc) = (
+                &c_state[span.clone()],
+                &c_prev[span.clone()],
+                &g_h[span.clone()],
+                &g_c[span.clone()],
+            );
+            let dcp = &mut d_c_prev[span];
+            tanh(tc, cs);
+            let (p, gates) = act.split_at(2 * c);
+            let (pf, pi) = p.split_at(c);
+            let (i, rest) = gates.split_at(h);
+            let (f, rest) = rest.split_at(h);
+            let (g, o) = rest.split_at(h);
+            let (dz, d_gates) = d_pre.split_at_mut(2 * c);
+            let (di, rest) = d_gates.split_at_mut(h);
+            let (df, rest) = rest.split_at_mut(h);
+            let (dg, d_o) = rest.split_at_mut(h);
+            let (mut acc_f, mut acc_i) = (0f32, 0f32);
+            for k in 0..c {
+                acc_f += pf[k];
+                acc_i += pi[k];
+                ft[k] = acc_f;
+                it[k] = 1.0 - acc_i;
+            }
+            let dd = -g_d[row] / c as f32;
+            for k in 0..c {
+                let (ftk, itk) = (ft[k], it[k]);
+                let om = ftk * itk;
+                let (mut sum_f, mut sum_i) = (dd, 0f32);
+                for j in k * s_len..(k + 1) * s_len {
+                    let t = tc[j];
+                    let dc = gc[j] + gh[j] * o[j] * (1.0 - t * t);
+                    d_o[j] = gh[j] * t * o[j] * (1.0 - o[j]);
+                    let f_hat = f[j] * om + ftk - om;
+                    let i_hat = i[j] * om + itk - om;
+                    let d_fhat = dc * cp[j];
+                    let d_ihat = dc * g[j];
+                    di[j] = d_ihat * om * i[j] * (1.0 - i[j]);
+                    df[j] = d_fhat * om * f[j] * (1.0 - f[j]);
+                    dg[j] = dc * i_hat * (1.0 - g[j] * g[j]);
+                    let d_om = d_fhat * (f[j] - 1.0) + d_ihat * (i[j] - 1.0);
+                    sum_f += d_fhat + d_om * itk;
+                    sum_i += d_ihat + d_om * ftk;
+                    dcp[j] = dc * f_hat;
+                }
+                d_ft[k] = sum_f;
+                // `ĩ = 1 − cumsum(p_ĩ)`: the cumsum's gradient is `−∂/∂ĩ`.
+                d_it[k] = -sum_i;
+            }
+            // Through the cumsums (`∂/∂p_j = Σ_{k ≥ j} ∂/∂cumsum_k`), then the softmaxes.
+            let (dz_f, dz_i) = dz.split_at_mut(c);
+            for (pv, dv, out) in [(pf, &mut *d_ft, dz_f), (pi, &mut *d_it, dz_i)] {
+                let mut acc = 0f32;
+                for k in (0..c).rev() {
+                    acc += dv[k];
+                    dv[k] = acc;
+                }
+                let dot: f32 = pv.iter().zip(dv.iter()).map(|(a, b)| a * b).sum();
+                for k in 0..c {
+                    out[k] = pv[k] * (dv[k] - dot);
+                }
+            }
+        }
+    }
 }
 
 /// The CPU backends' entry points: the step loop around the packed products and the row
@@ -522,7 +1014,7 @@ pub(crate) mod host {
     use burn::tensor::ops::FloatTensor;
     use burn::tensor::Shape;
 
-    use super::{cpu, reference};
+    use super::{cpu, reference, SequenceCell};
     use crate::host::{dims3, HostTensor};
     use crate::ops::linear::host::gemm_slices;
     use crate::packed::PackedRhs;
@@ -580,24 +1072,27 @@ pub(crate) mod host {
         x: FloatTensor<B>,
         params: [FloatTensor<B>; 5],
         lengths: &[usize],
+        cell: SequenceCell,
         every_c: bool,
         keep_gates: bool,
     ) -> (FloatTensor<B>, Option<FloatTensor<B>>)
     where
         FloatTensor<B>: HostTensor,
     {
-        lstm_sequence_f32(&x, &params, lengths, every_c, keep_gates).unwrap_or_else(|| {
-            reference::lstm_sequence::<B>(x, params, lengths, every_c, keep_gates)
+        lstm_sequence_f32(&x, &params, lengths, cell, every_c, keep_gates).unwrap_or_else(|| {
+            reference::lstm_sequence::<B>(x, params, lengths, cell, every_c, keep_gates)
         })
     }
 
-    /// Where the op's output keeps each state: `[b, t + 1, h]` (every step's `h`, then the
-    /// final `c`) or, with `every_c`, `[2b, t, h]` (every step's `h` of each example, then
-    /// every step's `c`: two contiguous halves).
+    /// Where the op's output keeps each state: `[b, t + 1, h + e]` (every step's `h` and, for
+    /// the ordered cells, distance, then the final `c`) or, with `every_c`, `[2b, t, h + e]`
+    /// (every step's `h` of each example, then every step's `c`: two contiguous halves).
     struct OutLayout {
         b: usize,
         t: usize,
         h: usize,
+        /// The columns past `h` ([`SequenceCell::extra_columns`]).
+        e: usize,
         every_c: bool,
     }
 
@@ -605,15 +1100,15 @@ pub(crate) mod host {
         /// The output's shape.
         fn shape(&self) -> [usize; 3] {
             if self.every_c {
-                [2 * self.b, self.t, self.h]
+                [2 * self.b, self.t, self.h + self.e]
             } else {
-                [self.b, self.t + 1, self.h]
+                [self.b, self.t + 1, self.h + self.e]
             }
         }
 
-        /// Where `h` of example `r` at step `s` starts.
+        /// Where `h` of example `r` at step `s` starts (its distance follows it).
         fn h_at(&self, r: usize, s: usize) -> usize {
-            (r * self.shape()[1] + s) * self.h
+            (r * self.shape()[1] + s) * (self.h + self.e)
         }
 
         /// Where `c` of example `r` at step `s` starts, with `every_c`.
@@ -627,15 +1122,40 @@ pub(crate) mod host {
         }
     }
 
-    /// The LSTM layer over a sequence ([`crate::lstm_sequence`]): per step the running rows'
-    /// `b + x_t·W + h_{t−1}·U` (`W` and `U` packed once for the sequence) into one buffer, then
-    /// the fused update. Returns the output in its [`OutLayout`] and, with `keep_gates`, the activated gates and `c` of the running rows only, step after step
-    /// in the running order (`[Σ lengths, 5h]`: an ended example's steps take no memory),
-    /// which only [`lstm_sequence_backward_f32`] reads.
+    /// One step's row kernel for `cell` over the first rows: [`cpu::lstm_step`] or
+    /// [`cpu::ordered_step`] (`dist` holds one value per row; unused for the LSTM).
+    #[allow(clippy::too_many_arguments)]
+    fn step_rows(
+        cell: SequenceCell,
+        pre: &[f32],
+        c_prev: &[f32],
+        h: usize,
+        act: &mut [f32],
+        h_out: &mut [f32],
+        c_out: &mut [f32],
+        dist: &mut [f32],
+    ) {
+        match cell {
+            SequenceCell::Lstm => cpu::lstm_step(pre, c_prev, h, act, h_out, c_out),
+            SequenceCell::OnLstm { chunks } | SequenceCell::FastTrees { chunks } => {
+                cpu::ordered_step(pre, c_prev, chunks, h, act, h_out, c_out, dist)
+            }
+        }
+    }
+
+    /// The layer over a sequence ([`crate::lstm_sequence`], [`crate::on_lstm_sequence`],
+    /// [`crate::fast_trees_sequence`]): per step the running rows' `b + x_t·W + h_{t−1}·U`
+    /// (`W` and `U` packed once for the sequence; `U` adds to the last
+    /// [`SequenceCell::u_width`] columns) into one buffer, then the cell's fused update.
+    /// Returns the output in its [`OutLayout`] and, with `keep_gates`, the activated gates and
+    /// `c` of the running rows only, step after step in the running order (`[Σ lengths,
+    /// P + h]`: an ended example's steps take no memory), which only
+    /// [`lstm_sequence_backward_f32`] reads.
     fn lstm_sequence_f32<T: HostTensor>(
         x: &T,
         [w, bias, u, h0, c0]: &[T; 5],
         lengths: &[usize],
+        cell: SequenceCell,
         every_c: bool,
         keep_gates: bool,
     ) -> Option<(T, Option<T>)> {
@@ -643,7 +1163,8 @@ pub(crate) mod host {
         let (hh0, cc0) = (h0.host()?, c0.host()?);
         let (b, t, d) = dims3(x);
         let wd = bb.len();
-        let h = wd / 4;
+        let h = u.shape()[0];
+        let uw = cell.u_width(h);
         let running = Running::new(lengths, b, t);
         let order = &running.order;
         // The state in the running order.
@@ -653,10 +1174,17 @@ pub(crate) mod host {
             cs[i * h..(i + 1) * h].copy_from_slice(&cc0[r * h..(r + 1) * h]);
         }
         let (mut h_new, mut c_new) = (vec![0f32; b * h], vec![0f32; b * h]);
+        let mut dist = vec![0f32; b];
         let mut xs = vec![0f32; b * d];
         let mut pre = vec![0f32; b * wd];
         let mut act = vec![0f32; b * wd];
-        let layout = OutLayout { b, t, h, every_c };
+        let layout = OutLayout {
+            b,
+            t,
+            h,
+            e: cell.extra_columns(),
+            every_c,
+        };
         let shape = layout.shape();
         let mut out = vec![0f32; shape.iter().product()];
         let starts = running.step_starts(t);
@@ -668,7 +1196,7 @@ pub(crate) mod host {
             Vec::new()
         };
         let w_packed = PackedRhs::new(&ww, d, wd, (wd, 1));
-        let u_packed = PackedRhs::new(&uu, h, wd, (wd, 1));
+        let u_packed = PackedRhs::new(&uu, h, uw, (uw, 1));
         for s in 0..t {
             let n = running.at(s);
             running.gather(n, s, t, d, &xx, &mut xs);
@@ -676,7 +1204,7 @@ pub(crate) mod host {
                 row.copy_from_slice(&bb);
             }
             w_packed.product(n, &mut pre, wd, true, &xs, (d, 1));
-            u_packed.product(n, &mut pre, wd, true, &hs, (h, 1));
+            u_packed.product(n, &mut pre[wd - uw..], wd, true, &hs, (h, 1));
             let (pre_ref, cs_ref) = (&pre, &cs);
             par::rows(
                 n,
@@ -685,18 +1213,21 @@ pub(crate) mod host {
                     (&mut act[..n * wd], wd),
                     (&mut h_new[..n * h], h),
                     (&mut c_new[..n * h], h),
+                    (&mut dist[..n], 1),
                 ],
                 &|r, o| {
-                    let [act, ho, cn] = o else {
-                        unreachable!("three outputs")
+                    let [act, ho, cn, dist] = o else {
+                        unreachable!("four outputs")
                     };
-                    cpu::lstm_step(
+                    step_rows(
+                        cell,
                         par::at(pre_ref, &r, wd),
                         par::at(cs_ref, &r, h),
                         h,
                         act,
                         ho,
                         cn,
+                        dist,
                     );
                 },
             );
@@ -712,6 +1243,10 @@ pub(crate) mod host {
             for (i, &r) in order.iter().enumerate() {
                 let at = layout.h_at(r, s);
                 out[at..at + h].copy_from_slice(&hs[i * h..(i + 1) * h]);
+                if layout.e > 0 && i < n {
+                    // An ended example's distance stays 0.
+                    out[at + h] = dist[i];
+                }
                 if let Some(at) = layout.c_at(r, s) {
                     out[at..at + h].copy_from_slice(&cs[i * h..(i + 1) * h]);
                 }
@@ -733,27 +1268,65 @@ pub(crate) mod host {
         out: FloatTensor<B>,
         saved: FloatTensor<B>,
         lengths: &[usize],
+        cell: SequenceCell,
         grad: FloatTensor<B>,
     ) -> [FloatTensor<B>; 6]
     where
         FloatTensor<B>: HostTensor,
     {
-        lstm_sequence_backward_f32(&x, &params, &out, &saved, lengths, &grad).unwrap_or_else(|| {
-            reference::lstm_sequence_backward::<B>(x, params, out, saved, lengths, grad)
-        })
+        lstm_sequence_backward_f32(&x, &params, &out, &saved, lengths, cell, &grad).unwrap_or_else(
+            || reference::lstm_sequence_backward::<B>(x, params, out, saved, lengths, cell, grad),
+        )
+    }
+
+    /// The backward row kernel for `cell` ([`cpu::lstm_step_backward`],
+    /// [`cpu::ordered_step_backward`]); `g_d` is the distances' gradient, one per row (unused
+    /// for the LSTM).
+    #[allow(clippy::too_many_arguments)]
+    fn step_backward_rows(
+        cell: SequenceCell,
+        act: &[f32],
+        c: &[f32],
+        c_prev: &[f32],
+        (g_h, g_c, g_d): (&[f32], &[f32], &[f32]),
+        h: usize,
+        d_pre: &mut [f32],
+        d_c_prev: &mut [f32],
+    ) {
+        let mut scratch = vec![0f32; h + 4 * cell.chunks()];
+        match cell {
+            SequenceCell::Lstm => {
+                cpu::lstm_step_backward(act, c, c_prev, g_h, g_c, h, d_pre, d_c_prev, &mut scratch)
+            }
+            SequenceCell::OnLstm { chunks } | SequenceCell::FastTrees { chunks } => {
+                cpu::ordered_step_backward(
+                    act,
+                    c,
+                    c_prev,
+                    (g_h, g_c, g_d),
+                    chunks,
+                    h,
+                    d_pre,
+                    d_c_prev,
+                    &mut scratch,
+                )
+            }
+        }
     }
 
     /// The gradients of [`lstm_sequence_f32`] with respect to `x`, `W`, `b`, `U`, `h0` and
     /// `c0`, from the output and the saved gates and `c`: backpropagation through time on the
     /// rows still running at each step ([`Running`]). Per step: the pre-activations' gradient
-    /// `δ_t`, `dx_t = δ_t·Wᵀ` and `dh_{t−1} += δ_t·Uᵀ` (`Wᵀ`, `Uᵀ` packed once), and
-    /// `dW += x_tᵀ·δ_t`, `dU += h_{t−1}ᵀ·δ_t`, `db += Σ δ_t`.
+    /// `δ_t`, `dx_t = δ_t·Wᵀ` and `dh_{t−1} += δ_t·Uᵀ` (`Wᵀ`, `Uᵀ` packed once; `U` reads the
+    /// last [`SequenceCell::u_width`] columns of `δ_t`), and `dW += x_tᵀ·δ_t`,
+    /// `dU += h_{t−1}ᵀ·δ_t`, `db += Σ δ_t`.
     fn lstm_sequence_backward_f32<T: HostTensor>(
         x: &T,
         [w, u, h0, c0]: &[T; 4],
         out: &T,
         saved: &T,
         lengths: &[usize],
+        cell: SequenceCell,
         grad: &T,
     ) -> Option<[T; 6]> {
         let (xx, ww, uu) = (x.host()?, w.host()?, u.host()?);
@@ -766,11 +1339,12 @@ pub(crate) mod host {
         let (oo, gg, dd) = (out.host()?, saved.host()?, grad.host()?);
         let (b, t, d) = dims3(x);
         let h = u.shape()[0];
-        let wd = 4 * h;
+        let (wd, uw) = (cell.width(h), cell.u_width(h));
         let layout = OutLayout {
             b,
             t,
             h,
+            e: cell.extra_columns(),
             every_c: dims3(out).1 == t,
         };
         let sw = wd + h;
@@ -778,7 +1352,7 @@ pub(crate) mod host {
         let order = &running.order;
         let starts = running.step_starts(t);
         let mut d_x = vec![0f32; b * t * d];
-        let (mut d_w, mut d_u, mut d_b) = (vec![0f32; d * wd], vec![0f32; h * wd], vec![0f32; wd]);
+        let (mut d_w, mut d_u, mut d_b) = (vec![0f32; d * wd], vec![0f32; h * uw], vec![0f32; wd]);
         // The gradients reaching each row's state, in the running order; the final `c`'s
         // comes in as the output's last row.
         let (mut dh, mut dc) = (vec![0f32; b * h], vec![0f32; b * h]);
@@ -787,7 +1361,7 @@ pub(crate) mod host {
                 dc[i * h..(i + 1) * h].copy_from_slice(&dd[at..at + h]);
             }
         }
-        let (mut g_h, mut g_c) = (vec![0f32; b * h], vec![0f32; b * h]);
+        let (mut g_h, mut g_c, mut g_d) = (vec![0f32; b * h], vec![0f32; b * h], vec![0f32; b]);
         let (mut c_here, mut c_before) = (vec![0f32; b * h], vec![0f32; b * h]);
         let mut h_before = vec![0f32; b * h];
         let mut xs = vec![0f32; b * d];
@@ -795,9 +1369,10 @@ pub(crate) mod host {
         let mut act = vec![0f32; b * wd];
         let mut d_pre = vec![0f32; b * wd];
         let mut d_c_prev = vec![0f32; b * h];
-        // `Wᵀ` and `Uᵀ` (both row-major `[·, wd]`, so their transposes have strides (1, wd)).
+        // `Wᵀ` and `Uᵀ` (row-major `[·, wd]` and `[·, uw]`, so their transposes have strides
+        // (1, wd) and (1, uw)).
         let wt_packed = PackedRhs::new(&ww, wd, d, (1, wd));
-        let ut_packed = PackedRhs::new(&uu, wd, h, (1, wd));
+        let ut_packed = PackedRhs::new(&uu, uw, h, (1, uw));
         for s in (0..t).rev() {
             let n = running.at(s);
             for (i, &r) in order.iter().enumerate() {
@@ -818,6 +1393,9 @@ pub(crate) mod host {
                     // Ended: the gradients pass to the state before this step unchanged.
                     continue;
                 }
+                if layout.e > 0 {
+                    g_d[i] = dd[at + h];
+                }
                 let here = (starts[s] + i) * sw + wd;
                 c_here[row.clone()].copy_from_slice(&gg[here..here + h]);
                 act[i * wd..(i + 1) * wd].copy_from_slice(&gg[here - wd..here]);
@@ -833,7 +1411,8 @@ pub(crate) mod host {
                 }
             }
             running.gather(n, s, t, d, &xx, &mut xs);
-            let (act_ref, c_ref, cb_ref, gh_ref, gc_ref) = (&act, &c_here, &c_before, &g_h, &g_c);
+            let (act_ref, c_ref, cb_ref) = (&act, &c_here, &c_before);
+            let (gh_ref, gc_ref, gd_ref) = (&g_h, &g_c, &g_d);
             par::rows(
                 n,
                 20 * h,
@@ -842,17 +1421,19 @@ pub(crate) mod host {
                     let [dp, dcp] = o else {
                         unreachable!("two outputs")
                     };
-                    let mut scratch = vec![0f32; h];
-                    cpu::lstm_step_backward(
+                    step_backward_rows(
+                        cell,
                         par::at(act_ref, &r, wd),
                         par::at(c_ref, &r, h),
                         par::at(cb_ref, &r, h),
-                        par::at(gh_ref, &r, h),
-                        par::at(gc_ref, &r, h),
+                        (
+                            par::at(gh_ref, &r, h),
+                            par::at(gc_ref, &r, h),
+                            &gd_ref[r.clone()],
+                        ),
                         h,
                         dp,
                         dcp,
-                        &mut scratch,
                     );
                 },
             );
@@ -864,23 +1445,24 @@ pub(crate) mod host {
                 continue;
             }
             let dp = &d_pre[..n * wd];
+            let dp_u = &dp[wd - uw..];
             // dh_{t−1} += δ_t·Uᵀ and dx_t = δ_t·Wᵀ for the running rows.
-            ut_packed.product(n, &mut dh, h, true, dp, (wd, 1));
+            ut_packed.product(n, &mut dh, h, true, dp_u, (wd, 1));
             wt_packed.product(n, &mut dxs, d, false, dp, (wd, 1));
             for (i, &r) in order[..n].iter().enumerate() {
                 let at = (r * t + s) * d;
                 d_x[at..at + d].copy_from_slice(&dxs[i * d..(i + 1) * d]);
             }
-            // dW += x_tᵀ·δ_t, dU += h_{t−1}ᵀ·δ_t (`[·, n]·[n, wd]`), db += Σ_rows δ_t.
+            // dW += x_tᵀ·δ_t, dU += h_{t−1}ᵀ·δ_t (`[·, n]·[n, ·]`), db += Σ_rows δ_t.
             gemm_slices((d, wd, n), &mut d_w, wd, true, &xs, (1, d), dp, (wd, 1));
             gemm_slices(
-                (h, wd, n),
+                (h, uw, n),
                 &mut d_u,
-                wd,
+                uw,
                 true,
                 &h_before,
                 (1, h),
-                dp,
+                dp_u,
                 (wd, 1),
             );
             for row in dp.chunks_exact(wd) {
@@ -899,7 +1481,7 @@ pub(crate) mod host {
             T::from_f32(d_x, Shape::new([b, t, d])),
             T::from_f32(d_w, Shape::new([d, wd])),
             T::from_f32(d_b, Shape::new([wd])),
-            T::from_f32(d_u, Shape::new([h, wd])),
+            T::from_f32(d_u, Shape::new([h, uw])),
             T::from_f32(d_h0, Shape::new([b, h])),
             T::from_f32(d_c0, Shape::new([b, h])),
         ])
@@ -915,6 +1497,7 @@ pub(crate) mod autodiff {
     use burn::backend::autodiff::Autodiff;
     use burn::tensor::ops::FloatTensor;
 
+    use super::SequenceCell;
     use crate::autodiff::backward_with;
     use crate::ArborBackend;
 
@@ -924,22 +1507,27 @@ pub(crate) mod autodiff {
     struct LstmSequence;
 
     /// `x`, then `w`, `u`, `h0`, `c0`, the output, what the forward saved (the activated gates
-    /// and `c`) and the lengths.
+    /// and `c`), the lengths and the cell.
     type LstmSequenceState<B> = (
         FloatTensor<B>,
         [FloatTensor<B>; 4],
         FloatTensor<B>,
         FloatTensor<B>,
         Vec<usize>,
+        SequenceCell,
     );
 
     impl<B: ArborBackend> Backward<B, 6> for LstmSequence {
         type State = LstmSequenceState<B>;
 
         fn backward(self, ops: Ops<Self::State, 6>, grads: &mut Gradients, _: &mut Checkpointer) {
-            backward_with::<B, _, 6, _>(ops, grads, |(x, params, out, saved, lengths), grad| {
-                B::lstm_sequence_backward(x, params, out, saved, &lengths, grad)
-            });
+            backward_with::<B, _, 6, _>(
+                ops,
+                grads,
+                |(x, params, out, saved, lengths, cell), grad| {
+                    B::lstm_sequence_backward(x, params, out, saved, &lengths, cell, grad)
+                },
+            );
         }
     }
 
@@ -949,6 +1537,7 @@ pub(crate) mod autodiff {
         x: FloatTensor<Autodiff<B, C>>,
         [w, bias, u, h0, c0]: [FloatTensor<Autodiff<B, C>>; 5],
         lengths: &[usize],
+        cell: SequenceCell,
         every_c: bool,
     ) -> FloatTensor<Autodiff<B, C>> {
         let nodes = [
@@ -970,14 +1559,21 @@ pub(crate) mod autodiff {
         match LstmSequence.prepare::<C>(nodes).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
                 let (out, gates) =
-                    B::lstm_sequence(x.clone(), params.clone(), lengths, every_c, true);
+                    B::lstm_sequence(x.clone(), params.clone(), lengths, cell, every_c, true);
                 let gates = gates.expect("lstm_sequence keeps the gates when asked");
                 let [w, _, u, h0, c0] = params;
-                let state = (x, [w, u, h0, c0], out.clone(), gates, lengths.to_vec());
+                let state = (
+                    x,
+                    [w, u, h0, c0],
+                    out.clone(),
+                    gates,
+                    lengths.to_vec(),
+                    cell,
+                );
                 prep.finish(state, out)
             }
             OpsKind::UnTracked(prep) => {
-                prep.finish(B::lstm_sequence(x, params, lengths, every_c, false).0)
+                prep.finish(B::lstm_sequence(x, params, lengths, cell, every_c, false).0)
             }
         }
     }

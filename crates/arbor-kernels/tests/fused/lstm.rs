@@ -1,8 +1,9 @@
-//! `lstm_sequence`: values against the plain-op reference and the layer written out on the
-//! host (frozen rows included), gradients of the input, every parameter and the initial state,
-//! and finite differences in f64.
+//! The sequence ops (`lstm_sequence`, `on_lstm_sequence`, `fast_trees_sequence`): values
+//! against the plain-op reference and the layer written out on the host (frozen rows and the
+//! distances included), gradients of the input, every parameter and the initial state, and
+//! finite differences in f64.
 
-use arbor_kernels::{reference, ArborBackend};
+use arbor_kernels::{reference, ArborBackend, SequenceCell};
 use burn::backend::{Autodiff, Flex, NdArray};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
@@ -16,54 +17,145 @@ fn d_in(h: usize) -> usize {
     h + 3
 }
 
-/// `lstm_sequence` inputs, each as a rank-3 tensor: `x` a strided view (`d` of `d + 3`
+/// The cells the sequence op runs: chunks of 2 units for an even `h`, of 1 otherwise.
+fn cells(h: usize) -> [SequenceCell; 3] {
+    let chunks = if h % 2 == 0 { h / 2 } else { h };
+    [
+        SequenceCell::Lstm,
+        SequenceCell::OnLstm { chunks },
+        SequenceCell::FastTrees { chunks },
+    ]
+}
+
+/// Sequence-op inputs for `cell`, each as a rank-3 tensor: `x` a strided view (`d` of `d + 3`
 /// columns, as a narrowed projection would be), `w`, `b`, `u` scaled as weights, `h0`, `c0`.
-fn lstm_inputs<B: Backend>(b: usize, t: usize, h: usize) -> [Tensor<B, 3>; 6] {
+fn lstm_inputs<B: Backend>(b: usize, t: usize, h: usize, cell: SequenceCell) -> [Tensor<B, 3>; 6] {
     let d = d_in(h);
+    let (p, uw) = (cell.width(h), cell.u_width(h));
     let x = tensor::<B, 3>([b, t, d + 3], 2.0, 51).narrow(2, 2, d);
-    let w = tensor::<B, 2>([d, 4 * h], 1.0 / (d as f64).sqrt(), 56).unsqueeze_dim::<3>(0);
-    let bias = tensor::<B, 2>([1, 4 * h], 0.5, 57).unsqueeze_dim::<3>(0);
-    let u = tensor::<B, 2>([h, 4 * h], 1.0 / (h as f64).sqrt(), 52).unsqueeze_dim::<3>(0);
+    let w = tensor::<B, 2>([d, p], 1.0 / (d as f64).sqrt(), 56).unsqueeze_dim::<3>(0);
+    let bias = tensor::<B, 2>([1, p], 0.5, 57).unsqueeze_dim::<3>(0);
+    let u = tensor::<B, 2>([h, uw], 1.0 / (h as f64).sqrt(), 52).unsqueeze_dim::<3>(0);
     let h0 = tensor::<B, 2>([b, h], 1.0, 53).unsqueeze_dim::<3>(0);
     let c0 = tensor::<B, 2>([b, h], 1.0, 54).unsqueeze_dim::<3>(0);
     [x, w, bias, u, h0, c0]
 }
 
 /// The fused op, or the plain-op reference forward (which autodiff differentiates op by op),
-/// as the op's output: `[b, t + 1, h]`, every step's `h` then the final `c`
-/// (`lstm_sequence`), or with `every_c` `[2b, t, h]`, every step's `h`, then every step's `c`
-/// (`lstm_sequence_states`).
+/// as the op's output: `[b, t + 1, h + e]`, every step's `h` (and, for the ordered cells,
+/// distance: `e = 1`) then the final `c` (`lstm_sequence`, `on_lstm_sequence`,
+/// `fast_trees_sequence`), or with `every_c` (LSTM only) `[2b, t, h]`, every step's `h`, then
+/// every step's `c` (`lstm_sequence_states`).
 fn lstm<B: ArborBackend>(
     xs: [Tensor<B, 3>; 6],
     lengths: &[usize],
+    cell: SequenceCell,
     fused: bool,
     every_c: bool,
 ) -> Tensor<B, 3> {
     let [x, w, bias, u, h0, c0] = xs;
-    let (h, b, d) = (u.dims()[1], h0.dims()[1], x.dims()[2]);
+    let (b, h, d) = (h0.dims()[1], h0.dims()[2], x.dims()[2]);
+    let (p, uw) = (cell.width(h), cell.u_width(h));
     let (w, bias, u, h0, c0) = (
-        w.reshape([d, 4 * h]),
-        bias.reshape([4 * h]),
-        u.reshape([h, 4 * h]),
+        w.reshape([d, p]),
+        bias.reshape([p]),
+        u.reshape([h, uw]),
         h0.reshape([b, h]),
         c0.reshape([b, h]),
     );
-    if fused && every_c {
-        let (hs, cs) = arbor_kernels::lstm_sequence_states(x, (w, bias, u), h0, c0, lengths);
-        Tensor::cat(vec![hs, cs], 0)
-    } else if fused {
-        let (hs, c_last) = arbor_kernels::lstm_sequence(x, (w, bias, u), h0, c0, lengths);
-        Tensor::cat(vec![hs, c_last.unsqueeze_dim(1)], 1)
-    } else {
+    if !fused {
         let p2 = |t: Tensor<B, 2>| t.into_primitive().tensor();
         let (out, _) = reference::lstm_sequence::<B>(
             x.into_primitive().tensor(),
             [p2(w), bias.into_primitive().tensor(), p2(u), p2(h0), p2(c0)],
             lengths,
+            cell,
             every_c,
             false,
         );
-        Tensor::from_primitive(TensorPrimitive::Float(out))
+        return Tensor::from_primitive(TensorPrimitive::Float(out));
+    }
+    let params = (w, bias, u);
+    let ordered = |(hs, c_last, dist): (Tensor<B, 3>, Tensor<B, 2>, Tensor<B, 2>)| {
+        let steps = Tensor::cat(vec![hs, dist.unsqueeze_dim(2)], 2);
+        let last = Tensor::cat(vec![c_last.clone(), c_last.narrow(1, 0, 1).zeros_like()], 1);
+        Tensor::cat(vec![steps, last.unsqueeze_dim(1)], 1)
+    };
+    match cell {
+        SequenceCell::Lstm if every_c => {
+            let (hs, cs) = arbor_kernels::lstm_sequence_states(x, params, h0, c0, lengths);
+            Tensor::cat(vec![hs, cs], 0)
+        }
+        SequenceCell::Lstm => {
+            let (hs, c_last) = arbor_kernels::lstm_sequence(x, params, h0, c0, lengths);
+            Tensor::cat(vec![hs, c_last.unsqueeze_dim(1)], 1)
+        }
+        SequenceCell::OnLstm { chunks } => ordered(arbor_kernels::on_lstm_sequence(
+            x, params, h0, c0, lengths, chunks,
+        )),
+        SequenceCell::FastTrees { chunks } => ordered(arbor_kernels::fast_trees_sequence(
+            x, params, h0, c0, lengths, chunks,
+        )),
+    }
+}
+
+/// The output layouts each cell has: `every_c` for the LSTM only.
+fn layouts(cell: SequenceCell) -> &'static [bool] {
+    match cell {
+        SequenceCell::Lstm => &[false, true],
+        SequenceCell::OnLstm { .. } | SequenceCell::FastTrees { .. } => &[false],
+    }
+}
+
+/// One step of `cell` for one example written out in f64 on the host: updates `hs`, `cs`
+/// (`h` wide) from `pre` and returns the distance (0 for the LSTM).
+fn host_step(cell: SequenceCell, pre: &[f64], hs: &mut [f64], cs: &mut [f64]) -> f64 {
+    let h = hs.len();
+    let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
+    let nc = cell.chunks();
+    let softmax_cumsum = |z: &[f64]| -> Vec<f64> {
+        let m = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = z.iter().map(|v| (v - m).exp()).collect();
+        let sum: f64 = e.iter().sum();
+        e.iter()
+            .scan(0.0, |acc, v| {
+                *acc += v / sum;
+                Some(*acc)
+            })
+            .collect()
+    };
+    let (ft, it) = if nc > 0 {
+        let ft = softmax_cumsum(&pre[..nc]);
+        let it: Vec<f64> = softmax_cumsum(&pre[nc..2 * nc])
+            .iter()
+            .map(|v| 1.0 - v)
+            .collect();
+        (ft, it)
+    } else {
+        (vec![], vec![])
+    };
+    let g0 = 2 * nc;
+    for j in 0..h {
+        let (i, f, g, o) = (
+            sig(pre[g0 + j]),
+            sig(pre[g0 + h + j]),
+            pre[g0 + 2 * h + j].tanh(),
+            sig(pre[g0 + 3 * h + j]),
+        );
+        let (f_hat, i_hat) = if nc > 0 {
+            let k = j / (h / nc);
+            let w = ft[k] * it[k];
+            (f * w + ft[k] - w, i * w + it[k] - w)
+        } else {
+            (f, i)
+        };
+        cs[j] = f_hat * cs[j] + i_hat * g;
+        hs[j] = o * cs[j].tanh();
+    }
+    if nc > 0 {
+        1.0 - ft.iter().sum::<f64>() / nc as f64
+    } else {
+        0.0
     }
 }
 
@@ -84,59 +176,61 @@ const LSTM_CASES: [(usize, usize, usize, &[usize]); 5] = [
 
 #[test]
 fn lstm_sequence_forward_matches_reference_and_the_recurrence() {
-    fn check<B: ArborBackend>(every_c: bool) {
+    fn check<B: ArborBackend>(cell_at: usize, every_c: bool) {
         for (b, t, h, lengths) in LSTM_CASES {
-            let xs = lstm_inputs::<B>(b, t, h);
-            let fused = to_vec(lstm(xs.clone(), lengths, true, every_c));
-            let want = to_vec(lstm(xs.clone(), lengths, false, every_c));
-            assert_close(
-                &fused,
-                &want,
-                2e-5,
-                &format!("lstm [{b}, {t}, {h}] {lengths:?} every_c {every_c}"),
-            );
-            // Where the output keeps `h` and `c` of example `r` at step `s` (`c` with
-            // `every_c`; the final `c` otherwise).
+            let cell = cells(h)[cell_at];
+            if !layouts(cell).contains(&every_c) {
+                continue;
+            }
+            let context = format!("{cell:?} [{b}, {t}, {h}] {lengths:?} every_c {every_c}");
+            let xs = lstm_inputs::<B>(b, t, h, cell);
+            let fused = to_vec(lstm(xs.clone(), lengths, cell, true, every_c));
+            let want = to_vec(lstm(xs.clone(), lengths, cell, false, every_c));
+            assert_close(&fused, &want, 2e-5, &context);
+            // Where the output keeps `h` of example `r` at step `s` (then its distance), and
+            // `c` (with `every_c`; the final `c` otherwise).
+            let e = cell.extra_columns();
             let rows = if every_c { t } else { t + 1 };
-            let h_at = |r: usize, s: usize| (r * rows + s) * h;
+            let h_at = |r: usize, s: usize| (r * rows + s) * (h + e);
             // The recurrence written out on the host, frozen rows included.
-            let d = d_in(h);
+            let (d, p, uw) = (d_in(h), cell.width(h), cell.u_width(h));
             let [x, w, bias, u, h0, c0] = xs.map(to_vec);
             let (mut hs, mut cs) = (h0.clone(), c0.clone());
-            let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
             for s in 0..t {
                 for r in 0..b {
                     let live = lengths.get(r).is_none_or(|&len| s < len);
+                    let mut dist = 0.0;
                     if live {
-                        let pre: Vec<f64> = (0..4 * h)
+                        let pre: Vec<f64> = (0..p)
                             .map(|k| {
+                                let from_h = if k + uw >= p {
+                                    let ku = k + uw - p;
+                                    (0..h).map(|j| hs[r * h + j] * u[j * uw + ku]).sum::<f64>()
+                                } else {
+                                    0.0
+                                };
                                 bias[k]
                                     + (0..d)
-                                        .map(|j| x[(r * t + s) * d + j] * w[j * 4 * h + k])
+                                        .map(|j| x[(r * t + s) * d + j] * w[j * p + k])
                                         .sum::<f64>()
-                                    + (0..h)
-                                        .map(|j| hs[r * h + j] * u[j * 4 * h + k])
-                                        .sum::<f64>()
+                                    + from_h
                             })
                             .collect();
-                        for j in 0..h {
-                            let (i, f, g, o) = (
-                                sig(pre[j]),
-                                sig(pre[h + j]),
-                                pre[2 * h + j].tanh(),
-                                sig(pre[3 * h + j]),
-                            );
-                            cs[r * h + j] = f * cs[r * h + j] + i * g;
-                            hs[r * h + j] = o * cs[r * h + j].tanh();
-                        }
+                        let span = r * h..(r + 1) * h;
+                        dist = host_step(cell, &pre, &mut hs[span.clone()], &mut cs[span]);
                     }
+                    let at = h_at(r, s);
                     for j in 0..h {
-                        let at = h_at(r, s);
-                        assert!((fused[at + j] - hs[r * h + j]).abs() < 1e-4, "h step {s}");
+                        let got = fused[at + j];
+                        assert!((got - hs[r * h + j]).abs() < 1e-4, "h step {s} {context}");
                         if every_c {
                             let c = fused[h_at(b + r, s) + j];
-                            assert!((c - cs[r * h + j]).abs() < 1e-4, "c step {s}");
+                            assert!((c - cs[r * h + j]).abs() < 1e-4, "c step {s} {context}");
                         }
+                    }
+                    if e > 0 {
+                        let got = fused[at + h];
+                        assert!((got - dist).abs() < 1e-4, "distance step {s} {context}");
                     }
                 }
             }
@@ -145,24 +239,36 @@ fn lstm_sequence_forward_matches_reference_and_the_recurrence() {
                 for r in 0..b {
                     for j in 0..h {
                         let at = h_at(r, t);
-                        assert!((fused[at + j] - cs[r * h + j]).abs() < 1e-4, "final c");
+                        assert!(
+                            (fused[at + j] - cs[r * h + j]).abs() < 1e-4,
+                            "final c {context}"
+                        );
                     }
                 }
             }
         }
     }
-    for every_c in [false, true] {
-        check::<Flex>(every_c);
-        check::<NdArray>(every_c);
+    for cell_at in 0..3 {
+        for every_c in [false, true] {
+            check::<Flex>(cell_at, every_c);
+            check::<NdArray>(cell_at, every_c);
+        }
     }
 }
 
 /// Weights for the output's entries (a loss that reaches every one of them differently).
-fn out_weights<B: Backend>(b: usize, t: usize, h: usize, every_c: bool) -> Tensor<B, 3> {
+fn out_weights<B: Backend>(
+    b: usize,
+    t: usize,
+    h: usize,
+    cell: SequenceCell,
+    every_c: bool,
+) -> Tensor<B, 3> {
+    let e = cell.extra_columns();
     if every_c {
-        tensor::<B, 3>([2 * b, t, h], 1.0, 55)
+        tensor::<B, 3>([2 * b, t, h + e], 1.0, 55)
     } else {
-        tensor::<B, 3>([b, t + 1, h], 1.0, 55)
+        tensor::<B, 3>([b, t + 1, h + e], 1.0, 55)
     }
 }
 
@@ -172,11 +278,12 @@ fn lstm_grads<B: AutodiffBackend + ArborBackend>(
     t: usize,
     h: usize,
     lengths: &[usize],
+    cell: SequenceCell,
     every_c: bool,
 ) -> Vec<Vec<f64>> {
-    let xs = lstm_inputs::<B>(b, t, h).map(|x| x.require_grad());
-    let w = out_weights::<B>(b, t, h, every_c);
-    let g = lstm(xs.clone(), lengths, fused, every_c)
+    let xs = lstm_inputs::<B>(b, t, h, cell).map(|x| x.require_grad());
+    let w = out_weights::<B>(b, t, h, cell, every_c);
+    let g = lstm(xs.clone(), lengths, cell, fused, every_c)
         .mul(w)
         .sum()
         .backward();
@@ -186,13 +293,15 @@ fn lstm_grads<B: AutodiffBackend + ArborBackend>(
 #[test]
 fn lstm_sequence_gradients_match_reference() {
     for (b, t, h, lengths) in LSTM_CASES {
-        for every_c in [false, true] {
-            assert_fused_agrees!(
-                lstm_grads(b, t, h, lengths, every_c),
-                ["d x", "d w", "d b", "d u", "d h0", "d c0"],
-                5e-5,
-                format!("[{b}, {t}, {h}] {lengths:?} every_c {every_c}")
-            );
+        for cell in cells(h) {
+            for &every_c in layouts(cell) {
+                assert_fused_agrees!(
+                    lstm_grads(b, t, h, lengths, cell, every_c),
+                    ["d x", "d w", "d b", "d u", "d h0", "d c0"],
+                    5e-5,
+                    format!("{cell:?} [{b}, {t}, {h}] {lengths:?} every_c {every_c}")
+                );
+            }
         }
     }
 }
@@ -204,25 +313,31 @@ fn lstm_sequence_finite_differences_f64() {
         (2, 4, 3, &[][..], false),
         (3, 4, 2, &[4, 2, 0][..], false),
         (3, 4, 2, &[4, 2, 0][..], true),
+        (2, 3, 4, &[3, 1][..], false),
     ];
     for (b, t, h, lengths, every_c) in cases {
-        let ad = lstm_grads::<Autodiff<Inner>>(true, b, t, h, lengths, every_c);
-        let inputs = lstm_inputs::<Inner>(b, t, h);
-        let w = out_weights::<Inner>(b, t, h, every_c);
-        let f = |xs: [Tensor<Inner, 3>; 6]| -> f64 {
-            lstm(xs, lengths, true, every_c)
-                .mul(w.clone())
-                .sum()
-                .into_scalar()
-        };
-        let fd = central_differences(&inputs, 1e-5, f);
-        for i in 0..6 {
-            assert_close(
-                &ad[i],
-                &fd[i],
-                1e-6,
-                &format!("fd lstm input {i} {lengths:?}"),
-            );
+        for cell in cells(h) {
+            if !layouts(cell).contains(&every_c) {
+                continue;
+            }
+            let ad = lstm_grads::<Autodiff<Inner>>(true, b, t, h, lengths, cell, every_c);
+            let inputs = lstm_inputs::<Inner>(b, t, h, cell);
+            let w = out_weights::<Inner>(b, t, h, cell, every_c);
+            let f = |xs: [Tensor<Inner, 3>; 6]| -> f64 {
+                lstm(xs, lengths, cell, true, every_c)
+                    .mul(w.clone())
+                    .sum()
+                    .into_scalar()
+            };
+            let fd = central_differences(&inputs, 1e-5, f);
+            for i in 0..6 {
+                assert_close(
+                    &ad[i],
+                    &fd[i],
+                    1e-6,
+                    &format!("fd {cell:?} input {i} {lengths:?}"),
+                );
+            }
         }
     }
 }
