@@ -2,7 +2,8 @@
 
 use arbor_cells::ArborBackend;
 use arbor_cells::{
-    run_steps, AnyCell, CellKind, LstmState, RecurrentCell, RecurrentStack, RecurrentStackConfig,
+    run_sequence, run_steps, AnyCell, CellKind, LstmState, RecurrentCell, RecurrentStack,
+    RecurrentStackConfig,
 };
 use burn::module::{ModuleVisitor, Param};
 use burn::nn::DropoutConfig;
@@ -302,20 +303,21 @@ fn run_layer<B: ArborBackend>(
         Some(s) => (Some(s.state), s.context),
         None => (None, None),
     };
-    // The convolution's context: the last K − 1 inputs of the previous segment in front.
-    let (conv, context) = match conv_context(cell) {
+    let h = cell.d_hidden();
+    let state = state.unwrap_or_else(|| LstmState::zeros([batch, h], &device));
+    let (out, context) = match conv_context(cell) {
+        // The convolution's context: the last K − 1 inputs of the previous segment in front.
         Some(k1) => {
             let ctx = context.unwrap_or_else(|| Tensor::zeros([batch, k1, d_in], &device));
             let ext = Tensor::cat(vec![ctx, x.clone()], 1);
             let next = ext.clone().narrow(1, time, k1);
             let conv = cell.context(ext).map(|c| c.narrow(1, k1, time));
-            (conv, Some(next))
+            (run_steps(cell, x, conv, state), Some(next))
         }
-        None => (cell.context(x.clone()), None),
+        // The cell's whole-sequence op where it has one (LSTM, ON-LSTM, FastTrees, Faster
+        // FastTrees), else its step loop.
+        None => (run_sequence(cell, x, None, Some(state)), None),
     };
-    let h = cell.d_hidden();
-    let state = state.unwrap_or_else(|| LstmState::zeros([batch, h], &device));
-    let out = run_steps(cell, x, conv, state);
     (
         out.outputs,
         LayerState {
