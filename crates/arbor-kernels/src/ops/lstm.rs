@@ -54,12 +54,22 @@ impl SequenceCell {
         }
     }
 
-    /// The output's columns past `H`: the ordered cells' syntactic distance
-    /// `d_t = 1 − mean(f̃_t)` (one column), none for the LSTM.
-    pub fn extra_columns(self) -> usize {
+    /// The ordered cells' syntactic distance `d_t = 1 − mean(f̃_t)`: 1 value per step for
+    /// them, none for the LSTM.
+    pub(crate) fn distances(self) -> usize {
         match self {
             Self::Lstm => 0,
             Self::OnLstm { .. } | Self::FastTrees { .. } => 1,
+        }
+    }
+
+    /// The rows of `H` values after an example's states in the op's output that hold its `t`
+    /// distances, one step after another (the last row padded with zeros): `⌈t / H⌉` for the
+    /// ordered cells, none for the LSTM.
+    pub fn distance_rows(self, t: usize, h: usize) -> usize {
+        match self.distances() {
+            0 => 0,
+            _ => t.div_ceil(h.max(1)),
         }
     }
 }
@@ -184,8 +194,8 @@ pub fn fast_trees_sequence<B: ArborBackend>(
     )
 }
 
-/// The ordered cells' op and the split of its `[batch, time + 1, H + 1]` output (every step's
-/// `h` and distance, then the final `c`).
+/// The ordered cells' op and the split of its `[batch, time + 1 + r, H]` output (every step's
+/// `h`, the final `c`, then the distances in `r` rows: [`SequenceCell::distance_rows`]).
 fn ordered<B: ArborBackend>(
     x: Tensor<B, 3>,
     params: LstmParams<B>,
@@ -196,14 +206,19 @@ fn ordered<B: ArborBackend>(
 ) -> (Tensor<B, 3>, Tensor<B, 2>, Tensor<B, 2>) {
     let [batch, t, _] = x.dims();
     let h = params.2.dims()[0];
+    let device = x.device();
     let out = checked(x, params, h0, c0, lengths, cell, false);
-    let steps = out.clone().narrow(1, 0, t);
-    // `h` is a column window of the output: copied into memory of its own, since the next
-    // layer reads it many times.
-    let hs = crate::contiguous(steps.clone().narrow(2, 0, h));
-    let distances = steps.narrow(2, h, 1).reshape([batch, t]);
-    let c_last = out.narrow(1, t, 1).narrow(2, 0, h).reshape([batch, h]);
-    (hs, c_last, distances)
+    let r = cell.distance_rows(t, h);
+    let distances = if r == 0 {
+        Tensor::zeros([batch, 0], &device)
+    } else {
+        out.clone()
+            .narrow(1, t + 1, r)
+            .reshape([batch, r * h])
+            .narrow(1, 0, t)
+    };
+    let c_last = out.clone().narrow(1, t, 1).reshape([batch, h]);
+    (out.narrow(1, 0, t), c_last, distances)
 }
 
 /// An LSTM-family layer's parameters for the sequence ops: the input weight `[d, P]`, the bias
@@ -309,10 +324,11 @@ pub(crate) mod reference {
 
     /// The sequence op in plain ops ([`crate::lstm_sequence`], [`crate::on_lstm_sequence`],
     /// [`crate::fast_trees_sequence`]): the input projection of every step as one product, then
-    /// [`recurrence`]. Returns the `[b, t + 1, H + e]` output (every step's `h` and, for the
-    /// ordered cells, distance, then the final `c`), or with `every_c` `[2b, t, H + e]` (every
-    /// step's `h`, then every step's `c`), and, with `keep_gates`, what the backward pass
-    /// reads: the activated gates and every step's `h` and `c`, `[b, t, P + 2H]`.
+    /// [`recurrence`]. Returns the `[b, t + 1 + r, H]` output (every step's `h`, the final `c`,
+    /// then, for the ordered cells, the distances in `r` rows: [`SequenceCell::distance_rows`]),
+    /// or with `every_c` `[2b, t + r, H]` (every step's `h` and the distances, then every step's
+    /// `c` and `r` zero rows), and, with `keep_gates`, what the backward pass reads: the
+    /// activated gates and every step's `h` and `c`, `[b, t, P + 2H]`.
     pub fn lstm_sequence<B: Backend>(
         x: FloatTensor<B>,
         [w, bias, u, h0, c0]: [FloatTensor<B>; 5],
@@ -334,7 +350,7 @@ pub(crate) mod reference {
             .add(bias.unsqueeze_dim(0))
             .reshape([b, t, width]);
         let hd = t2::<B>(c0.clone()).dims()[1];
-        let e = cell.extra_columns();
+        let e = cell.distances();
         let first_c = t2::<B>(c0.clone());
         let (hcd, gates) = recurrence::<B>(
             xp.into_primitive().tensor(),
@@ -347,29 +363,33 @@ pub(crate) mod reference {
         );
         let hcd = t3::<B>(hcd);
         let (h_all, c_all) = (hcd.clone().narrow(2, 0, hd), hcd.clone().narrow(2, hd, hd));
-        // Every step's `h` with its distance.
-        let h_rows = if e > 0 {
-            Tensor::cat(vec![h_all, hcd.clone().narrow(2, 2 * hd, e)], 2)
-        } else {
-            h_all
-        };
-        let pad = |x: Tensor<B, 3>| {
-            if e > 0 {
-                let z = x.clone().narrow(2, 0, e).zeros_like();
-                Tensor::cat(vec![x, z], 2)
+        let r = cell.distance_rows(t, hd);
+        // The distances as `r` rows of `H` (the last padded with zeros), and `r` zero rows.
+        let (d_rows, zero_rows) = if r > 0 {
+            let d = hcd.clone().narrow(2, 2 * hd, e).reshape([b, t]);
+            let pad = r * hd - t;
+            let d = if pad > 0 {
+                let z = d.clone().narrow(1, 0, 1).zeros_like().expand([b, pad]);
+                Tensor::cat(vec![d, z], 1)
             } else {
-                x
-            }
+                d
+            };
+            let d = d.reshape([b, r, hd]);
+            (vec![d.clone()], vec![d.zeros_like()])
+        } else {
+            (vec![], vec![])
         };
         let out = if every_c {
-            Tensor::cat(vec![h_rows, pad(c_all)], 0)
+            let first = Tensor::cat([vec![h_all], d_rows].concat(), 1);
+            let second = Tensor::cat([vec![c_all], zero_rows].concat(), 1);
+            Tensor::cat(vec![first, second], 0)
         } else {
             let c_last = if t == 0 {
                 first_c.unsqueeze_dim::<3>(1)
             } else {
                 c_all.narrow(1, t - 1, 1)
             };
-            Tensor::cat(vec![h_rows, pad(c_last)], 1)
+            Tensor::cat([vec![h_all, c_last], d_rows].concat(), 1)
         };
         let saved = gates.map(|g| {
             Tensor::cat(vec![t3::<B>(g), hcd.narrow(2, 0, 2 * hd)], 2)
@@ -394,10 +414,11 @@ pub(crate) mod reference {
         let (saved, grad) = (t3::<B>(saved), t3::<B>(grad));
         let [b, t, d] = t3::<B>(x.clone()).dims();
         let hd = t2::<B>(u.clone()).dims()[0];
-        let (width, e) = (cell.width(hd), cell.extra_columns());
-        // The output's layout, from its gradient: every step's `h` and `c`, or `h` and the final
-        // `c`.
-        let every_c = grad.dims()[1] == t;
+        let (width, e) = (cell.width(hd), cell.distances());
+        // The output's layout, from its gradient: every step's `h` and `c` (`2b` rows), or `h`
+        // and the final `c`.
+        let every_c = grad.dims()[0] != b;
+        let r = cell.distance_rows(t, hd);
         if t == 0 {
             // No step: the final `c` is `c0`.
             let x = t3::<B>(x);
@@ -425,22 +446,28 @@ pub(crate) mod reference {
         let hc = saved.narrow(2, width, 2 * hd);
         // The gradient of every step's `h`, `c` and distance (without `every_c`, `c`'s only at
         // the last step: the final `c`).
-        let (d_h, d_c) = if every_c {
-            (
-                grad.clone().narrow(0, 0, b),
-                grad.clone().narrow(0, b, b).narrow(2, 0, hd),
-            )
+        // Each example's rows of `h` (and after them its distance rows) in `first`.
+        let first = grad.clone().narrow(0, 0, b);
+        let (d_h, d_c, d_rows_at) = if every_c {
+            let d_c = grad.clone().narrow(0, b, b).narrow(1, 0, t);
+            (first.clone().narrow(1, 0, t), d_c, t)
         } else {
-            let last = grad.clone().narrow(1, t, 1).narrow(2, 0, hd);
+            let last = grad.clone().narrow(1, t, 1);
             let d_c = Tensor::cat(
                 vec![last.clone().expand([b, t - 1, hd]).zeros_like(), last],
                 1,
             );
-            (grad.narrow(1, 0, t), d_c)
+            (grad.clone().narrow(1, 0, t), d_c, t + 1)
         };
-        let mut d_hcd = vec![d_h.clone().narrow(2, 0, hd), d_c];
+        let mut d_hcd = vec![d_h, d_c];
         if e > 0 {
-            d_hcd.push(d_h.narrow(2, hd, e));
+            // The distances' gradient from their rows, as one column.
+            let d_d = first
+                .narrow(1, d_rows_at, r)
+                .reshape([b, r * hd])
+                .narrow(1, 0, t)
+                .reshape([b, t, e]);
+            d_hcd.push(d_d);
         }
         let d_hcd = Tensor::cat(d_hcd, 2);
         let p3 = |t: Tensor<B, 3>| t.into_primitive().tensor();
@@ -552,7 +579,7 @@ pub(crate) mod reference {
         let (xp, u, mut h, mut c) = (t3::<B>(xp), t2::<B>(u), t2::<B>(h0), t2::<B>(c0));
         let [b, t, w] = xp.dims();
         let hd = h.dims()[1];
-        let e = cell.extra_columns();
+        let e = cell.distances();
         let device = xp.device();
         let mut outs = Vec::with_capacity(t);
         let mut gates = Vec::with_capacity(t);
@@ -1084,15 +1111,17 @@ pub(crate) mod host {
         })
     }
 
-    /// Where the op's output keeps each state: `[b, t + 1, h + e]` (every step's `h` and, for
-    /// the ordered cells, distance, then the final `c`) or, with `every_c`, `[2b, t, h + e]`
-    /// (every step's `h` of each example, then every step's `c`: two contiguous halves).
+    /// Where the op's output keeps each state: `[b, t + 1 + r, h]` (every step's `h`, the
+    /// final `c`, then for the ordered cells the distances in `r` rows:
+    /// [`SequenceCell::distance_rows`]) or, with `every_c`, `[2b, t + r, h]` (every step's `h`
+    /// of each example and its distance rows, then every step's `c` and `r` zero rows: two
+    /// contiguous halves).
     struct OutLayout {
         b: usize,
         t: usize,
         h: usize,
-        /// The columns past `h` ([`SequenceCell::extra_columns`]).
-        e: usize,
+        /// The distance rows per example.
+        r: usize,
         every_c: bool,
     }
 
@@ -1100,25 +1129,31 @@ pub(crate) mod host {
         /// The output's shape.
         fn shape(&self) -> [usize; 3] {
             if self.every_c {
-                [2 * self.b, self.t, self.h + self.e]
+                [2 * self.b, self.t + self.r, self.h]
             } else {
-                [self.b, self.t + 1, self.h + self.e]
+                [self.b, self.t + 1 + self.r, self.h]
             }
         }
 
-        /// Where `h` of example `r` at step `s` starts (its distance follows it).
-        fn h_at(&self, r: usize, s: usize) -> usize {
-            (r * self.shape()[1] + s) * (self.h + self.e)
+        /// Where `h` of example `e` at step `s` starts.
+        fn h_at(&self, e: usize, s: usize) -> usize {
+            (e * self.shape()[1] + s) * self.h
         }
 
-        /// Where `c` of example `r` at step `s` starts, with `every_c`.
-        fn c_at(&self, r: usize, s: usize) -> Option<usize> {
-            self.every_c.then(|| self.h_at(self.b + r, s))
+        /// Where `c` of example `e` at step `s` starts, with `every_c`.
+        fn c_at(&self, e: usize, s: usize) -> Option<usize> {
+            self.every_c.then(|| self.h_at(self.b + e, s))
         }
 
-        /// Where example `r`'s final `c` starts, without `every_c`.
-        fn c_last_at(&self, r: usize) -> Option<usize> {
-            (!self.every_c).then(|| self.h_at(r, self.t))
+        /// Where example `e`'s final `c` starts, without `every_c`.
+        fn c_last_at(&self, e: usize) -> Option<usize> {
+            (!self.every_c).then(|| self.h_at(e, self.t))
+        }
+
+        /// Where example `e`'s distance at step `s` is, for the ordered cells (`r > 0`).
+        fn d_at(&self, e: usize, s: usize) -> Option<usize> {
+            let first = if self.every_c { self.t } else { self.t + 1 };
+            (self.r > 0).then(|| self.h_at(e, first) + s)
         }
     }
 
@@ -1182,7 +1217,7 @@ pub(crate) mod host {
             b,
             t,
             h,
-            e: cell.extra_columns(),
+            r: cell.distance_rows(t, h),
             every_c,
         };
         let shape = layout.shape();
@@ -1243,9 +1278,9 @@ pub(crate) mod host {
             for (i, &r) in order.iter().enumerate() {
                 let at = layout.h_at(r, s);
                 out[at..at + h].copy_from_slice(&hs[i * h..(i + 1) * h]);
-                if layout.e > 0 && i < n {
+                if let Some(at) = layout.d_at(r, s).filter(|_| i < n) {
                     // An ended example's distance stays 0.
-                    out[at + h] = dist[i];
+                    out[at] = dist[i];
                 }
                 if let Some(at) = layout.c_at(r, s) {
                     out[at..at + h].copy_from_slice(&cs[i * h..(i + 1) * h]);
@@ -1344,8 +1379,8 @@ pub(crate) mod host {
             b,
             t,
             h,
-            e: cell.extra_columns(),
-            every_c: dims3(out).1 == t,
+            r: cell.distance_rows(t, h),
+            every_c: dims3(out).0 != b,
         };
         let sw = wd + h;
         let running = Running::new(lengths, b, t);
@@ -1393,8 +1428,8 @@ pub(crate) mod host {
                     // Ended: the gradients pass to the state before this step unchanged.
                     continue;
                 }
-                if layout.e > 0 {
-                    g_d[i] = dd[at + h];
+                if let Some(at) = layout.d_at(r, s) {
+                    g_d[i] = dd[at];
                 }
                 let here = (starts[s] + i) * sw + wd;
                 c_here[row.clone()].copy_from_slice(&gg[here..here + h]);

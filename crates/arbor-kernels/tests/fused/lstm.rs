@@ -19,7 +19,7 @@ fn d_in(h: usize) -> usize {
 
 /// The cells the sequence op runs: chunks of 2 units for an even `h`, of 1 otherwise.
 fn cells(h: usize) -> [SequenceCell; 3] {
-    let chunks = if h % 2 == 0 { h / 2 } else { h };
+    let chunks = if h.is_multiple_of(2) { h / 2 } else { h };
     [
         SequenceCell::Lstm,
         SequenceCell::OnLstm { chunks },
@@ -42,10 +42,10 @@ fn lstm_inputs<B: Backend>(b: usize, t: usize, h: usize, cell: SequenceCell) -> 
 }
 
 /// The fused op, or the plain-op reference forward (which autodiff differentiates op by op),
-/// as the op's output: `[b, t + 1, h + e]`, every step's `h` (and, for the ordered cells,
-/// distance: `e = 1`) then the final `c` (`lstm_sequence`, `on_lstm_sequence`,
-/// `fast_trees_sequence`), or with `every_c` (LSTM only) `[2b, t, h]`, every step's `h`, then
-/// every step's `c` (`lstm_sequence_states`).
+/// as the op's output: `[b, t + 1 + r, h]`, every step's `h`, the final `c`, then for the
+/// ordered cells the distances in `r` rows (`SequenceCell::distance_rows`; `lstm_sequence`,
+/// `on_lstm_sequence`, `fast_trees_sequence`), or with `every_c` (LSTM only) `[2b, t, h]`,
+/// every step's `h`, then every step's `c` (`lstm_sequence_states`).
 fn lstm<B: ArborBackend>(
     xs: [Tensor<B, 3>; 6],
     lengths: &[usize],
@@ -76,10 +76,20 @@ fn lstm<B: ArborBackend>(
         return Tensor::from_primitive(TensorPrimitive::Float(out));
     }
     let params = (w, bias, u);
+    let t = x.dims()[1];
+    let r = cell.distance_rows(t, h);
+    // The op's layout: the distances in `r` rows of `h` after the final `c`.
     let ordered = |(hs, c_last, dist): (Tensor<B, 3>, Tensor<B, 2>, Tensor<B, 2>)| {
-        let steps = Tensor::cat(vec![hs, dist.unsqueeze_dim(2)], 2);
-        let last = Tensor::cat(vec![c_last.clone(), c_last.narrow(1, 0, 1).zeros_like()], 1);
-        Tensor::cat(vec![steps, last.unsqueeze_dim(1)], 1)
+        let pad = r * h - t;
+        let dist = if pad > 0 {
+            // Zeros in the distances' own float type.
+            let z = dist.clone().narrow(1, 0, 1).zeros_like().expand([b, pad]);
+            Tensor::cat(vec![dist, z], 1)
+        } else {
+            dist
+        };
+        let rows = dist.reshape([b, r, h]);
+        Tensor::cat(vec![hs, c_last.unsqueeze_dim(1), rows], 1)
     };
     match cell {
         SequenceCell::Lstm if every_c => {
@@ -142,8 +152,8 @@ fn host_step(cell: SequenceCell, pre: &[f64], hs: &mut [f64], cs: &mut [f64]) ->
             pre[g0 + 2 * h + j].tanh(),
             sig(pre[g0 + 3 * h + j]),
         );
-        let (f_hat, i_hat) = if nc > 0 {
-            let k = j / (h / nc);
+        let (f_hat, i_hat) = if let Some(units) = h.checked_div(nc) {
+            let k = j / units;
             let w = ft[k] * it[k];
             (f * w + ft[k] - w, i * w + it[k] - w)
         } else {
@@ -187,11 +197,11 @@ fn lstm_sequence_forward_matches_reference_and_the_recurrence() {
             let fused = to_vec(lstm(xs.clone(), lengths, cell, true, every_c));
             let want = to_vec(lstm(xs.clone(), lengths, cell, false, every_c));
             assert_close(&fused, &want, 2e-5, &context);
-            // Where the output keeps `h` of example `r` at step `s` (then its distance), and
-            // `c` (with `every_c`; the final `c` otherwise).
-            let e = cell.extra_columns();
-            let rows = if every_c { t } else { t + 1 };
-            let h_at = |r: usize, s: usize| (r * rows + s) * (h + e);
+            // Where the output keeps `h` of example `r` at step `s` and `c` (with `every_c`; the
+            // final `c` otherwise), and the distances (after the final `c`).
+            let n_d = cell.distance_rows(t, h);
+            let rows = if every_c { t } else { t + 1 + n_d };
+            let h_at = |r: usize, s: usize| (r * rows + s) * h;
             // The recurrence written out on the host, frozen rows included.
             let (d, p, uw) = (d_in(h), cell.width(h), cell.u_width(h));
             let [x, w, bias, u, h0, c0] = xs.map(to_vec);
@@ -228,8 +238,8 @@ fn lstm_sequence_forward_matches_reference_and_the_recurrence() {
                             assert!((c - cs[r * h + j]).abs() < 1e-4, "c step {s} {context}");
                         }
                     }
-                    if e > 0 {
-                        let got = fused[at + h];
+                    if n_d > 0 {
+                        let got = fused[h_at(r, t + 1) + s];
                         assert!((got - dist).abs() < 1e-4, "distance step {s} {context}");
                     }
                 }
@@ -264,11 +274,11 @@ fn out_weights<B: Backend>(
     cell: SequenceCell,
     every_c: bool,
 ) -> Tensor<B, 3> {
-    let e = cell.extra_columns();
+    let r = cell.distance_rows(t, h);
     if every_c {
-        tensor::<B, 3>([2 * b, t, h + e], 1.0, 55)
+        tensor::<B, 3>([2 * b, t, h], 1.0, 55)
     } else {
-        tensor::<B, 3>([b, t + 1, h + e], 1.0, 55)
+        tensor::<B, 3>([b, t + 1 + r, h], 1.0, 55)
     }
 }
 
