@@ -95,8 +95,8 @@ impl<B: ArborBackend> RecurrentCell<B> for OnLstmCell<B> {
         ordered_step(all, self.n_chunks, self.d_hidden, state.c)
     }
 
-    /// The whole sequence as one op ([`arbor_kernels::on_lstm_sequence`]): `W` and `U` packed once, the
-    /// step loop and its backward pass inside.
+    /// The whole sequence as one op ([`arbor_kernels::on_lstm_sequence`]): `W` and `U`
+    /// packed once, the step loop and its backward pass inside.
     fn scan(
         &self,
         x: Tensor<B, 3>,
