@@ -286,7 +286,10 @@ fn conv_context<B: ArborBackend>(cell: &AnyCell<B>) -> Option<usize> {
             let k = c.conv.weight.dims()[2];
             (k > 1).then(|| k - 1)
         }
-        _ => None,
+        AnyCell::Lstm(_)
+        | AnyCell::OnLstm(_)
+        | AnyCell::FastTrees(_)
+        | AnyCell::FasterFastTrees(_) => None,
     }
 }
 
