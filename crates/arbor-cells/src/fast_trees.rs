@@ -131,15 +131,13 @@ impl<B: ArborBackend> RecurrentCell<B> for FastTreesCell<B> {
         _pad: Option<Tensor<B, 3, Bool>>,
         lengths: Option<&[usize]>,
     ) -> Option<ScanOutput<B>> {
-        let chunks = self.n_chunks;
         Some(ordered_scan(
-            &self.input,
-            &self.hidden,
+            (&self.input, &self.hidden),
+            self.n_chunks,
+            arbor_kernels::fast_trees_sequence,
             x,
             init,
-            |x, p, h0, c0| {
-                arbor_kernels::fast_trees_sequence(x, p, h0, c0, lengths.unwrap_or(&[]), chunks)
-            },
+            lengths,
         ))
     }
 }

@@ -93,6 +93,21 @@ pub fn linear_pair_rows<B: ArborBackend>(
     arbor_kernels::linear_pair(x, input.weight.val(), h, hidden.weight.val(), b)
 }
 
+/// A recurrent layer's parameters for the whole-sequence ops ([`arbor_kernels::LstmParams`]):
+/// the input weight `W`, its bias (zeros when the input `Linear` has none) and the recurrent
+/// weight `U` (the hidden `Linear`, which has no bias).
+pub(crate) fn sequence_params<B: ArborBackend>(
+    input: &Linear<B>,
+    hidden: &Linear<B>,
+) -> arbor_kernels::LstmParams<B> {
+    let weight = input.weight.val();
+    let bias = match &input.bias {
+        Some(b) => b.val(),
+        None => Tensor::zeros([weight.dims()[1]], &weight.device()),
+    };
+    (weight, bias, hidden.weight.val())
+}
+
 /// `norm.forward(x)` as one fused op ([`arbor_kernels::layer_norm`]), with `norm`'s own `γ`,
 /// `β` and `ε`. A `LayerNorm` without `β`, or whose `ε` cannot be read, takes Burn's own
 /// forward pass.

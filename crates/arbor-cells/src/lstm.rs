@@ -94,7 +94,7 @@ impl<B: ArborBackend> LstmCell<B> {
         lengths: &[usize],
     ) -> (Tensor<B, 3>, Tensor<B, 2>) {
         let init = self.initial(&x, init);
-        let params = self.params(&x.device());
+        let params = crate::linear::sequence_params(&self.input, &self.hidden);
         arbor_kernels::lstm_sequence(x, params, init.h, init.c, lengths)
     }
 
@@ -111,7 +111,7 @@ impl<B: ArborBackend> LstmCell<B> {
         lengths: &[usize],
     ) -> LstmState<B, 3> {
         let init = self.initial(&x, init);
-        let params = self.params(&x.device());
+        let params = crate::linear::sequence_params(&self.input, &self.hidden);
         let (h, c) = arbor_kernels::lstm_sequence_states(x, params, init.h, init.c, lengths);
         LstmState::new(h, c)
     }
@@ -120,15 +120,6 @@ impl<B: ArborBackend> LstmCell<B> {
     fn initial(&self, x: &Tensor<B, 3>, init: Option<LstmState<B, 2>>) -> LstmState<B, 2> {
         let [batch, _, _] = x.dims();
         init.unwrap_or_else(|| LstmState::zeros([batch, self.d_hidden], &x.device()))
-    }
-
-    /// The fused op's parameters: `W`, `b` (zeros when the input `Linear` has none), `U`.
-    fn params(&self, device: &B::Device) -> arbor_kernels::LstmParams<B> {
-        let bias = match &self.input.bias {
-            Some(b) => b.val(),
-            None => Tensor::zeros([4 * self.d_hidden], device),
-        };
-        (self.input.weight.val(), bias, self.hidden.weight.val())
     }
 }
 

@@ -113,38 +113,43 @@ pub(crate) fn ordered_step<B: ArborBackend>(
     }
 }
 
-/// The output of [`arbor_kernels::on_lstm_sequence`] and [`arbor_kernels::fast_trees_sequence`]:
-/// every step's `h`, each example's final `c`, every step's distance.
-type OrderedSequence<B> = (Tensor<B, 3>, Tensor<B, 2>, Tensor<B, 2>);
+/// [`arbor_kernels::on_lstm_sequence`] or [`arbor_kernels::fast_trees_sequence`]: from the
+/// input, the parameters, `h0`, `c0`, the lengths and the chunk count, every step's `h`, each
+/// example's final `c` and every step's distance.
+pub(crate) type OrderedSequenceOp<B> = fn(
+    Tensor<B, 3>,
+    arbor_kernels::LstmParams<B>,
+    Tensor<B, 2>,
+    Tensor<B, 2>,
+    &[usize],
+    usize,
+) -> (Tensor<B, 3>, Tensor<B, 2>, Tensor<B, 2>);
 
-/// The whole sequence of an ON-LSTM or FastTrees cell as one op (`op`:
-/// [`arbor_kernels::on_lstm_sequence`] or [`arbor_kernels::fast_trees_sequence`] with the
-/// cell's chunk count) from its input (`x → [f̃, ĩ, i, f, ĉ, o]`, with bias) and hidden
-/// (`h → …`, no bias) weights.
+/// The whole sequence of an ON-LSTM or FastTrees cell as one op (`op`) from its input
+/// (`x → [f̃, ĩ, i, f, ĉ, o]`, with bias) and hidden (`h → …`, no bias) weights and its
+/// `n_chunks` chunks.
 ///
 /// # Shapes
-/// - `x`: `[batch, time, d_input]`; `init`: `[batch, H]` each; `lengths`: `batch` entries or
-///   empty (all `time` steps)
+/// - `x`: `[batch, time, d_input]`; `init`: `[batch, H]` each; `lengths`: `batch` entries
+///   (`None`: all `time` steps)
 /// - output: see [`ScanOutput`]
 pub(crate) fn ordered_scan<B: ArborBackend>(
-    input: &burn::nn::Linear<B>,
-    hidden: &burn::nn::Linear<B>,
+    (input, hidden): (&burn::nn::Linear<B>, &burn::nn::Linear<B>),
+    n_chunks: usize,
+    op: OrderedSequenceOp<B>,
     x: Tensor<B, 3>,
     init: &LstmState<B, 2>,
-    op: impl FnOnce(
-        Tensor<B, 3>,
-        arbor_kernels::LstmParams<B>,
-        Tensor<B, 2>,
-        Tensor<B, 2>,
-    ) -> OrderedSequence<B>,
+    lengths: Option<&[usize]>,
 ) -> ScanOutput<B> {
-    let width = input.weight.dims()[1];
-    let bias = match &input.bias {
-        Some(b) => b.val(),
-        None => Tensor::zeros([width], &x.device()),
-    };
-    let params = (input.weight.val(), bias, hidden.weight.val());
-    let (h, c_last, distances) = op(x, params, init.h.clone(), init.c.clone());
+    let params = crate::linear::sequence_params(input, hidden);
+    let (h, c_last, distances) = op(
+        x,
+        params,
+        init.h.clone(),
+        init.c.clone(),
+        lengths.unwrap_or(&[]),
+        n_chunks,
+    );
     ScanOutput {
         h,
         c_last,
