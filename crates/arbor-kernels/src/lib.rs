@@ -390,10 +390,10 @@ pub trait ArborBackend: Backend {
     }
 
     /// An LSTM-family layer (`cell`) over a sequence; see [`lstm_sequence`] and
-    /// [`on_lstm_sequence`] (`params` are `[w, b, u, h0, c0]`). Returns the `[b, t + 1, H + e]`
-    /// output (every step's `h` and, for the ordered cells, distance (`e = 1`), then the
-    /// final `c`), or with `every_c` `[2b, t, H + e]` (every step's `h`, then every step's
-    /// `c`), and, with `keep_gates`, what the backward pass reads (the activated gates and
+    /// [`on_lstm_sequence`] (`params` are `[w, b, u, h0, c0]`). Returns the `[rows, H]` output
+    /// (every step's `h`, then every step's `c` with `every_c` or else the final `c`, then the
+    /// ordered cells' distances; `ops::lstm::SequenceLayout`), and, with `keep_gates`, what
+    /// the backward pass reads (the activated gates and
     /// `c`), in a layout of the backend's own (the plain-op default: `[b, t, P + 2H]` with `h`
     /// too; the CPU kernels: the running rows only).
     fn lstm_sequence(

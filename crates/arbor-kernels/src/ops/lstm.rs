@@ -63,14 +63,88 @@ impl SequenceCell {
         }
     }
 
-    /// The rows of `H` values after an example's states in the op's output that hold its `t`
-    /// distances, one step after another (the last row padded with zeros): `⌈t / H⌉` for the
-    /// ordered cells, none for the LSTM.
+    /// The rows of `H` values in the op's output that hold an example's `t` distances, one
+    /// step after another (the last row padded with zeros; [`SequenceLayout`]): `⌈t / H⌉` for
+    /// the ordered cells, none for the LSTM.
     pub fn distance_rows(self, t: usize, h: usize) -> usize {
         match self.distances() {
             0 => 0,
             _ => t.div_ceil(h.max(1)),
         }
+    }
+}
+
+/// Where a sequence op's one output (`[rows, H]`) keeps each state, in three blocks:
+/// 1. `h`: `b·t` rows, example `e`'s step `s` at row `e·t + s`;
+/// 2. `c`: `b·t` rows in the same order with every step's `c` (`every_c`), else `b` rows, each
+///    example's final `c`;
+/// 3. the ordered cells' distances: `r` rows per example ([`SequenceCell::distance_rows`]),
+///    example `e`'s distance of step `s` at element `s` of its rows.
+///
+/// So `h` and `c` are contiguous blocks: the tensors the public functions return are
+/// contiguous views of the output, which whatever reads them next (a sum, a product, a mask)
+/// reads at full speed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SequenceLayout {
+    pub(crate) b: usize,
+    pub(crate) t: usize,
+    /// Distance rows per example.
+    pub(crate) r: usize,
+    pub(crate) every_c: bool,
+}
+
+impl SequenceLayout {
+    pub(crate) fn new(b: usize, t: usize, h: usize, cell: SequenceCell, every_c: bool) -> Self {
+        let r = cell.distance_rows(t, h);
+        Self { b, t, r, every_c }
+    }
+
+    /// The layout of an output with `rows` rows: it holds every step's `c` when it has the
+    /// rows for them. With one step the two layouts have the same rows and the same values
+    /// (the only step's `c` is the final one), so either reading is right.
+    pub(crate) fn of_output(b: usize, t: usize, h: usize, cell: SequenceCell, rows: usize) -> Self {
+        let r = cell.distance_rows(t, h);
+        let every_c = b > 0 && rows == b * (2 * t + r);
+        Self { b, t, r, every_c }
+    }
+
+    /// Cell-state rows per example: `t` with `every_c`, else 1.
+    pub(crate) fn c_steps(&self) -> usize {
+        if self.every_c {
+            self.t
+        } else {
+            1
+        }
+    }
+
+    /// The output's row count.
+    pub(crate) fn rows(&self) -> usize {
+        self.b * (self.t + self.c_steps() + self.r)
+    }
+
+    /// The row of example `e`'s `h` at step `s`.
+    pub(crate) fn h_row(&self, e: usize, s: usize) -> usize {
+        e * self.t + s
+    }
+
+    /// The first `c` row (of example 0).
+    pub(crate) fn c_start(&self) -> usize {
+        self.b * self.t
+    }
+
+    /// The row of example `e`'s `c` at step `s`, with `every_c`.
+    pub(crate) fn c_row(&self, e: usize, s: usize) -> Option<usize> {
+        self.every_c.then(|| self.c_start() + e * self.t + s)
+    }
+
+    /// The row of example `e`'s final `c`, without `every_c`.
+    pub(crate) fn c_last_row(&self, e: usize) -> Option<usize> {
+        (!self.every_c).then(|| self.c_start() + e)
+    }
+
+    /// The first distance row (of example 0).
+    pub(crate) fn d_start(&self) -> usize {
+        self.b * (self.t + self.c_steps())
     }
 }
 
@@ -111,11 +185,11 @@ pub fn lstm_sequence<B: ArborBackend>(
 ) -> (Tensor<B, 3>, Tensor<B, 2>) {
     let [batch, t, _] = x.dims();
     let h = params.2.dims()[0];
-    // One output, `[batch, time + 1, H]`: the `h` rows, then the final `c` (so the op is one
+    // One output ([`SequenceLayout`]): the `h` rows, then the final `c` (so the op is one
     // autodiff node with no whole-sequence `c` in its output).
     let out = checked(x, params, h0, c0, lengths, SequenceCell::Lstm, false);
-    let c_last = out.clone().narrow(1, t, 1).reshape([batch, h]);
-    (out.narrow(1, 0, t), c_last)
+    let c_last = out.clone().narrow(0, batch * t, batch);
+    (out.narrow(0, 0, batch * t).reshape([batch, t, h]), c_last)
 }
 
 /// [`lstm_sequence`] with every step's cell state too, for callers that read them (the Gumbel
@@ -134,9 +208,13 @@ pub fn lstm_sequence_states<B: ArborBackend>(
     c0: Tensor<B, 2>,
     lengths: &[usize],
 ) -> (Tensor<B, 3>, Tensor<B, 3>) {
-    let batch = x.dims()[0];
-    // `[2·batch, time, H]`: the `h` of every example, then its `c` (two contiguous halves).
+    let [batch, t, _] = x.dims();
+    let h = params.2.dims()[0];
+    // Every step's `h`, then every step's `c` ([`SequenceLayout`]: two contiguous halves).
     let out = checked(x, params, h0, c0, lengths, SequenceCell::Lstm, true);
+    // Reshaped before the split, so both halves are views (Flex copies a reshape of a view
+    // that does not start at the buffer's start).
+    let out = out.reshape([2 * batch, t, h]);
     (out.clone().narrow(0, 0, batch), out.narrow(0, batch, batch))
 }
 
@@ -194,8 +272,8 @@ pub fn fast_trees_sequence<B: ArborBackend>(
     )
 }
 
-/// The ordered cells' op and the split of its `[batch, time + 1 + r, H]` output (every step's
-/// `h`, the final `c`, then the distances in `r` rows: [`SequenceCell::distance_rows`]).
+/// The ordered cells' op and the split of its output ([`SequenceLayout`]: every step's `h`, the
+/// final `c`, then the distances in `r` rows per example).
 fn ordered<B: ArborBackend>(
     x: Tensor<B, 3>,
     params: LstmParams<B>,
@@ -208,17 +286,22 @@ fn ordered<B: ArborBackend>(
     let h = params.2.dims()[0];
     let device = x.device();
     let out = checked(x, params, h0, c0, lengths, cell, false);
-    let r = cell.distance_rows(t, h);
+    let layout = SequenceLayout::new(batch, t, h, cell, false);
+    let r = layout.r;
     let distances = if r == 0 {
         Tensor::zeros([batch, 0], &device)
     } else {
         out.clone()
-            .narrow(1, t + 1, r)
+            .narrow(0, layout.d_start(), batch * r)
             .reshape([batch, r * h])
             .narrow(1, 0, t)
     };
-    let c_last = out.clone().narrow(1, t, 1).reshape([batch, h]);
-    (out.narrow(1, 0, t), c_last, distances)
+    let c_last = out.clone().narrow(0, layout.c_start(), batch);
+    (
+        out.narrow(0, 0, batch * t).reshape([batch, t, h]),
+        c_last,
+        distances,
+    )
 }
 
 /// An LSTM-family layer's parameters for the sequence ops: the input weight `[d, P]`, the bias
@@ -226,8 +309,7 @@ fn ordered<B: ArborBackend>(
 /// [`SequenceCell::u_width`]; `[d, 4H]`, `[4H]`, `[H, 4H]` for [`lstm_sequence`]).
 pub type LstmParams<B> = (Tensor<B, 2>, Tensor<B, 1>, Tensor<B, 2>);
 
-/// The shape checks and the op: `[2·batch, time, H + e]` with `every_c`, else
-/// `[batch, time + 1, H + e]`, where `e` is [`SequenceCell::extra_columns`].
+/// The shape checks and the op: its output in the [`SequenceLayout`] for `every_c`.
 fn checked<B: ArborBackend>(
     x: Tensor<B, 3>,
     (w, b, u): LstmParams<B>,
@@ -236,7 +318,7 @@ fn checked<B: ArborBackend>(
     lengths: &[usize],
     cell: SequenceCell,
     every_c: bool,
-) -> Tensor<B, 3> {
+) -> Tensor<B, 2> {
     let [batch, t, d] = x.dims();
     let [h, uw] = u.dims();
     let (width, chunks) = (cell.width(h), cell.chunks());
@@ -274,7 +356,7 @@ pub(crate) mod reference {
     use burn::prelude::*;
     use burn::tensor::ops::FloatTensor;
 
-    use super::SequenceCell;
+    use super::{SequenceCell, SequenceLayout};
     use crate::reference::{t2, t3};
 
     /// Row `b`'s state is frozen at step `s` (past its length), as a `[b, 1]` mask; `None` when no
@@ -324,11 +406,9 @@ pub(crate) mod reference {
 
     /// The sequence op in plain ops ([`crate::lstm_sequence`], [`crate::on_lstm_sequence`],
     /// [`crate::fast_trees_sequence`]): the input projection of every step as one product, then
-    /// [`recurrence`]. Returns the `[b, t + 1 + r, H]` output (every step's `h`, the final `c`,
-    /// then, for the ordered cells, the distances in `r` rows: [`SequenceCell::distance_rows`]),
-    /// or with `every_c` `[2b, t + r, H]` (every step's `h` and the distances, then every step's
-    /// `c` and `r` zero rows), and, with `keep_gates`, what the backward pass reads: the
-    /// activated gates and every step's `h` and `c`, `[b, t, P + 2H]`.
+    /// [`recurrence`]. Returns the output in its [`SequenceLayout`] and, with `keep_gates`,
+    /// what the backward pass reads: the activated gates and every step's `h` and `c`,
+    /// `[b, t, P + 2H]`.
     pub fn lstm_sequence<B: Backend>(
         x: FloatTensor<B>,
         [w, bias, u, h0, c0]: [FloatTensor<B>; 5],
@@ -364,8 +444,17 @@ pub(crate) mod reference {
         let hcd = t3::<B>(hcd);
         let (h_all, c_all) = (hcd.clone().narrow(2, 0, hd), hcd.clone().narrow(2, hd, hd));
         let r = cell.distance_rows(t, hd);
-        // The distances as `r` rows of `H` (the last padded with zeros), and `r` zero rows.
-        let (d_rows, zero_rows) = if r > 0 {
+        // The blocks of the [`SequenceLayout`]: `h`, `c`, the distances as `r` rows of `H` per
+        // example (the last padded with zeros).
+        let mut blocks = vec![h_all.reshape([b * t, hd])];
+        blocks.push(if every_c {
+            c_all.reshape([b * t, hd])
+        } else if t == 0 {
+            first_c
+        } else {
+            c_all.narrow(1, t - 1, 1).reshape([b, hd])
+        });
+        if r > 0 {
             let d = hcd.clone().narrow(2, 2 * hd, e).reshape([b, t]);
             let pad = r * hd - t;
             let d = if pad > 0 {
@@ -374,23 +463,9 @@ pub(crate) mod reference {
             } else {
                 d
             };
-            let d = d.reshape([b, r, hd]);
-            (vec![d.clone()], vec![d.zeros_like()])
-        } else {
-            (vec![], vec![])
-        };
-        let out = if every_c {
-            let first = Tensor::cat([vec![h_all], d_rows].concat(), 1);
-            let second = Tensor::cat([vec![c_all], zero_rows].concat(), 1);
-            Tensor::cat(vec![first, second], 0)
-        } else {
-            let c_last = if t == 0 {
-                first_c.unsqueeze_dim::<3>(1)
-            } else {
-                c_all.narrow(1, t - 1, 1)
-            };
-            Tensor::cat([vec![h_all, c_last], d_rows].concat(), 1)
-        };
+            blocks.push(d.reshape([b * r, hd]));
+        }
+        let out = Tensor::cat(blocks, 0);
         let saved = gates.map(|g| {
             Tensor::cat(vec![t3::<B>(g), hcd.narrow(2, 0, 2 * hd)], 2)
                 .into_primitive()
@@ -411,14 +486,13 @@ pub(crate) mod reference {
         cell: SequenceCell,
         grad: FloatTensor<B>,
     ) -> [FloatTensor<B>; 6] {
-        let (saved, grad) = (t3::<B>(saved), t3::<B>(grad));
+        let (saved, grad) = (t3::<B>(saved), t2::<B>(grad));
         let [b, t, d] = t3::<B>(x.clone()).dims();
         let hd = t2::<B>(u.clone()).dims()[0];
         let (width, e) = (cell.width(hd), cell.distances());
-        // The output's layout, from its gradient: every step's `h` and `c` (`2b` rows), or `h`
-        // and the final `c`.
-        let every_c = grad.dims()[0] != b;
-        let r = cell.distance_rows(t, hd);
+        // The output's layout, from its gradient's rows: every step's `c` or the final one.
+        let layout = SequenceLayout::of_output(b, t, hd, cell, grad.dims()[0]);
+        let (every_c, r) = (layout.every_c, layout.r);
         if t == 0 {
             // No step: the final `c` is `c0`.
             let x = t3::<B>(x);
@@ -438,7 +512,8 @@ pub(crate) mod reference {
                 if every_c {
                     p(t2::<B>(c0).zeros_like())
                 } else {
-                    p(grad.narrow(1, 0, 1).narrow(2, 0, hd).reshape([b, hd]))
+                    // The output is the final `c` alone.
+                    p(grad)
                 },
             ];
         }
@@ -446,24 +521,26 @@ pub(crate) mod reference {
         let hc = saved.narrow(2, width, 2 * hd);
         // The gradient of every step's `h`, `c` and distance (without `every_c`, `c`'s only at
         // the last step: the final `c`).
-        // Each example's rows of `h` (and after them its distance rows) in `first`.
-        let first = grad.clone().narrow(0, 0, b);
-        let (d_h, d_c, d_rows_at) = if every_c {
-            let d_c = grad.clone().narrow(0, b, b).narrow(1, 0, t);
-            (first.clone().narrow(1, 0, t), d_c, t)
+        let d_h = grad.clone().narrow(0, 0, b * t).reshape([b, t, hd]);
+        let d_c = if every_c {
+            grad.clone()
+                .narrow(0, layout.c_start(), b * t)
+                .reshape([b, t, hd])
         } else {
-            let last = grad.clone().narrow(1, t, 1);
-            let d_c = Tensor::cat(
+            let last = grad
+                .clone()
+                .narrow(0, layout.c_start(), b)
+                .reshape([b, 1, hd]);
+            Tensor::cat(
                 vec![last.clone().expand([b, t - 1, hd]).zeros_like(), last],
                 1,
-            );
-            (grad.clone().narrow(1, 0, t), d_c, t + 1)
+            )
         };
         let mut d_hcd = vec![d_h, d_c];
         if e > 0 {
             // The distances' gradient from their rows, as one column.
-            let d_d = first
-                .narrow(1, d_rows_at, r)
+            let d_d = grad
+                .narrow(0, layout.d_start(), b * r)
                 .reshape([b, r * hd])
                 .narrow(1, 0, t)
                 .reshape([b, t, e]);
@@ -1041,7 +1118,7 @@ pub(crate) mod host {
     use burn::tensor::ops::FloatTensor;
     use burn::tensor::Shape;
 
-    use super::{cpu, reference, SequenceCell};
+    use super::{cpu, reference, SequenceCell, SequenceLayout};
     use crate::host::{dims3, HostTensor};
     use crate::ops::linear::host::gemm_slices;
     use crate::packed::PackedRhs;
@@ -1111,49 +1188,37 @@ pub(crate) mod host {
         })
     }
 
-    /// Where the op's output keeps each state: `[b, t + 1 + r, h]` (every step's `h`, the
-    /// final `c`, then for the ordered cells the distances in `r` rows:
-    /// [`SequenceCell::distance_rows`]) or, with `every_c`, `[2b, t + r, h]` (every step's `h`
-    /// of each example and its distance rows, then every step's `c` and `r` zero rows: two
-    /// contiguous halves).
+    /// Where the op's output keeps each state, as element offsets into its memory.
     struct OutLayout {
-        b: usize,
-        t: usize,
+        rows: SequenceLayout,
         h: usize,
-        /// The distance rows per example.
-        r: usize,
-        every_c: bool,
     }
 
     impl OutLayout {
-        /// The output's shape.
-        fn shape(&self) -> [usize; 3] {
-            if self.every_c {
-                [2 * self.b, self.t + self.r, self.h]
-            } else {
-                [self.b, self.t + 1 + self.r, self.h]
-            }
+        /// The output's shape, `[rows, H]`.
+        fn shape(&self) -> [usize; 2] {
+            [self.rows.rows(), self.h]
         }
 
         /// Where `h` of example `e` at step `s` starts.
         fn h_at(&self, e: usize, s: usize) -> usize {
-            (e * self.shape()[1] + s) * self.h
+            self.rows.h_row(e, s) * self.h
         }
 
         /// Where `c` of example `e` at step `s` starts, with `every_c`.
         fn c_at(&self, e: usize, s: usize) -> Option<usize> {
-            self.every_c.then(|| self.h_at(self.b + e, s))
+            self.rows.c_row(e, s).map(|row| row * self.h)
         }
 
         /// Where example `e`'s final `c` starts, without `every_c`.
         fn c_last_at(&self, e: usize) -> Option<usize> {
-            (!self.every_c).then(|| self.h_at(e, self.t))
+            self.rows.c_last_row(e).map(|row| row * self.h)
         }
 
         /// Where example `e`'s distance at step `s` is, for the ordered cells (`r > 0`).
         fn d_at(&self, e: usize, s: usize) -> Option<usize> {
-            let first = if self.every_c { self.t } else { self.t + 1 };
-            (self.r > 0).then(|| self.h_at(e, first) + s)
+            let rows = &self.rows;
+            (rows.r > 0).then(|| (rows.d_start() + e * rows.r) * self.h + s)
         }
     }
 
@@ -1214,11 +1279,8 @@ pub(crate) mod host {
         let mut pre = vec![0f32; b * wd];
         let mut act = vec![0f32; b * wd];
         let layout = OutLayout {
-            b,
-            t,
+            rows: SequenceLayout::new(b, t, h, cell, every_c),
             h,
-            r: cell.distance_rows(t, h),
-            every_c,
         };
         let shape = layout.shape();
         let mut out = vec![0f32; shape.iter().product()];
@@ -1376,11 +1438,8 @@ pub(crate) mod host {
         let h = u.shape()[0];
         let (wd, uw) = (cell.width(h), cell.u_width(h));
         let layout = OutLayout {
-            b,
-            t,
+            rows: SequenceLayout::of_output(b, t, h, cell, out.shape()[0]),
             h,
-            r: cell.distance_rows(t, h),
-            every_c: dims3(out).0 != b,
         };
         let sw = wd + h;
         let running = Running::new(lengths, b, t);

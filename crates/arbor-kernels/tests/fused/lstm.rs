@@ -42,17 +42,18 @@ fn lstm_inputs<B: Backend>(b: usize, t: usize, h: usize, cell: SequenceCell) -> 
 }
 
 /// The fused op, or the plain-op reference forward (which autodiff differentiates op by op),
-/// as the op's output: `[b, t + 1 + r, h]`, every step's `h`, the final `c`, then for the
-/// ordered cells the distances in `r` rows (`SequenceCell::distance_rows`; `lstm_sequence`,
-/// `on_lstm_sequence`, `fast_trees_sequence`), or with `every_c` (LSTM only) `[2b, t, h]`,
-/// every step's `h`, then every step's `c` (`lstm_sequence_states`).
+/// as the op's output: `[rows, h]`, every step's `h` (`b·t` rows, example by example), the
+/// final `c` (`b` rows), then for the ordered cells the distances in `r` rows per example
+/// (`SequenceCell::distance_rows`; `lstm_sequence`, `on_lstm_sequence`,
+/// `fast_trees_sequence`), or with `every_c` (LSTM only) every step's `h`, then every step's
+/// `c` (`lstm_sequence_states`).
 fn lstm<B: ArborBackend>(
     xs: [Tensor<B, 3>; 6],
     lengths: &[usize],
     cell: SequenceCell,
     fused: bool,
     every_c: bool,
-) -> Tensor<B, 3> {
+) -> Tensor<B, 2> {
     let [x, w, bias, u, h0, c0] = xs;
     let (b, h, d) = (h0.dims()[1], h0.dims()[2], x.dims()[2]);
     let (p, uw) = (cell.width(h), cell.u_width(h));
@@ -78,6 +79,7 @@ fn lstm<B: ArborBackend>(
     let params = (w, bias, u);
     let t = x.dims()[1];
     let r = cell.distance_rows(t, h);
+    let flat = |x: Tensor<B, 3>| x.reshape([b * t, h]);
     // The op's layout: the distances in `r` rows of `h` after the final `c`.
     let ordered = |(hs, c_last, dist): (Tensor<B, 3>, Tensor<B, 2>, Tensor<B, 2>)| {
         let pad = r * h - t;
@@ -88,17 +90,16 @@ fn lstm<B: ArborBackend>(
         } else {
             dist
         };
-        let rows = dist.reshape([b, r, h]);
-        Tensor::cat(vec![hs, c_last.unsqueeze_dim(1), rows], 1)
+        Tensor::cat(vec![flat(hs), c_last, dist.reshape([b * r, h])], 0)
     };
     match cell {
         SequenceCell::Lstm if every_c => {
             let (hs, cs) = arbor_kernels::lstm_sequence_states(x, params, h0, c0, lengths);
-            Tensor::cat(vec![hs, cs], 0)
+            Tensor::cat(vec![flat(hs), flat(cs)], 0)
         }
         SequenceCell::Lstm => {
             let (hs, c_last) = arbor_kernels::lstm_sequence(x, params, h0, c0, lengths);
-            Tensor::cat(vec![hs, c_last.unsqueeze_dim(1)], 1)
+            Tensor::cat(vec![flat(hs), c_last], 0)
         }
         SequenceCell::OnLstm { chunks } => ordered(arbor_kernels::on_lstm_sequence(
             x, params, h0, c0, lengths, chunks,
@@ -208,11 +209,13 @@ fn lstm_sequence_forward_matches_reference_and_the_recurrence() {
             let fused = to_vec(lstm(xs.clone(), lengths, cell, true, every_c));
             let want = to_vec(lstm(xs.clone(), lengths, cell, false, every_c));
             assert_close(&fused, &want, 2e-5, &context);
-            // Where the output keeps `h` of example `r` at step `s` and `c` (with `every_c`; the
+            // Where the output keeps `h` of example `r` at step `s`, `c` (with `every_c`; the
             // final `c` otherwise), and the distances (after the final `c`).
             let n_d = cell.distance_rows(t, h);
-            let rows = if every_c { t } else { t + 1 + n_d };
-            let h_at = |r: usize, s: usize| (r * rows + s) * h;
+            let h_at = |r: usize, s: usize| (r * t + s) * h;
+            let c_at = |r: usize, s: usize| (b * t + r * t + s) * h;
+            let c_last_at = |r: usize| (b * t + r) * h;
+            let d_at = |r: usize, s: usize| (b * (t + 1) + r * n_d) * h + s;
             // The recurrence written out on the host, frozen rows included.
             let (d, p, uw) = (d_in(h), cell.width(h), cell.u_width(h));
             let [x, w, bias, u, h0, c0] = xs.map(to_vec);
@@ -245,12 +248,12 @@ fn lstm_sequence_forward_matches_reference_and_the_recurrence() {
                         let got = fused[at + j];
                         assert!((got - hs[r * h + j]).abs() < 1e-4, "h step {s} {context}");
                         if every_c {
-                            let c = fused[h_at(b + r, s) + j];
+                            let c = fused[c_at(r, s) + j];
                             assert!((c - cs[r * h + j]).abs() < 1e-4, "c step {s} {context}");
                         }
                     }
                     if n_d > 0 {
-                        let got = fused[h_at(r, t + 1) + s];
+                        let got = fused[d_at(r, s)];
                         assert!((got - dist).abs() < 1e-4, "distance step {s} {context}");
                     }
                 }
@@ -259,7 +262,7 @@ fn lstm_sequence_forward_matches_reference_and_the_recurrence() {
                 // The last row: each example's final `c`.
                 for r in 0..b {
                     for j in 0..h {
-                        let at = h_at(r, t);
+                        let at = c_last_at(r);
                         assert!(
                             (fused[at + j] - cs[r * h + j]).abs() < 1e-4,
                             "final c {context}"
@@ -284,13 +287,10 @@ fn out_weights<B: Backend>(
     h: usize,
     cell: SequenceCell,
     every_c: bool,
-) -> Tensor<B, 3> {
+) -> Tensor<B, 2> {
     let r = cell.distance_rows(t, h);
-    if every_c {
-        tensor::<B, 3>([2 * b, t, h], 1.0, 55)
-    } else {
-        tensor::<B, 3>([b, t + 1 + r, h], 1.0, 55)
-    }
+    let rows = if every_c { 2 * b * t } else { b * (t + 1 + r) };
+    tensor::<B, 2>([rows, h], 1.0, 55)
 }
 
 fn lstm_grads<B: AutodiffBackend + ArborBackend>(
