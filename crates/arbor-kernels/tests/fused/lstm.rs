@@ -362,3 +362,63 @@ fn lstm_sequence_finite_differences_f64() {
         }
     }
 }
+
+/// The states the public functions return are views of contiguous memory, on Flex: `h` (and
+/// `c` with every step's states) of `[b, t, H]` and the final `c` of `[b, H]`, so whatever
+/// reads them next (a loss, a product, a mask) reads them in place instead of walking a strided
+/// window element by element or copying it first; and `c` is a view of the op's own output
+/// (after every `h`), not a copy.
+#[test]
+fn sequence_states_are_contiguous_views() {
+    /// Where the contiguous view `t` starts in its buffer.
+    fn start<const D: usize>(t: Tensor<Flex, D>, what: &str) -> usize {
+        let dims = t.dims();
+        let flex = t.into_primitive().tensor();
+        let (start, end) = flex
+            .layout()
+            .contiguous_offsets()
+            .unwrap_or_else(|| panic!("{what} {dims:?} is a strided view"));
+        assert_eq!(end - start, dims.iter().product::<usize>(), "{what}");
+        start
+    }
+    let (b, t, h) = (3, 5, 4);
+    let lengths = [5, 2, 0];
+    for cell in cells(h) {
+        let [x, w, bias, u, h0, c0] = lstm_inputs::<Flex>(b, t, h, cell);
+        let (p, uw, d) = (cell.width(h), cell.u_width(h), x.dims()[2]);
+        let params = (w.reshape([d, p]), bias.reshape([p]), u.reshape([h, uw]));
+        let (h0, c0) = (h0.reshape([b, h]), c0.reshape([b, h]));
+        let what = format!("{cell:?}");
+        let check = |hs: Tensor<Flex, 3>, c_last: Tensor<Flex, 2>| {
+            assert_eq!(start(hs, &format!("{what} h")), 0, "{what} h");
+            let c_at = start(c_last, &format!("{what} final c"));
+            assert_eq!(c_at, b * t * h, "{what}: the final c is not a view");
+        };
+        match cell {
+            SequenceCell::Lstm => {
+                let (hs, c_last) = arbor_kernels::lstm_sequence(
+                    x.clone(),
+                    params.clone(),
+                    h0.clone(),
+                    c0.clone(),
+                    &lengths,
+                );
+                check(hs, c_last);
+                let (hs, cs) = arbor_kernels::lstm_sequence_states(x, params, h0, c0, &lengths);
+                assert_eq!(start(hs, &format!("{what} every h")), 0, "{what}");
+                let c_at = start(cs, &format!("{what} every c"));
+                assert_eq!(c_at, b * t * h, "{what}: every c is not a view");
+            }
+            SequenceCell::OnLstm { chunks } => {
+                let (hs, c_last, _) =
+                    arbor_kernels::on_lstm_sequence(x, params, h0, c0, &lengths, chunks);
+                check(hs, c_last);
+            }
+            SequenceCell::FastTrees { chunks } => {
+                let (hs, c_last, _) =
+                    arbor_kernels::fast_trees_sequence(x, params, h0, c0, &lengths, chunks);
+                check(hs, c_last);
+            }
+        }
+    }
+}
