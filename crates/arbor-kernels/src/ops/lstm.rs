@@ -187,7 +187,18 @@ pub fn lstm_sequence<B: ArborBackend>(
     let h = params.2.dims()[0];
     // One output ([`SequenceLayout`]): the `h` rows, then the final `c` (so the op is one
     // autodiff node with no whole-sequence `c` in its output).
-    let out = checked(x, params, h0, c0, lengths, SequenceCell::Lstm, false);
+    let device = x.device();
+    let Some(out) = checked(
+        x,
+        params,
+        h0,
+        c0.clone(),
+        lengths,
+        SequenceCell::Lstm,
+        false,
+    ) else {
+        return (Tensor::zeros([batch, t, h], &device), c0);
+    };
     let c_last = out.clone().narrow(0, batch * t, batch);
     (out.narrow(0, 0, batch * t).reshape([batch, t, h]), c_last)
 }
@@ -211,7 +222,11 @@ pub fn lstm_sequence_states<B: ArborBackend>(
     let [batch, t, _] = x.dims();
     let h = params.2.dims()[0];
     // Every step's `h`, then every step's `c` ([`SequenceLayout`]: two contiguous halves).
-    let out = checked(x, params, h0, c0, lengths, SequenceCell::Lstm, true);
+    let device = x.device();
+    let Some(out) = checked(x, params, h0, c0, lengths, SequenceCell::Lstm, true) else {
+        let empty = || Tensor::zeros([batch, t, h], &device);
+        return (empty(), empty());
+    };
     // Reshaped before the split, so both halves are views (Flex copies a reshape of a view
     // that does not start at the buffer's start).
     let out = out.reshape([2 * batch, t, h]);
@@ -285,7 +300,13 @@ fn ordered<B: ArborBackend>(
     let [batch, t, _] = x.dims();
     let h = params.2.dims()[0];
     let device = x.device();
-    let out = checked(x, params, h0, c0, lengths, cell, false);
+    let Some(out) = checked(x, params, h0, c0.clone(), lengths, cell, false) else {
+        return (
+            Tensor::zeros([batch, t, h], &device),
+            c0,
+            Tensor::zeros([batch, t], &device),
+        );
+    };
     let layout = SequenceLayout::new(batch, t, h, cell, false);
     let r = layout.r;
     let distances = if r == 0 {
@@ -309,7 +330,10 @@ fn ordered<B: ArborBackend>(
 /// [`SequenceCell::u_width`]; `[d, 4H]`, `[4H]`, `[H, 4H]` for [`lstm_sequence`]).
 pub type LstmParams<B> = (Tensor<B, 2>, Tensor<B, 1>, Tensor<B, 2>);
 
-/// The shape checks and the op: its output in the [`SequenceLayout`] for `every_c`.
+/// The shape checks and the op: its output in the [`SequenceLayout`] for `every_c`, or `None`
+/// when there is no step or no example (nothing to run: the per-step outputs are empty and the
+/// final `c` is `c0`; Burn can neither narrow nor reshape to an empty block, as its `reshape`
+/// reads a 0 as "keep this dimension").
 fn checked<B: ArborBackend>(
     x: Tensor<B, 3>,
     (w, b, u): LstmParams<B>,
@@ -318,7 +342,7 @@ fn checked<B: ArborBackend>(
     lengths: &[usize],
     cell: SequenceCell,
     every_c: bool,
-) -> Tensor<B, 2> {
+) -> Option<Tensor<B, 2>> {
     let [batch, t, d] = x.dims();
     let [h, uw] = u.dims();
     let (width, chunks) = (cell.width(h), cell.chunks());
@@ -341,13 +365,18 @@ fn checked<B: ArborBackend>(
         "{cell:?}: {} lengths for {batch} rows of {t} steps",
         lengths.len()
     );
+    if batch * t == 0 {
+        return None;
+    }
     let p = |x: Tensor<B, 2>| x.into_primitive().tensor();
-    Tensor::from_primitive(TensorPrimitive::Float(B::lstm_sequence_tracked(
-        x.into_primitive().tensor(),
-        [p(w), b.into_primitive().tensor(), p(u), p(h0), p(c0)],
-        lengths,
-        cell,
-        every_c,
+    Some(Tensor::from_primitive(TensorPrimitive::Float(
+        B::lstm_sequence_tracked(
+            x.into_primitive().tensor(),
+            [p(w), b.into_primitive().tensor(), p(u), p(h0), p(c0)],
+            lengths,
+            cell,
+            every_c,
+        ),
     )))
 }
 

@@ -422,3 +422,52 @@ fn sequence_states_are_contiguous_views() {
         }
     }
 }
+
+/// No steps: every op returns empty per-step outputs and the initial `c` as the final one, on
+/// the fused path and the plain-op one, instead of panicking on an empty slice.
+#[test]
+fn empty_sequences_give_the_initial_state() {
+    fn check<B: ArborBackend>() {
+        let (b, h) = (2, 4);
+        for cell in cells(h) {
+            let [x, w, bias, u, h0, c0] = lstm_inputs::<B>(b, 3, h, cell);
+            let d = x.dims()[2];
+            let x = Tensor::<B, 3>::zeros([b, 0, d], &x.device());
+            let (p, uw) = (cell.width(h), cell.u_width(h));
+            let params = (w.reshape([d, p]), bias.reshape([p]), u.reshape([h, uw]));
+            let (h0, c0) = (h0.reshape([b, h]), c0.reshape([b, h]));
+            let what = format!("{cell:?}");
+            let c_last = match cell {
+                SequenceCell::Lstm => {
+                    let (hs, cs) = arbor_kernels::lstm_sequence_states(
+                        x.clone(),
+                        params.clone(),
+                        h0.clone(),
+                        c0.clone(),
+                        &[0, 0],
+                    );
+                    assert_eq!((hs.dims(), cs.dims()), ([b, 0, h], [b, 0, h]), "{what}");
+                    let (hs, c_last) = arbor_kernels::lstm_sequence(x, params, h0, c0.clone(), &[]);
+                    assert_eq!(hs.dims(), [b, 0, h], "{what}");
+                    c_last
+                }
+                SequenceCell::OnLstm { chunks } => {
+                    let (hs, c_last, dist) =
+                        arbor_kernels::on_lstm_sequence(x, params, h0, c0.clone(), &[], chunks);
+                    assert_eq!((hs.dims(), dist.dims()), ([b, 0, h], [b, 0]), "{what}");
+                    c_last
+                }
+                SequenceCell::FastTrees { chunks } => {
+                    let (hs, c_last, dist) =
+                        arbor_kernels::fast_trees_sequence(x, params, h0, c0.clone(), &[], chunks);
+                    assert_eq!((hs.dims(), dist.dims()), ([b, 0, h], [b, 0]), "{what}");
+                    c_last
+                }
+            };
+            assert_close(&to_vec(c_last), &to_vec(c0), 0.0, &what);
+        }
+    }
+    check::<Flex>();
+    check::<NdArray>();
+    check::<Autodiff<Flex>>();
+}
