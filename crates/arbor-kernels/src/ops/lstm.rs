@@ -162,7 +162,9 @@ impl SequenceLayout {
 ///
 /// `lengths` (one entry per example, each `≤ time`, or empty for all `time` steps): an
 /// example's state is frozen after its last real step, so its output rows there repeat its last
-/// state and its final state is the one after its own last step.
+/// state and its final state is the one after its own last step. With no step (`time = 0`) or no
+/// example, the per-step outputs are empty and the final `c` is `c0` (the same for
+/// [`lstm_sequence_states`], [`on_lstm_sequence`] and [`fast_trees_sequence`]).
 ///
 /// # Shapes
 /// - `x`: `[batch, time, d]`
