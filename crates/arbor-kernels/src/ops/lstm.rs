@@ -201,7 +201,8 @@ pub fn lstm_sequence<B: ArborBackend>(
     ) else {
         return (Tensor::zeros([batch, t, h], &device), c0);
     };
-    let c_last = out.clone().narrow(0, batch * t, batch);
+    let c_start = SequenceLayout::new(batch, t, h, SequenceCell::Lstm, false).c_start();
+    let c_last = out.clone().narrow(0, c_start, batch);
     (out.narrow(0, 0, batch * t).reshape([batch, t, h]), c_last)
 }
 
