@@ -8,7 +8,7 @@ use burn::tensor::activation::relu;
 
 use crate::fast_trees::precomputed_master_step;
 use crate::master::{n_chunks, MasterGates};
-use crate::runner::{CellStep, RecurrentCell};
+use crate::runner::{CellStep, RecurrentCell, ScanOutput};
 use crate::LstmState;
 
 /// Configuration of a [`ConvFastTreesCell`].
@@ -81,6 +81,19 @@ impl ConvFastTreesCellConfig {
     }
 }
 
+impl<B: ArborBackend> ConvFastTreesCell<B> {
+    /// The master gates' pre-activations of every step, `Linear(ReLU(CausalConv(x)))`.
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, time, d_in]`
+    /// - output: `[batch, time, 2C]`, `[f̃ logits; ĩ logits]`
+    pub fn master_logits(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        // Conv1d wants [B, channels, T].
+        let conv = self.conv.forward(x.swap_dims(1, 2)).swap_dims(1, 2);
+        crate::linear_rows(&self.master, relu(conv))
+    }
+}
+
 impl<B: ArborBackend> RecurrentCell<B> for ConvFastTreesCell<B> {
     fn d_input(&self) -> usize {
         self.input.weight.dims()[0]
@@ -103,13 +116,37 @@ impl<B: ArborBackend> RecurrentCell<B> for ConvFastTreesCell<B> {
     /// The master gates `[f̃, ĩ]` of every step, `[B, T, d_in] → [B, T, 2C]`: the causal
     /// convolution reads the steps before `t`.
     fn context(&self, x: Tensor<B, 3>) -> Option<Tensor<B, 3>> {
-        // Conv1d wants [B, channels, T].
-        let conv = self.conv.forward(x.swap_dims(1, 2)).swap_dims(1, 2);
-        let logits = crate::linear_rows(&self.master, relu(conv));
-        Some(MasterGates::from_logits(logits).concat())
+        Some(MasterGates::from_logits(self.master_logits(x)).concat())
     }
 
     fn step(&self, xp: Tensor<B, 2>, state: LstmState<B, 2>) -> CellStep<B> {
         precomputed_master_step(&self.hidden, self.n_chunks, self.d_hidden, xp, state)
+    }
+
+    /// The whole sequence as one op ([`arbor_kernels::conv_fast_trees_sequence`]): the master
+    /// gates' pre-activations of every step from the convolution first, then `W` and `U`
+    /// packed once, the step loop and its backward pass inside.
+    fn scan(
+        &self,
+        x: Tensor<B, 3>,
+        init: &LstmState<B, 2>,
+        _pad: Option<Tensor<B, 3, Bool>>,
+        lengths: Option<&[usize]>,
+    ) -> Option<ScanOutput<B>> {
+        let master = self.master_logits(x.clone());
+        let (h, c_last, distances) = arbor_kernels::conv_fast_trees_sequence(
+            master,
+            x,
+            crate::linear::sequence_params(&self.input, &self.hidden),
+            init.h.clone(),
+            init.c.clone(),
+            lengths.unwrap_or(&[]),
+            self.n_chunks,
+        );
+        Some(ScanOutput {
+            h,
+            c_last,
+            distances: Some(distances),
+        })
     }
 }

@@ -6,11 +6,13 @@ mod common;
 
 use arbor_cells::{run_sequence, RecurrentCell, SequenceOutput};
 use arbor_cells::{
-    ArborBackend, FastTreesCell, FastTreesCellConfig, FasterFastTreesCell,
-    FasterFastTreesCellConfig, LstmCell, LstmCellConfig, LstmState, OnLstmCell, OnLstmCellConfig,
+    ArborBackend, ConvFastTreesCell, ConvFastTreesCellConfig, FastTreesCell, FastTreesCellConfig,
+    FasterFastTreesCell, FasterFastTreesCellConfig, LstmCell, LstmCellConfig, LstmState,
+    OnLstmCell, OnLstmCellConfig,
 };
 use burn::backend::{Autodiff, Flex};
 use burn::nn::Linear;
+use burn::tensor::backend::AutodiffBackend;
 use common::{assert_close, tensor, to_vec, StepByStep};
 
 fn flat<B: ArborBackend>(out: SequenceOutput<B>) -> Vec<Vec<f64>> {
@@ -91,13 +93,21 @@ fn scan_gradients_equal_the_step_loop() {
 /// The input and hidden `Linear`s of a cell.
 type Layers<C> = for<'a> fn(&'a C) -> (&'a Linear<Autodiff<Flex>>, &'a Linear<Autodiff<Flex>>);
 
+/// The gradients of a cell's other parameters (those outside its input and hidden `Linear`s).
+type Extra<C> = fn(&C, &<Autodiff<Flex> as AutodiffBackend>::Gradients) -> Vec<Vec<f64>>;
+
+/// No other parameters.
+fn no_extra<C>(_: &C, _: &<Autodiff<Flex> as AutodiffBackend>::Gradients) -> Vec<Vec<f64>> {
+    Vec::new()
+}
+
 /// Runs `cell` (its whole-sequence op when `scan`, else its step loop) on a batch with an
 /// initial state and returns the values (outputs, last `h`, last `c`, and the distances of
 /// cumax cells) and the gradients of a loss reaching all of them with respect to `x`, `h0`,
 /// `c0` and the weights of the cell's input and hidden `Linear`s (`layers`).
 fn fused_or_looped<C: RecurrentCell<Autodiff<Flex>>>(
     cell: &C,
-    layers: Layers<C>,
+    (layers, extra): (Layers<C>, Extra<C>),
     lengths: Option<&[usize]>,
     scan: bool,
 ) -> (Vec<Vec<f64>>, Vec<Vec<f64>>) {
@@ -129,7 +139,7 @@ fn fused_or_looped<C: RecurrentCell<Autodiff<Flex>>>(
     }
     let g = loss.backward();
     let (input, hidden) = layers(cell);
-    let grads = vec![
+    let mut grads = vec![
         to_vec(x.grad(&g).unwrap()),
         to_vec(h0.grad(&g).unwrap()),
         to_vec(c0.grad(&g).unwrap()),
@@ -137,6 +147,7 @@ fn fused_or_looped<C: RecurrentCell<Autodiff<Flex>>>(
         to_vec(input.bias.as_ref().unwrap().grad(&g).unwrap()),
         to_vec(hidden.weight.grad(&g).unwrap()),
     ];
+    grads.extend(extra(cell, &g));
     (values, grads)
 }
 
@@ -146,10 +157,14 @@ fn fused_or_looped<C: RecurrentCell<Autodiff<Flex>>>(
 fn assert_fused_equals_loop<C: RecurrentCell<Autodiff<Flex>>>(
     name: &str,
     cell: &C,
-    layers: Layers<C>,
+    layers: (Layers<C>, Extra<C>),
     values: &[&str],
+    extra: &[&str],
 ) {
-    let grads = ["d x", "d h0", "d c0", "d W", "d b", "d U"];
+    let grads: Vec<&str> = ["d x", "d h0", "d c0", "d W", "d b", "d U"]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
     for lengths in [None, Some(&[6, 3, 0, 1][..]), Some(&[6, 6, 6, 6][..])] {
         let (sv, sg) = fused_or_looped(cell, layers, lengths, true);
         let (lv, lg) = fused_or_looped(cell, layers, lengths, false);
@@ -169,7 +184,8 @@ fn assert_fused_equals_loop<C: RecurrentCell<Autodiff<Flex>>>(
 #[test]
 fn lstm_sequence_equals_the_step_loop_in_values_and_gradients() {
     let cell: LstmCell<Autodiff<Flex>> = LstmCellConfig::new(5, 8).init(&Default::default());
-    assert_fused_equals_loop("LSTM", &cell, |c| (&c.input, &c.hidden), &NAMES[..3]);
+    let layers: Layers<LstmCell<_>> = |c| (&c.input, &c.hidden);
+    assert_fused_equals_loop("LSTM", &cell, (layers, no_extra), &NAMES[..3], &[]);
 }
 
 /// The ON-LSTM's and FastTrees' fused sequence ops (`on_lstm_sequence`,
@@ -181,6 +197,35 @@ fn ordered_sequences_equal_the_step_loop_in_values_and_gradients() {
     let device = Default::default();
     let on_lstm: OnLstmCell<Autodiff<Flex>> = OnLstmCellConfig::new(5, 8, 2).init(&device);
     let fast_trees: FastTreesCell<Autodiff<Flex>> = FastTreesCellConfig::new(5, 8, 4).init(&device);
-    assert_fused_equals_loop("ON-LSTM", &on_lstm, |c| (&c.input, &c.hidden), &NAMES);
-    assert_fused_equals_loop("FastTrees", &fast_trees, |c| (&c.input, &c.hidden), &NAMES);
+    let layers: Layers<OnLstmCell<_>> = |c| (&c.input, &c.hidden);
+    assert_fused_equals_loop("ON-LSTM", &on_lstm, (layers, no_extra), &NAMES, &[]);
+    let layers: Layers<FastTreesCell<_>> = |c| (&c.input, &c.hidden);
+    assert_fused_equals_loop("FastTrees", &fast_trees, (layers, no_extra), &NAMES, &[]);
+}
+
+/// Conv FastTrees' fused sequence op (`conv_fast_trees_sequence`, the cell's `scan`: the
+/// convolution's master gates given to the op) computes what its step loop computes: outputs,
+/// last states, distances and the gradients of the input, the initial state, the input and
+/// hidden weights and the convolution head's weights, with padding (an empty example
+/// included) and an initial state.
+#[test]
+fn conv_fast_trees_sequence_equals_the_step_loop_in_values_and_gradients() {
+    let cell: ConvFastTreesCell<Autodiff<Flex>> =
+        ConvFastTreesCellConfig::new(5, 8, 4).init(&Default::default());
+    let layers: Layers<ConvFastTreesCell<_>> = |c| (&c.input, &c.hidden);
+    let extra: Extra<ConvFastTreesCell<_>> = |c, g| {
+        vec![
+            to_vec(c.conv.weight.grad(g).unwrap()),
+            to_vec(c.conv.bias.as_ref().unwrap().grad(g).unwrap()),
+            to_vec(c.master.weight.grad(g).unwrap()),
+            to_vec(c.master.bias.as_ref().unwrap().grad(g).unwrap()),
+        ]
+    };
+    assert_fused_equals_loop(
+        "Conv FastTrees",
+        &cell,
+        (layers, extra),
+        &NAMES,
+        &["d conv W", "d conv b", "d master W", "d master b"],
+    );
 }

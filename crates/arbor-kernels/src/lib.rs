@@ -100,8 +100,8 @@ pub use ops::layer_norm::layer_norm;
 pub use ops::linear::{cpu_product_kernels, linear, linear_given, linear_pair};
 pub use ops::linear_scan::linear_scan;
 pub use ops::lstm::{
-    fast_trees_sequence, lstm_sequence, lstm_sequence_states, on_lstm_sequence, LstmParams,
-    SequenceCell,
+    conv_fast_trees_sequence, fast_trees_sequence, lstm_sequence, lstm_sequence_states,
+    on_lstm_sequence, LstmParams, SequenceCell,
 };
 pub use ops::memory::{contiguous, zeros};
 pub use ops::ordered_cell::{ordered_cell, ordered_gates};

@@ -91,7 +91,9 @@ pub trait RecurrentCell<B: ArborBackend> {
         let width = xp.dims()[2];
         self.step(xp.reshape([n, width]), state)
     }
-    /// Every step at once, for cells whose recurrence is elementwise; `None` (the default)
+    /// Every step at once, for cells that have a whole-sequence op (Faster FastTrees'
+    /// elementwise scan, the fused sequence ops of the LSTM, ON-LSTM, FastTrees and Conv
+    /// FastTrees); `None` (the default)
     /// makes the runner call [`precompute`](RecurrentCell::precompute) and then
     /// [`step`](RecurrentCell::step) once per time step. It must compute what the steps compute.
     ///

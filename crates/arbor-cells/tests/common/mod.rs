@@ -129,8 +129,9 @@ pub fn check_gradients<const D: usize>(
     assert!(checked > 0, "nothing was checked");
 }
 
-/// A cell run through the trait's defaults only: `precompute(x_t)` then `step` per time step,
-/// without the cell's own `step_input` or `scan` (what the fused paths are checked against).
+/// A cell run through the trait's defaults only: its `context`, then `precompute(x_t)` and
+/// `step` per time step, without the cell's own `step_input` or `scan` (what the fused paths
+/// are checked against).
 pub struct StepByStep<'a, C>(pub &'a C);
 
 impl<B: ArborBackend, C: arbor_cells::RecurrentCell<B>> arbor_cells::RecurrentCell<B>
@@ -147,6 +148,9 @@ impl<B: ArborBackend, C: arbor_cells::RecurrentCell<B>> arbor_cells::RecurrentCe
     }
     fn precompute(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         self.0.precompute(x)
+    }
+    fn context(&self, x: Tensor<B, 3>) -> Option<Tensor<B, 3>> {
+        self.0.context(x)
     }
     fn step(
         &self,

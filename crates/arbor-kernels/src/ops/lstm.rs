@@ -30,6 +30,14 @@ pub enum SequenceCell {
         /// The number of chunks `C` (dividing `H`).
         chunks: usize,
     },
+    /// Conv FastTrees (Pung & Chan): FastTrees whose master gates' pre-activations are computed
+    /// outside the op (from a causal convolution over the whole sequence) and given as the
+    /// first `2C` columns of the op's input; `W` reads the remaining columns and gives the
+    /// last `4H` columns of `pre`, and `U` is `[H, 4H]` as for FastTrees.
+    ConvFastTrees {
+        /// The number of chunks `C` (dividing `H`).
+        chunks: usize,
+    },
 }
 
 impl SequenceCell {
@@ -37,11 +45,29 @@ impl SequenceCell {
     pub fn chunks(self) -> usize {
         match self {
             Self::Lstm => 0,
-            Self::OnLstm { chunks } | Self::FastTrees { chunks } => chunks,
+            Self::OnLstm { chunks }
+            | Self::FastTrees { chunks }
+            | Self::ConvFastTrees { chunks } => chunks,
         }
     }
 
-    /// The width of `pre` (and of `W`, `b`) for hidden width `h`.
+    /// The leading columns of `pre` that the op's input gives as they are instead of through
+    /// `W`: the master gates' `2C` pre-activations for Conv FastTrees, none for the others.
+    pub fn given(self) -> usize {
+        match self {
+            Self::Lstm | Self::OnLstm { .. } | Self::FastTrees { .. } => 0,
+            Self::ConvFastTrees { chunks } => 2 * chunks,
+        }
+    }
+
+    /// The width of `W` and `b` for hidden width `h`: [`width`](Self::width) less the
+    /// [`given`](Self::given) columns.
+    pub fn w_width(self, h: usize) -> usize {
+        self.width(h) - self.given()
+    }
+
+    /// The width of `pre` for hidden width `h` (and of `W`, `b`, except for the
+    /// [`given`](Self::given) columns).
     pub fn width(self, h: usize) -> usize {
         2 * self.chunks() + 4 * h
     }
@@ -49,7 +75,7 @@ impl SequenceCell {
     /// The width of `U` for hidden width `h`: the last `u_width` columns of `pre` read `h`.
     pub fn u_width(self, h: usize) -> usize {
         match self {
-            Self::Lstm | Self::FastTrees { .. } => 4 * h,
+            Self::Lstm | Self::FastTrees { .. } | Self::ConvFastTrees { .. } => 4 * h,
             Self::OnLstm { .. } => self.width(h),
         }
     }
@@ -59,7 +85,7 @@ impl SequenceCell {
     pub(crate) fn distances(self) -> usize {
         match self {
             Self::Lstm => 0,
-            Self::OnLstm { .. } | Self::FastTrees { .. } => 1,
+            Self::OnLstm { .. } | Self::FastTrees { .. } | Self::ConvFastTrees { .. } => 1,
         }
     }
 
@@ -290,6 +316,48 @@ pub fn fast_trees_sequence<B: ArborBackend>(
     )
 }
 
+/// A Conv FastTrees layer over a whole sequence as one op and one autodiff node: as
+/// [`fast_trees_sequence`], but the master gates' pre-activations `[f̃, ĩ]` of every step are
+/// given (`master`: Conv FastTrees computes them with a causal convolution over the sequence,
+/// which no step-by-step product can), so each step is `pre = [master_t, x_t·W + b +
+/// h_{t−1}·U]` ([`SequenceCell::ConvFastTrees`]); the gradient reaches `master` as it reaches
+/// `x`.
+///
+/// # Shapes
+/// - `master`: `[batch, time, 2C]`
+/// - `x`: `[batch, time, d]`
+/// - `w`: `[d, 4H]`, `b`: `[4H]`, `u`: `[H, 4H]`
+/// - `h0`, `c0`: `[batch, H]`
+/// - output: as [`on_lstm_sequence`]
+///
+/// # Panics
+/// As [`on_lstm_sequence`], and if `master` is not `[batch, time, 2C]`.
+pub fn conv_fast_trees_sequence<B: ArborBackend>(
+    master: Tensor<B, 3>,
+    x: Tensor<B, 3>,
+    params: LstmParams<B>,
+    h0: Tensor<B, 2>,
+    c0: Tensor<B, 2>,
+    lengths: &[usize],
+    chunks: usize,
+) -> (Tensor<B, 3>, Tensor<B, 2>, Tensor<B, 2>) {
+    let [batch, t, _] = x.dims();
+    assert_eq!(
+        master.dims(),
+        [batch, t, 2 * chunks],
+        "conv_fast_trees_sequence: master must be [{batch}, {t}, {}]",
+        2 * chunks
+    );
+    ordered(
+        Tensor::cat(vec![master, x], 2),
+        params,
+        h0,
+        c0,
+        lengths,
+        SequenceCell::ConvFastTrees { chunks },
+    )
+}
+
 /// The ordered cells' op and the split of its output ([`SequenceLayout`]: every step's `h`, the
 /// final `c`, then the distances in `r` rows per example).
 fn ordered<B: ArborBackend>(
@@ -348,11 +416,16 @@ fn checked<B: ArborBackend>(
 ) -> Option<Tensor<B, 2>> {
     let [batch, t, d] = x.dims();
     let [h, uw] = u.dims();
-    let (width, chunks) = (cell.width(h), cell.chunks());
+    let (width, chunks, given) = (cell.w_width(h), cell.chunks(), cell.given());
     assert!(
         cell == SequenceCell::Lstm || (chunks > 0 && h % chunks == 0),
         "{cell:?}: {chunks} chunks do not divide H = {h}"
     );
+    assert!(
+        d >= given,
+        "{cell:?}: x has {d} columns, fewer than the {given} given ones"
+    );
+    let d = d - given;
     assert_eq!(
         uw,
         cell.u_width(h),
@@ -455,12 +528,21 @@ pub(crate) mod reference {
             Tensor::<B, 1>::from_primitive(burn::tensor::TensorPrimitive::Float(bias)),
         );
         let [b, t, d] = x.dims();
+        let given = cell.given();
         let width = w.dims()[1];
-        let xp = x
-            .reshape([b * t, d])
+        let projected = x
+            .clone()
+            .narrow(2, given, d - given)
+            .reshape([b * t, d - given])
             .matmul(w)
             .add(bias.unsqueeze_dim(0))
             .reshape([b, t, width]);
+        // The given columns (Conv FastTrees' master gates) first, as they are.
+        let xp = if given == 0 {
+            projected
+        } else {
+            Tensor::cat(vec![x.narrow(2, 0, given), projected], 2)
+        };
         let hd = t2::<B>(c0.clone()).dims()[1];
         let e = cell.distances();
         let first_c = t2::<B>(c0.clone());
@@ -521,7 +603,7 @@ pub(crate) mod reference {
         let (saved, grad) = (t3::<B>(saved), t2::<B>(grad));
         let [b, t, d] = t3::<B>(x.clone()).dims();
         let hd = t2::<B>(u.clone()).dims()[0];
-        let (width, e) = (cell.width(hd), cell.distances());
+        let (width, e, given) = (cell.width(hd), cell.distances(), cell.given());
         // The output's layout, from its gradient's rows: every step's `c` or the final one.
         let layout = SequenceLayout::of_output(b, t, hd, cell, grad.dims()[0]);
         let (every_c, r) = (layout.every_c, layout.r);
@@ -535,7 +617,7 @@ pub(crate) mod reference {
                 p(w.clone().zeros_like()),
                 // Zeros in `w`'s float type (a constructor's default type may differ).
                 w.sum_dim(0)
-                    .reshape([width])
+                    .reshape([width - given])
                     .zeros_like()
                     .into_primitive()
                     .tensor(),
@@ -584,9 +666,22 @@ pub(crate) mod reference {
             recurrence_backward::<B>(u, h0, c0, p3(hc), p3(gates), lengths, cell, p3(d_hcd));
         let (x, w, d_xp) = (t3::<B>(x), t2::<B>(w), t3::<B>(d_xp));
         let d_xp = d_xp.reshape([b * t, width]);
-        let d_x = d_xp.clone().matmul(w.transpose()).reshape([b, t, d]);
-        let d_w = x.reshape([b * t, d]).transpose().matmul(d_xp.clone());
-        let d_b = d_xp.sum_dim(0).reshape([width]);
+        // The given columns' gradient is theirs in `pre`; the others' goes through `W`.
+        // (Burn's `narrow` refuses an empty range.)
+        let d_given = (given > 0).then(|| d_xp.clone().narrow(1, 0, given));
+        let d_xp = d_xp.narrow(1, given, width - given);
+        let d_x = d_xp.clone().matmul(w.transpose());
+        let d_x = match d_given {
+            Some(d_given) => Tensor::cat(vec![d_given, d_x], 1),
+            None => d_x,
+        }
+        .reshape([b, t, d]);
+        let d_w = x
+            .narrow(2, given, d - given)
+            .reshape([b * t, d - given])
+            .transpose()
+            .matmul(d_xp.clone());
+        let d_b = d_xp.sum_dim(0).reshape([width - given]);
         [
             d_x.into_primitive().tensor(),
             d_w.into_primitive().tensor(),
@@ -611,7 +706,10 @@ pub(crate) mod reference {
             xp_t + hu
         } else {
             let lead = xp_t.clone().narrow(1, 0, w - uw);
-            debug_assert!(matches!(cell, SequenceCell::FastTrees { .. }));
+            debug_assert!(matches!(
+                cell,
+                SequenceCell::FastTrees { .. } | SequenceCell::ConvFastTrees { .. }
+            ));
             Tensor::cat(vec![lead, xp_t.narrow(1, w - uw, uw) + hu], 1)
         }
     }
@@ -646,7 +744,9 @@ pub(crate) mod reference {
                 let c_new = f.clone().mul(c_prev) + i.clone().mul(g.clone());
                 (Tensor::cat(vec![i, f, g, o.clone()], 1), c_new, None)
             }
-            SequenceCell::OnLstm { chunks } | SequenceCell::FastTrees { chunks } => {
+            SequenceCell::OnLstm { chunks }
+            | SequenceCell::FastTrees { chunks }
+            | SequenceCell::ConvFastTrees { chunks } => {
                 let p = Tensor::cat(
                     vec![
                         softmax_rows(pre.clone().narrow(1, 0, chunks)),
@@ -805,7 +905,9 @@ pub(crate) mod reference {
                         .mul(one(&f) - f.clone());
                     (Tensor::cat(vec![d_i, d_f, d_g, d_o], 1), d_c.mul(f))
                 }
-                SequenceCell::OnLstm { .. } | SequenceCell::FastTrees { .. } => {
+                SequenceCell::OnLstm { .. }
+                | SequenceCell::FastTrees { .. }
+                | SequenceCell::ConvFastTrees { .. } => {
                     let act = at(&gates, s, 0, c2);
                     let (pf, pi) = (
                         act.clone().narrow(1, 0, chunks),
@@ -1269,7 +1371,9 @@ pub(crate) mod host {
     ) {
         match cell {
             SequenceCell::Lstm => cpu::lstm_step(pre, c_prev, h, act, h_out, c_out),
-            SequenceCell::OnLstm { chunks } | SequenceCell::FastTrees { chunks } => {
+            SequenceCell::OnLstm { chunks }
+            | SequenceCell::FastTrees { chunks }
+            | SequenceCell::ConvFastTrees { chunks } => {
                 cpu::ordered_step(pre, c_prev, chunks, h, act, h_out, c_out, dist)
             }
         }
@@ -1294,9 +1398,8 @@ pub(crate) mod host {
         let (xx, ww, bb, uu) = (x.host()?, w.host()?, bias.host()?, u.host()?);
         let (hh0, cc0) = (h0.host()?, c0.host()?);
         let (b, t, d) = dims3(x);
-        let wd = bb.len();
         let h = u.shape()[0];
-        let uw = cell.u_width(h);
+        let (wd, uw, given) = (cell.width(h), cell.u_width(h), cell.given());
         let running = Running::new(lengths, b, t);
         let order = &running.order;
         // The state in the running order.
@@ -1324,15 +1427,17 @@ pub(crate) mod host {
         } else {
             Vec::new()
         };
-        let w_packed = PackedRhs::new(&ww, d, wd, (wd, 1));
+        // `W` reads the input's columns after the given ones and writes `pre`'s.
+        let w_packed = PackedRhs::new(&ww, d - given, wd - given, (wd - given, 1));
         let u_packed = PackedRhs::new(&uu, h, uw, (uw, 1));
         for s in 0..t {
             let n = running.at(s);
             running.gather(n, s, t, d, &xx, &mut xs);
-            for row in pre[..n * wd].chunks_exact_mut(wd) {
-                row.copy_from_slice(&bb);
+            for (i, row) in pre[..n * wd].chunks_exact_mut(wd).enumerate() {
+                row[..given].copy_from_slice(&xs[i * d..i * d + given]);
+                row[given..].copy_from_slice(&bb);
             }
-            w_packed.product(n, &mut pre, wd, true, &xs, (d, 1));
+            w_packed.product(n, &mut pre[given..], wd, true, &xs[given..], (d, 1));
             u_packed.product(n, &mut pre[wd - uw..], wd, true, &hs, (h, 1));
             let (pre_ref, cs_ref) = (&pre, &cs);
             par::rows(
@@ -1427,19 +1532,19 @@ pub(crate) mod host {
             SequenceCell::Lstm => {
                 cpu::lstm_step_backward(act, c, c_prev, g_h, g_c, h, d_pre, d_c_prev, &mut scratch)
             }
-            SequenceCell::OnLstm { chunks } | SequenceCell::FastTrees { chunks } => {
-                cpu::ordered_step_backward(
-                    act,
-                    c,
-                    c_prev,
-                    (g_h, g_c, g_d),
-                    chunks,
-                    h,
-                    d_pre,
-                    d_c_prev,
-                    &mut scratch,
-                )
-            }
+            SequenceCell::OnLstm { chunks }
+            | SequenceCell::FastTrees { chunks }
+            | SequenceCell::ConvFastTrees { chunks } => cpu::ordered_step_backward(
+                act,
+                c,
+                c_prev,
+                (g_h, g_c, g_d),
+                chunks,
+                h,
+                d_pre,
+                d_c_prev,
+                &mut scratch,
+            ),
         }
     }
 
@@ -1468,7 +1573,9 @@ pub(crate) mod host {
         let (oo, gg, dd) = (out.host()?, saved.host()?, grad.host()?);
         let (b, t, d) = dims3(x);
         let h = u.shape()[0];
-        let (wd, uw) = (cell.width(h), cell.u_width(h));
+        let (wd, uw, given) = (cell.width(h), cell.u_width(h), cell.given());
+        // `W`'s rows and columns: the input's and `pre`'s after the given ones.
+        let (dw_rows, dw_cols) = (d - given, wd - given);
         let layout = OutLayout {
             rows: SequenceLayout::of_output(b, t, h, cell, out.shape()[0]),
             h,
@@ -1478,7 +1585,11 @@ pub(crate) mod host {
         let order = &running.order;
         let starts = running.step_starts(t);
         let mut d_x = vec![0f32; b * t * d];
-        let (mut d_w, mut d_u, mut d_b) = (vec![0f32; d * wd], vec![0f32; h * uw], vec![0f32; wd]);
+        let (mut d_w, mut d_u, mut d_b) = (
+            vec![0f32; dw_rows * dw_cols],
+            vec![0f32; h * uw],
+            vec![0f32; dw_cols],
+        );
         // The gradients reaching each row's state, in the running order; the final `c`'s
         // comes in as the output's last row.
         let (mut dh, mut dc) = (vec![0f32; b * h], vec![0f32; b * h]);
@@ -1497,7 +1608,7 @@ pub(crate) mod host {
         let mut d_c_prev = vec![0f32; b * h];
         // `Wᵀ` and `Uᵀ` (row-major `[·, wd]` and `[·, uw]`, so their transposes have strides
         // (1, wd) and (1, uw)).
-        let wt_packed = PackedRhs::new(&ww, wd, d, (1, wd));
+        let wt_packed = PackedRhs::new(&ww, dw_cols, dw_rows, (1, dw_cols));
         let ut_packed = PackedRhs::new(&uu, uw, h, (1, uw));
         for s in (0..t).rev() {
             let n = running.at(s);
@@ -1572,15 +1683,30 @@ pub(crate) mod host {
             }
             let dp = &d_pre[..n * wd];
             let dp_u = &dp[wd - uw..];
-            // dh_{t−1} += δ_t·Uᵀ and dx_t = δ_t·Wᵀ for the running rows.
+            // dh_{t−1} += δ_t·Uᵀ and dx_t = δ_t·Wᵀ for the running rows (the given columns'
+            // gradient is theirs in `δ_t`).
             ut_packed.product(n, &mut dh, h, true, dp_u, (wd, 1));
-            wt_packed.product(n, &mut dxs, d, false, dp, (wd, 1));
+            wt_packed.product(n, &mut dxs[given..], d, false, &dp[given..], (wd, 1));
+            if given > 0 {
+                for (dx_row, dp_row) in dxs.chunks_exact_mut(d).zip(dp.chunks_exact(wd)) {
+                    dx_row[..given].copy_from_slice(&dp_row[..given]);
+                }
+            }
             for (i, &r) in order[..n].iter().enumerate() {
                 let at = (r * t + s) * d;
                 d_x[at..at + d].copy_from_slice(&dxs[i * d..(i + 1) * d]);
             }
             // dW += x_tᵀ·δ_t, dU += h_{t−1}ᵀ·δ_t (`[·, n]·[n, ·]`), db += Σ_rows δ_t.
-            gemm_slices((d, wd, n), &mut d_w, wd, true, &xs, (1, d), dp, (wd, 1));
+            gemm_slices(
+                (dw_rows, dw_cols, n),
+                &mut d_w,
+                dw_cols,
+                true,
+                &xs[given..],
+                (1, d),
+                &dp[given..],
+                (wd, 1),
+            );
             gemm_slices(
                 (h, uw, n),
                 &mut d_u,
@@ -1592,7 +1718,7 @@ pub(crate) mod host {
                 (wd, 1),
             );
             for row in dp.chunks_exact(wd) {
-                for (acc, &v) in d_b.iter_mut().zip(row) {
+                for (acc, &v) in d_b.iter_mut().zip(&row[given..]) {
                     *acc += v;
                 }
             }
@@ -1605,8 +1731,8 @@ pub(crate) mod host {
         }
         Some([
             T::from_f32(d_x, Shape::new([b, t, d])),
-            T::from_f32(d_w, Shape::new([d, wd])),
-            T::from_f32(d_b, Shape::new([wd])),
+            T::from_f32(d_w, Shape::new([dw_rows, dw_cols])),
+            T::from_f32(d_b, Shape::new([dw_cols])),
             T::from_f32(d_u, Shape::new([h, uw])),
             T::from_f32(d_h0, Shape::new([b, h])),
             T::from_f32(d_c0, Shape::new([b, h])),

@@ -1,4 +1,5 @@
-//! The sequence ops (`lstm_sequence`, `on_lstm_sequence`, `fast_trees_sequence`): values
+//! The sequence ops (`lstm_sequence`, `on_lstm_sequence`, `fast_trees_sequence`,
+//! `conv_fast_trees_sequence`): values
 //! against the plain-op reference and the layer written out on the host (frozen rows and the
 //! distances included), gradients of the input, every parameter and the initial state, and
 //! finite differences in f64.
@@ -18,22 +19,24 @@ fn d_in(h: usize) -> usize {
 }
 
 /// The cells the sequence op runs: chunks of 2 units for an even `h`, of 1 otherwise.
-fn cells(h: usize) -> [SequenceCell; 3] {
+fn cells(h: usize) -> [SequenceCell; 4] {
     let chunks = if h.is_multiple_of(2) { h / 2 } else { h };
     [
         SequenceCell::Lstm,
         SequenceCell::OnLstm { chunks },
         SequenceCell::FastTrees { chunks },
+        SequenceCell::ConvFastTrees { chunks },
     ]
 }
 
 /// Sequence-op inputs for `cell`, each as a rank-3 tensor: `x` a strided view (`d` of `d + 3`
-/// columns, as a narrowed projection would be), `w`, `b`, `u` scaled as weights, `h0`, `c0`.
+/// columns, as a narrowed projection would be; its first `cell.given()` columns are the given
+/// pre-activations), `w`, `b`, `u` scaled as weights, `h0`, `c0`.
 fn lstm_inputs<B: Backend>(b: usize, t: usize, h: usize, cell: SequenceCell) -> [Tensor<B, 3>; 6] {
-    let d = d_in(h);
-    let (p, uw) = (cell.width(h), cell.u_width(h));
+    let d = cell.given() + d_in(h);
+    let (p, uw) = (cell.w_width(h), cell.u_width(h));
     let x = tensor::<B, 3>([b, t, d + 3], 2.0, 51).narrow(2, 2, d);
-    let w = tensor::<B, 2>([d, p], 1.0 / (d as f64).sqrt(), 56).unsqueeze_dim::<3>(0);
+    let w = tensor::<B, 2>([d_in(h), p], 1.0 / (d as f64).sqrt(), 56).unsqueeze_dim::<3>(0);
     let bias = tensor::<B, 2>([1, p], 0.5, 57).unsqueeze_dim::<3>(0);
     let u = tensor::<B, 2>([h, uw], 1.0 / (h as f64).sqrt(), 52).unsqueeze_dim::<3>(0);
     let h0 = tensor::<B, 2>([b, h], 1.0, 53).unsqueeze_dim::<3>(0);
@@ -45,7 +48,7 @@ fn lstm_inputs<B: Backend>(b: usize, t: usize, h: usize, cell: SequenceCell) -> 
 /// as the op's output: `[rows, h]`, every step's `h` (`b·t` rows, example by example), the
 /// final `c` (`b` rows), then for the ordered cells the distances in `r` rows per example
 /// (`SequenceCell::distance_rows`; `lstm_sequence`, `on_lstm_sequence`,
-/// `fast_trees_sequence`), or with `every_c` (LSTM only) every step's `h`, then every step's
+/// `fast_trees_sequence`, `conv_fast_trees_sequence`), or with `every_c` (LSTM only) every step's `h`, then every step's
 /// `c` (`lstm_sequence_states`).
 fn lstm<B: ArborBackend>(
     xs: [Tensor<B, 3>; 6],
@@ -55,8 +58,8 @@ fn lstm<B: ArborBackend>(
     every_c: bool,
 ) -> Tensor<B, 2> {
     let [x, w, bias, u, h0, c0] = xs;
-    let (b, h, d) = (h0.dims()[1], h0.dims()[2], x.dims()[2]);
-    let (p, uw) = (cell.width(h), cell.u_width(h));
+    let (b, h, d) = (h0.dims()[1], h0.dims()[2], x.dims()[2] - cell.given());
+    let (p, uw) = (cell.w_width(h), cell.u_width(h));
     let (w, bias, u, h0, c0) = (
         w.reshape([d, p]),
         bias.reshape([p]),
@@ -107,6 +110,18 @@ fn lstm<B: ArborBackend>(
         SequenceCell::FastTrees { chunks } => ordered(arbor_kernels::fast_trees_sequence(
             x, params, h0, c0, lengths, chunks,
         )),
+        SequenceCell::ConvFastTrees { chunks } => {
+            let master = x.clone().narrow(2, 0, 2 * chunks);
+            ordered(arbor_kernels::conv_fast_trees_sequence(
+                master,
+                x.narrow(2, 2 * chunks, d),
+                params,
+                h0,
+                c0,
+                lengths,
+                chunks,
+            ))
+        }
     }
 }
 
@@ -114,7 +129,9 @@ fn lstm<B: ArborBackend>(
 fn layouts(cell: SequenceCell) -> &'static [bool] {
     match cell {
         SequenceCell::Lstm => &[false, true],
-        SequenceCell::OnLstm { .. } | SequenceCell::FastTrees { .. } => &[false],
+        SequenceCell::OnLstm { .. }
+        | SequenceCell::FastTrees { .. }
+        | SequenceCell::ConvFastTrees { .. } => &[false],
     }
 }
 
@@ -217,7 +234,9 @@ fn lstm_sequence_forward_matches_reference_and_the_recurrence() {
             let c_last_at = |r: usize| (b * t + r) * h;
             let d_at = |r: usize, s: usize| (b * (t + 1) + r * n_d) * h + s;
             // The recurrence written out on the host, frozen rows included.
-            let (d, p, uw) = (d_in(h), cell.width(h), cell.u_width(h));
+            let (d, p, uw, given) = (d_in(h), cell.width(h), cell.u_width(h), cell.given());
+            // The input's full width: the given columns, then the `d` that `W` reads.
+            let dx = given + d;
             let [x, w, bias, u, h0, c0] = xs.map(to_vec);
             let (mut hs, mut cs) = (h0.clone(), c0.clone());
             for s in 0..t {
@@ -233,11 +252,17 @@ fn lstm_sequence_forward_matches_reference_and_the_recurrence() {
                                 } else {
                                     0.0
                                 };
-                                bias[k]
-                                    + (0..d)
-                                        .map(|j| x[(r * t + s) * d + j] * w[j * p + k])
-                                        .sum::<f64>()
-                                    + from_h
+                                let x_at = (r * t + s) * dx;
+                                let from_x = if k < given {
+                                    x[x_at + k]
+                                } else {
+                                    let (kw, pw) = (k - given, p - given);
+                                    bias[kw]
+                                        + (0..d)
+                                            .map(|j| x[x_at + given + j] * w[j * pw + kw])
+                                            .sum::<f64>()
+                                };
+                                from_x + from_h
                             })
                             .collect();
                         let span = r * h..(r + 1) * h;
@@ -272,7 +297,7 @@ fn lstm_sequence_forward_matches_reference_and_the_recurrence() {
             }
         }
     }
-    for cell_at in 0..3 {
+    for cell_at in 0..4 {
         for every_c in [false, true] {
             check::<Flex>(cell_at, every_c);
             check::<NdArray>(cell_at, every_c);
@@ -385,7 +410,7 @@ fn sequence_states_are_contiguous_views() {
     let lengths = [5, 2, 0];
     for cell in cells(h) {
         let [x, w, bias, u, h0, c0] = lstm_inputs::<Flex>(b, t, h, cell);
-        let (p, uw, d) = (cell.width(h), cell.u_width(h), x.dims()[2]);
+        let (p, uw, d) = (cell.w_width(h), cell.u_width(h), d_in(h));
         let params = (w.reshape([d, p]), bias.reshape([p]), u.reshape([h, uw]));
         let (h0, c0) = (h0.reshape([b, h]), c0.reshape([b, h]));
         let what = format!("{cell:?}");
@@ -419,6 +444,16 @@ fn sequence_states_are_contiguous_views() {
                     arbor_kernels::fast_trees_sequence(x, params, h0, c0, &lengths, chunks);
                 check(hs, c_last);
             }
+            SequenceCell::ConvFastTrees { chunks } => {
+                let (master, x) = (
+                    x.clone().narrow(2, 0, 2 * chunks),
+                    x.narrow(2, 2 * chunks, d),
+                );
+                let (hs, c_last, _) = arbor_kernels::conv_fast_trees_sequence(
+                    master, x, params, h0, c0, &lengths, chunks,
+                );
+                check(hs, c_last);
+            }
         }
     }
 }
@@ -431,9 +466,9 @@ fn empty_sequences_give_the_initial_state() {
         let (b, h) = (2, 4);
         for cell in cells(h) {
             let [x, w, bias, u, h0, c0] = lstm_inputs::<B>(b, 3, h, cell);
-            let d = x.dims()[2];
+            let d = d_in(h);
             let x = Tensor::<B, 3>::zeros([b, 0, d], &x.device());
-            let (p, uw) = (cell.width(h), cell.u_width(h));
+            let (p, uw) = (cell.w_width(h), cell.u_width(h));
             let params = (w.reshape([d, p]), bias.reshape([p]), u.reshape([h, uw]));
             let (h0, c0) = (h0.reshape([b, h]), c0.reshape([b, h]));
             let what = format!("{cell:?}");
@@ -460,6 +495,20 @@ fn empty_sequences_give_the_initial_state() {
                 SequenceCell::FastTrees { chunks } => {
                     let (hs, c_last, dist) =
                         arbor_kernels::fast_trees_sequence(x, params, h0, c0.clone(), &[], chunks);
+                    assert_eq!((hs.dims(), dist.dims()), ([b, 0, h], [b, 0]), "{what}");
+                    c_last
+                }
+                SequenceCell::ConvFastTrees { chunks } => {
+                    let master = Tensor::<B, 3>::zeros([b, 0, 2 * chunks], &x.device());
+                    let (hs, c_last, dist) = arbor_kernels::conv_fast_trees_sequence(
+                        master,
+                        x,
+                        params,
+                        h0,
+                        c0.clone(),
+                        &[],
+                        chunks,
+                    );
                     assert_eq!((hs.dims(), dist.dims()), ([b, 0, h], [b, 0]), "{what}");
                     c_last
                 }
