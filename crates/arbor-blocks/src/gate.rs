@@ -129,8 +129,7 @@ impl<B: ArborBackend> FastTreesGate<B> {
     pub fn logits(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         match &self.projection {
             GateProjection::Linear(linear) => arbor_cells::linear_rows(linear, x),
-            // Conv1d works on [batch, channels, time].
-            GateProjection::Conv(conv) => conv.forward(x.swap_dims(1, 2)).swap_dims(1, 2),
+            GateProjection::Conv(conv) => arbor_cells::conv1d_over_time(conv, x),
         }
     }
 

@@ -88,9 +88,7 @@ impl<B: ArborBackend> ConvFastTreesCell<B> {
     /// - `x`: `[batch, time, d_in]`
     /// - output: `[batch, time, 2C]`, `[f̃ logits; ĩ logits]`
     pub fn master_logits(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        // Conv1d wants [B, channels, T].
-        let conv = self.conv.forward(x.swap_dims(1, 2)).swap_dims(1, 2);
-        crate::linear_rows(&self.master, relu(conv))
+        crate::linear_rows(&self.master, relu(crate::conv1d_over_time(&self.conv, x)))
     }
 }
 

@@ -1,8 +1,26 @@
-//! A `Linear` over inputs of any rank whose backward pass stays one matmul.
+//! A `Linear` over inputs of any rank whose backward pass stays one matmul, and a `Conv1d`
+//! over the time axis of `[batch, time, channels]` sequences.
 
 use crate::ArborBackend;
+use burn::nn::conv::Conv1d;
 use burn::nn::Linear;
 use burn::prelude::*;
+
+/// `conv` over the time axis of `x` laid out `[batch, time, channels]` (Burn's `Conv1d` reads
+/// `[batch, channels, time]`): `conv.forward(x.swap_dims(1, 2)).swap_dims(1, 2)`, with both
+/// transposed views copied into memory of their own by [`arbor_kernels::contiguous`] (in the
+/// forward and the backward pass). Same values; Flex 0.21 would otherwise walk the transposed
+/// views element by element in the convolution's reshapes and in whatever reads its output (a
+/// ReLU, a `Linear`) and in their gradients. Conv FastTrees' master gates and the FastTrees
+/// gate's convolution go through here.
+///
+/// # Shapes
+/// - `x`: `[batch, time, c_in]`
+/// - output: `[batch, time', c_out]` (`time'` as the convolution's padding gives it)
+pub fn conv1d_over_time<B: ArborBackend>(conv: &Conv1d<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    let x = arbor_kernels::contiguous(x.swap_dims(1, 2));
+    arbor_kernels::contiguous(conv.forward(x).swap_dims(1, 2))
+}
 
 /// `linear.forward(x)` with every leading dimension of `x` folded into one row dimension, as
 /// one fused op ([`arbor_kernels::linear`]: the bias added inside the product).
