@@ -7,19 +7,23 @@ use burn::nn::Linear;
 use burn::prelude::*;
 
 /// `conv` over the time axis of `x` laid out `[batch, time, channels]` (Burn's `Conv1d` reads
-/// `[batch, channels, time]`): `conv.forward(x.swap_dims(1, 2)).swap_dims(1, 2)`, with both
-/// transposed views copied into memory of their own by [`arbor_kernels::contiguous`] (in the
-/// forward and the backward pass). Same values; Flex 0.21 would otherwise walk the transposed
-/// views element by element in the convolution's reshapes and in whatever reads its output (a
-/// ReLU, a `Linear`) and in their gradients. Conv FastTrees' master gates and the FastTrees
-/// gate's convolution go through here.
+/// `[batch, channels, time]`): `conv.forward(x.swap_dims(1, 2)).swap_dims(1, 2)`, with every
+/// transposed view copied into memory of its own by [`arbor_kernels::contiguous`], in the
+/// forward pass and in the backward pass. Same values; Flex 0.21 would otherwise walk the
+/// transposed views element by element: in the convolution's reshapes, in whatever reads its
+/// output (a ReLU, a `Linear`), and in the gradients (the convolution's backward reshapes, and
+/// the sum of `x`'s gradients where `x` also feeds another op). Each transpose sits between two
+/// `contiguous`: the outer one copies the forward value, the inner one (a no-op in the forward
+/// pass) copies the transposed gradient. Conv FastTrees' master gates and the FastTrees gate's
+/// convolution go through here.
 ///
 /// # Shapes
 /// - `x`: `[batch, time, c_in]`
 /// - output: `[batch, time', c_out]` (`time'` as the convolution's padding gives it)
 pub fn conv1d_over_time<B: ArborBackend>(conv: &Conv1d<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
-    let x = arbor_kernels::contiguous(x.swap_dims(1, 2));
-    arbor_kernels::contiguous(conv.forward(x).swap_dims(1, 2))
+    let transposed =
+        |t: Tensor<B, 3>| arbor_kernels::contiguous(arbor_kernels::contiguous(t).swap_dims(1, 2));
+    transposed(conv.forward(transposed(x)))
 }
 
 /// `linear.forward(x)` with every leading dimension of `x` folded into one row dimension, as

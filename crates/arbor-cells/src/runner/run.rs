@@ -260,22 +260,21 @@ fn from_scan<B: ArborBackend>(
     });
     let (outputs, h_last) = match (pad, lengths) {
         (Some(pad), Some(lengths)) => {
-            // One-hot over time at each example's last real step.
-            let last: Vec<f32> = lengths
+            // Each example's row of `h` at its last real step, as rows of `[batch·time, H]`
+            // (one gather, whose backward writes the rows into one zero gradient; a one-hot
+            // product summed over time made Flex walk a broadcast gradient element by
+            // element); an example with no step reads its first row and takes its initial `h`.
+            let rows: Vec<usize> = lengths
                 .iter()
-                .flat_map(|&n| (0..time).map(move |t| if t + 1 == n { 1.0 } else { 0.0 }))
+                .enumerate()
+                .map(|(b, &n)| b * time + n.saturating_sub(1))
                 .collect();
-            let last = Tensor::<B, 3>::from_data(TensorData::new(last, [batch, time, 1]), &device);
             let empty: Vec<bool> = lengths.iter().map(|&n| n == 0).collect();
             let empty =
                 Tensor::<B, 2, Bool>::from_data(TensorData::new(empty, [batch, 1]), &device);
-            let h_last = scan
-                .h
-                .clone()
-                .mul(last)
-                .sum_dim(1)
-                .reshape([batch, h])
-                .mask_where(empty.expand([batch, h]), init.h);
+            let h_last =
+                arbor_kernels::select_rows(scan.h.clone().reshape([batch * time, h]), &rows)
+                    .mask_where(empty.expand([batch, h]), init.h);
             (scan.h.mask_fill(pad.expand([batch, time, h]), 0.0), h_last)
         }
         _ => {
