@@ -3,24 +3,44 @@
 
 use crate::ArborBackend;
 use burn::nn::conv::Conv1d;
-use burn::nn::Linear;
+use burn::nn::{Linear, PaddingConfig1d};
 use burn::prelude::*;
 
 /// `conv` over the time axis of `x` laid out `[batch, time, channels]` (Burn's `Conv1d` reads
-/// `[batch, channels, time]`): `conv.forward(x.swap_dims(1, 2)).swap_dims(1, 2)`, with every
-/// transposed view copied into memory of its own by [`arbor_kernels::contiguous`], in the
-/// forward pass and in the backward pass. Same values; Flex 0.21 would otherwise walk the
-/// transposed views element by element: in the convolution's reshapes, in whatever reads its
-/// output (a ReLU, a `Linear`), and in the gradients (the convolution's backward reshapes, and
-/// the sum of `x`'s gradients where `x` also feeds another op). Each transpose sits between two
-/// `contiguous`: the outer one copies the forward value, the inner one (a no-op in the forward
-/// pass) copies the transposed gradient. Conv FastTrees' master gates and the FastTrees gate's
-/// convolution go through here.
+/// `[batch, channels, time]`): the values of `conv.forward(x.swap_dims(1, 2)).swap_dims(1, 2)`.
+///
+/// A causal convolution (stride, dilation and groups 1, left padding `K − 1`, none on the
+/// right: Conv FastTrees' master gates and the FastTrees gate's convolution) runs as one
+/// product of each step's window of `K` steps ([`arbor_kernels::causal_windows`],
+/// `[batch·time, K·c_in]`) with the weight laid out `[K·c_in, c_out]` (a small copy): every
+/// row of the batch in one product, and no transposed view of the input or output. Burn's
+/// `Conv1d` (0.21, Flex) ran many small products over a transposed copy and walked transposed
+/// views element by element in its backward pass. Any other convolution runs through Burn's,
+/// with the transposed views copied into memory of their own by [`arbor_kernels::contiguous`]
+/// in both passes.
 ///
 /// # Shapes
 /// - `x`: `[batch, time, c_in]`
 /// - output: `[batch, time', c_out]` (`time'` as the convolution's padding gives it)
 pub fn conv1d_over_time<B: ArborBackend>(conv: &Conv1d<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    let [batch, time, c_in] = x.dims();
+    let [c_out, _, k] = conv.weight.dims();
+    let causal = conv.stride == 1
+        && conv.dilation == 1
+        && conv.groups == 1
+        && matches!(conv.padding, PaddingConfig1d::Explicit(left, 0) if left + 1 == k);
+    if causal && batch * time > 0 {
+        let weight = conv
+            .weight
+            .val()
+            .permute([2, 1, 0])
+            .reshape([k * c_in, c_out]);
+        let windows = arbor_kernels::causal_windows(x, k).reshape([batch * time, k * c_in]);
+        let bias = conv.bias.as_ref().map(|b| b.val());
+        return arbor_kernels::linear(windows, weight, bias).reshape([batch, time, c_out]);
+    }
+    // Each transpose sits between two `contiguous`: the outer one copies the forward value,
+    // the inner one (a no-op in the forward pass) the transposed gradient.
     let transposed =
         |t: Tensor<B, 3>| arbor_kernels::contiguous(arbor_kernels::contiguous(t).swap_dims(1, 2));
     transposed(conv.forward(transposed(x)))

@@ -68,6 +68,8 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
             => ops::rows::autodiff::write_rows::<B, C>;
         fn adjacent_pairs(x: FloatTensor<Self>) -> FloatTensor<Self>
             => ops::adjacent::autodiff::adjacent_pairs::<B, C>;
+        fn causal_windows(x: FloatTensor<Self>, k: usize) -> FloatTensor<Self>
+            => ops::window::autodiff::causal_windows::<B, C>;
         fn activation(x: FloatTensor<Self>, act: Activation) -> FloatTensor<Self>
             => ops::activation::autodiff::activation::<B, C>;
         fn affine(

@@ -254,6 +254,10 @@ macro_rules! host_backend {
                     => $crate::ops::gumbel_tree::host::st_gumbel_tree::<Self>;
                 fn adjacent_pairs_backward(grad: FloatTensor<Self>) -> FloatTensor<Self>
                     => $crate::ops::adjacent::host::adjacent_pairs_backward::<Self>;
+                fn causal_windows(x: FloatTensor<Self>, k: usize) -> FloatTensor<Self>
+                    => $crate::ops::window::host::causal_windows::<Self>;
+                fn causal_windows_backward(grad: FloatTensor<Self>, k: usize) -> FloatTensor<Self>
+                    => $crate::ops::window::host::causal_windows_backward::<Self>;
                 fn activation(x: FloatTensor<Self>, act: Activation) -> FloatTensor<Self>
                     => $crate::ops::activation::host::activation::<Self>;
                 fn activation_backward(

@@ -107,6 +107,7 @@ pub use ops::memory::{contiguous, zeros};
 pub use ops::ordered_cell::{ordered_cell, ordered_gates};
 pub use ops::rows::{select_rows, write_rows};
 pub use ops::select_mix::{merge_place, select_mix, select_mix_adjacent};
+pub use ops::window::causal_windows;
 
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
@@ -234,6 +235,17 @@ pub trait ArborBackend: Backend {
     /// The gradient of [`ArborBackend::adjacent_pairs`]: `dx_k = g_k[..D] + g_{k−1}[D..]`.
     fn adjacent_pairs_backward(grad: FloatTensor<Self>) -> FloatTensor<Self> {
         reference::adjacent_pairs_backward::<Self>(grad)
+    }
+
+    /// Each step's window of the last `k` steps; see [`causal_windows`].
+    fn causal_windows(x: FloatTensor<Self>, k: usize) -> FloatTensor<Self> {
+        reference::causal_windows::<Self>(x, k)
+    }
+
+    /// The gradient of [`ArborBackend::causal_windows`]: each window block's gradient added
+    /// back to the step it copied.
+    fn causal_windows_backward(grad: FloatTensor<Self>, k: usize) -> FloatTensor<Self> {
+        reference::causal_windows_backward::<Self>(grad, k)
     }
 
     /// `σ(x)`, `tanh(x)` or `GELU(x)` elementwise; see [`sigmoid`], [`tanh`] and [`gelu`].

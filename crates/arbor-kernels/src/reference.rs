@@ -22,6 +22,7 @@ pub use crate::ops::ordered_cell::reference::{
 };
 pub use crate::ops::rows::reference::{select_rows, select_rows_backward, write_rows};
 pub use crate::ops::select_mix::reference::{select_mix, select_mix_backward};
+pub use crate::ops::window::reference::{causal_windows, causal_windows_backward};
 
 /// A primitive of any rank as a `[rows, last]` tensor.
 pub(crate) fn rows<B: Backend>(t: FloatTensor<B>) -> Tensor<B, 2> {

@@ -26,3 +26,4 @@ pub(crate) mod memory;
 pub(crate) mod ordered_cell;
 pub(crate) mod rows;
 pub(crate) mod select_mix;
+pub(crate) mod window;

@@ -13,3 +13,4 @@ mod ordered_cell;
 mod rows;
 mod select_mix;
 mod support;
+mod window;
