@@ -9,7 +9,7 @@
 //! On CPU that per-op overhead, not arithmetic, is where the time goes (docs/log/bench.md).
 //!
 //! [`ArborBackend`] is a backend-extension trait in Burn's style:
-//! - its **default methods are plain Burn tensor ops** ([`reference`]), so any backend gets them
+//! - its **default methods are plain Burn tensor ops** ([`mod@reference`]), so any backend gets them
 //!   with an empty `impl ArborBackend for MyBackend {}`, and
 //! - arbor overrides them for **Flex and NdArray** with hand-written loops over contiguous memory,
 //!   vectorised with `wide` (`exp`, hence sigmoid and tanh, eight lanes at a time), and for
@@ -116,7 +116,7 @@ use burn::tensor::Shape;
 
 /// A Burn backend with arbor's fused ops.
 ///
-/// Every method has a default written in plain Burn tensor ops ([`reference`]); implement the
+/// Every method has a default written in plain Burn tensor ops ([`mod@reference`]); implement the
 /// trait with an empty body to use a backend arbor does not know. The tensors are primitives of
 /// any rank whose last dimension holds the features; gates are `[..., blocks·H]`, states
 /// `[..., H]`, with equal leading dimensions.

@@ -21,9 +21,9 @@ pub enum CandidateSchedule {
     /// Only the two pairs around the last merge are composed; every other candidate is carried
     /// from the previous layer. Evaluation (argmax) carries the candidates themselves: `O(n)`
     /// compositions per sentence, and on the CPU backends (without autodiff) the whole pass is
-    /// one op ([`arbor_kernels::argmax_tree`]: nodes kept in place, no per-layer copy of the
+    /// one op ([`arbor_cells::kernels::argmax_tree`]: nodes kept in place, no per-layer copy of the
     /// layer). Training, on the CPU backends (autodiff included), is one op too
-    /// ([`arbor_kernels::st_gumbel_tree`]: candidates composed once, and a backward pass with
+    /// ([`arbor_cells::kernels::st_gumbel_tree`]: candidates composed once, and a backward pass with
     /// `O(n)` matrix products per sentence); elsewhere it carries the candidates' gate
     /// pre-activations as tensor ops (as [`CandidateSchedule::CarryUnfused`]). The default.
     #[default]

@@ -90,7 +90,7 @@ impl SequenceCell {
     }
 
     /// The rows of `H` values in the op's output that hold an example's `t` distances, one
-    /// step after another (the last row padded with zeros; [`SequenceLayout`]): `⌈t / H⌉` for
+    /// step after another (the last row padded with zeros; the op's output layout): `⌈t / H⌉` for
     /// the ordered cells, none for the LSTM.
     pub fn distance_rows(self, t: usize, h: usize) -> usize {
         match self.distances() {
@@ -511,7 +511,7 @@ pub(crate) mod reference {
 
     /// The sequence op in plain ops ([`crate::lstm_sequence`], [`crate::on_lstm_sequence`],
     /// [`crate::fast_trees_sequence`]): the input projection of every step as one product, then
-    /// [`recurrence`]. Returns the output in its [`SequenceLayout`] and, with `keep_gates`,
+    /// `recurrence`. Returns the output in its `SequenceLayout` and, with `keep_gates`,
     /// what the backward pass reads: the activated gates and every step's `h` and `c`,
     /// `[b, t, P + 2H]`.
     pub fn lstm_sequence<B: Backend>(
@@ -589,7 +589,7 @@ pub(crate) mod reference {
     }
 
     /// The gradients of [`lstm_sequence`] with respect to `x`, `w`, `b`, `u`, `h0` and `c0` in
-    /// plain ops: [`recurrence_backward`], then the input projection's.
+    /// plain ops: `recurrence_backward`, then the input projection's.
     #[allow(clippy::too_many_arguments)]
     pub fn lstm_sequence_backward<B: Backend>(
         x: FloatTensor<B>,
