@@ -7,7 +7,7 @@ use burn::prelude::*;
 use burn::tensor::activation::relu;
 
 use crate::fast_trees::precomputed_master_step;
-use crate::master::{n_chunks, MasterGates};
+use crate::master::{n_chunks, ordered_scan, MasterGates};
 use crate::runner::{CellStep, RecurrentCell, ScanOutput};
 use crate::LstmState;
 
@@ -132,19 +132,15 @@ impl<B: ArborBackend> RecurrentCell<B> for ConvFastTreesCell<B> {
         lengths: Option<&[usize]>,
     ) -> Option<ScanOutput<B>> {
         let master = self.master_logits(x.clone());
-        let (h, c_last, distances) = arbor_kernels::conv_fast_trees_sequence(
-            master,
-            x,
-            crate::linear::sequence_params(&self.input, &self.hidden),
-            init.h.clone(),
-            init.c.clone(),
-            lengths.unwrap_or(&[]),
+        Some(ordered_scan(
+            (&self.input, &self.hidden),
             self.n_chunks,
-        );
-        Some(ScanOutput {
-            h,
-            c_last,
-            distances: Some(distances),
-        })
+            |x, params, h0, c0, lengths, chunks| {
+                arbor_kernels::conv_fast_trees_sequence(master, x, params, h0, c0, lengths, chunks)
+            },
+            x,
+            init,
+            lengths,
+        ))
     }
 }

@@ -113,21 +113,14 @@ pub(crate) fn ordered_step<B: ArborBackend>(
     }
 }
 
-/// [`arbor_kernels::on_lstm_sequence`] or [`arbor_kernels::fast_trees_sequence`]: from the
-/// input, the parameters, `h0`, `c0`, the lengths and the chunk count, every step's `h`, each
-/// example's final `c` and every step's distance.
-pub(crate) type OrderedSequenceOp<B> = fn(
-    Tensor<B, 3>,
-    arbor_kernels::LstmParams<B>,
-    Tensor<B, 2>,
-    Tensor<B, 2>,
-    &[usize],
-    usize,
-) -> (Tensor<B, 3>, Tensor<B, 2>, Tensor<B, 2>);
-
-/// The whole sequence of an ON-LSTM or FastTrees cell as one op (`op`) from its input
-/// (`x → [f̃, ĩ, i, f, ĉ, o]`, with bias) and hidden (`h → …`, no bias) weights and its
-/// `n_chunks` chunks.
+/// The whole sequence of an ON-LSTM, FastTrees or Conv FastTrees cell as one op (`op`) from
+/// its input (`x → [f̃, ĩ, i, f, ĉ, o]`, or `x → [i, f, ĉ, o]` when the master gates are given,
+/// with bias) and hidden (`h → …`, no bias) weights and its `n_chunks` chunks.
+///
+/// `op` is [`arbor_kernels::on_lstm_sequence`], [`arbor_kernels::fast_trees_sequence`] or a
+/// closure around [`arbor_kernels::conv_fast_trees_sequence`]: from the input, the parameters,
+/// `h0`, `c0`, the lengths and the chunk count, every step's `h`, each example's final `c` and
+/// every step's distance.
 ///
 /// # Shapes
 /// - `x`: `[batch, time, d_input]`; `init`: `[batch, H]` each; `lengths`: `batch` entries
@@ -136,7 +129,14 @@ pub(crate) type OrderedSequenceOp<B> = fn(
 pub(crate) fn ordered_scan<B: ArborBackend>(
     (input, hidden): (&burn::nn::Linear<B>, &burn::nn::Linear<B>),
     n_chunks: usize,
-    op: OrderedSequenceOp<B>,
+    op: impl FnOnce(
+        Tensor<B, 3>,
+        arbor_kernels::LstmParams<B>,
+        Tensor<B, 2>,
+        Tensor<B, 2>,
+        &[usize],
+        usize,
+    ) -> (Tensor<B, 3>, Tensor<B, 2>, Tensor<B, 2>),
     x: Tensor<B, 3>,
     init: &LstmState<B, 2>,
     lengths: Option<&[usize]>,
