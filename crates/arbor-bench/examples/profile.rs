@@ -7,11 +7,12 @@
 //! ```
 //!
 //! `PROBE_MODE` is `f` (evaluation, the default) or `fb` (training); Flex, with the allocator
-//! settings the programs use.
+//! settings and the thread pool the programs use (`ARBOR_POOL=plain` for rayon's own pool).
 use arbor_bench::{workloads, Mode};
 use burn::backend::flex::Flex;
 fn main() {
     arbor_train::alloc::tune_for_cpu_tensors();
+    arbor_train::threads::join_rayon_pool();
     let dev = Default::default();
     let name =
         std::env::var("PROBE_NAME").expect("PROBE_NAME: a workload name (arbor-bench --list)");

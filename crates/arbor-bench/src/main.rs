@@ -345,8 +345,9 @@ fn main() -> Result<()> {
     match spec {
         #[cfg(feature = "flex")]
         DeviceSpec::Flex => {
-            // The CPU allocator settings the programs use too (`device::run_on`).
+            // The CPU allocator settings and thread pool the programs use too (`device::run_on`).
             arbor_train::alloc::tune_for_cpu_tensors();
+            arbor_train::threads::join_rayon_pool();
             type B = burn::backend::Flex;
             run::<B>(
                 &args,
@@ -357,6 +358,7 @@ fn main() -> Result<()> {
         #[cfg(feature = "ndarray")]
         DeviceSpec::NdArray => {
             arbor_train::alloc::tune_for_cpu_tensors();
+            arbor_train::threads::join_rayon_pool();
             type B = burn::backend::NdArray<f32>;
             run::<B>(
                 &args,

@@ -44,8 +44,10 @@ impl RunInfo {
 }
 
 /// CPU model, core count, the vector extensions the matrix and fused kernels can use and the
-/// matrix kernels in use ([`arbor_kernels::cpu_product_kernels`]), e.g.
-/// `AMD EPYC 7B13 (2 cores; AVX2, FMA; products: gemm AVX2/FMA)`.
+/// matrix kernels in use ([`arbor_kernels::cpu_product_kernels`]), then how the CPU backends'
+/// threads run when this process set them up ([`arbor_train::threads::join_rayon_pool`]), e.g.
+/// `AMD EPYC 7B13 (2 cores; AVX2, FMA; products: gemm AVX2/FMA; main thread in rayon's pool (2
+/// threads))`.
 pub fn machine() -> String {
     let model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -58,7 +60,10 @@ pub fn machine() -> String {
         .unwrap_or_else(|| std::env::consts::ARCH.to_string());
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let vectors = vector_extensions();
-    let products = arbor_kernels::cpu_product_kernels();
+    let mut products = arbor_kernels::cpu_product_kernels().to_string();
+    if let Some(pool) = arbor_train::threads::pool_setup() {
+        products = format!("{products}; {pool}");
+    }
     if vectors.is_empty() {
         format!("{model} ({cores} cores; products: {products})")
     } else {

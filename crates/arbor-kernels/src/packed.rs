@@ -113,7 +113,12 @@ impl PackedRhs {
             accumulate,
             kernel: Kernel::detect(),
         };
-        job.split(0..m, 0..n.div_ceil(NR));
+        if crate::par::parallel() {
+            job.split(0..m, 0..n.div_ceil(NR));
+        } else {
+            // SAFETY: the whole product, whose extent was checked against the slices above.
+            unsafe { job.block(0..m, 0..n.div_ceil(NR)) }
+        }
     }
 }
 
@@ -454,6 +459,34 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// The public entry point in a one-thread pool (the product inline, one block) and in a
+    /// two-thread pool (split into tasks): the same values, bit for bit, and the naive product's.
+    #[test]
+    fn one_and_two_threads_give_the_same_product() {
+        let (m, k, n) = (150, 300, 200);
+        let lhs = fill(m * k, 3, 1.0);
+        let rhs = fill(k * n, 4, 1.0);
+        let want = naive(m, k, n, &lhs, &rhs);
+        let packed = PackedRhs::new(&rhs, k, n, (n, 1));
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("a local pool");
+            let mut dst = vec![0f32; m * n];
+            pool.install(|| packed.product(m, &mut dst, n, false, &lhs, (k, 1)));
+            dst
+        };
+        let (one, two) = (run(1), run(2));
+        assert_eq!(one, two);
+        for (got, w) in one.iter().zip(&want) {
+            assert!(
+                (*got as f64 - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                "{got} vs {w}"
+            );
         }
     }
 

@@ -12,6 +12,14 @@ use std::ops::Range;
 /// microseconds; this much elementwise work costs tens).
 pub(crate) const GRAIN: usize = 1 << 14;
 
+/// Whether splitting can pay: rayon's pool (the current one, or the global one from a thread
+/// outside any pool) has more than one thread. With one thread a `rayon::join` from outside the
+/// pool only hands the work to the pool's thread and sleeps until it is done (a wake-up and a
+/// context switch each way), so the kernels run their work inline instead.
+pub(crate) fn parallel() -> bool {
+    rayon::current_num_threads() > 1
+}
+
 /// One mutable output: its buffer and the number of elements each row owns in it.
 pub(crate) type Out<'a> = (&'a mut [f32], usize);
 
@@ -30,7 +38,7 @@ where
     F: Fn(Range<usize>, &mut [&mut [f32]]) + Sync,
 {
     let n = range.len();
-    if n < 2 || n.saturating_mul(row_cost) < 2 * GRAIN {
+    if n < 2 || n.saturating_mul(row_cost) < 2 * GRAIN || !parallel() {
         let mut slices: Vec<&mut [f32]> = outs.into_iter().map(|(s, _)| s).collect();
         f(range, &mut slices);
         return;
@@ -60,7 +68,7 @@ where
     F: Fn(&mut [T]) + Sync,
 {
     let total: usize = items.iter().map(cost).fold(0, usize::saturating_add);
-    if items.len() < 2 || total < 2 * GRAIN {
+    if items.len() < 2 || total < 2 * GRAIN || !parallel() {
         f(items);
         return;
     }
@@ -103,6 +111,50 @@ mod tests {
             });
             assert!(a.iter().enumerate().all(|(i, &v)| v == i as f32));
             assert!(b.iter().enumerate().all(|(i, &v)| v == i as f32));
+        }
+    }
+
+    /// With one thread in the pool the work is not cut (a cut would only hand it to that
+    /// thread); with two it is, and the rows are the same either way.
+    #[test]
+    fn one_thread_runs_the_whole_range_in_one_call_and_two_split_it() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        for (threads, want_calls) in [(1usize, 1usize), (2, 4)] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("a local pool");
+            let calls = AtomicUsize::new(0);
+            let n = 4 * GRAIN;
+            let mut a = vec![0f32; n];
+            pool.install(|| {
+                rows(n, 1, vec![(&mut a, 1)], &|r, o| {
+                    calls.fetch_add(1, Ordering::Relaxed);
+                    for (k, row) in r.enumerate() {
+                        o[0][k] = row as f32;
+                    }
+                })
+            });
+            assert_eq!(
+                calls.load(Ordering::Relaxed),
+                want_calls,
+                "{threads} threads"
+            );
+            assert!(a.iter().enumerate().all(|(i, &v)| v == i as f32));
+            let mut v = vec![0u32; n];
+            calls.store(0, Ordering::Relaxed);
+            pool.install(|| {
+                items(&mut v, &|_| 1, &|chunk| {
+                    calls.fetch_add(1, Ordering::Relaxed);
+                    chunk.iter_mut().for_each(|x| *x += 1);
+                })
+            });
+            assert_eq!(
+                calls.load(Ordering::Relaxed),
+                want_calls,
+                "{threads} threads"
+            );
+            assert!(v.iter().all(|&x| x == 1));
         }
     }
 

@@ -388,7 +388,9 @@ pub fn run_on<J: BackendJob>(device: &str, job: J) -> Result<J::Output, DeviceEr
 /// Runs `job` on an already parsed [`DeviceSpec`].
 ///
 /// On the CPU backends it first applies [`crate::alloc::tune_for_cpu_tensors`] (glibc keeps large
-/// freed blocks instead of unmapping them; `ARBOR_MALLOC=system` opts out).
+/// freed blocks instead of unmapping them; `ARBOR_MALLOC=system` opts out) and
+/// [`crate::threads::join_rayon_pool`] (the main thread computes as one of rayon's threads
+/// instead of handing every op's parallel work to the pool; `ARBOR_POOL=plain` opts out).
 ///
 /// # Errors
 /// [`DeviceError::NotCompiled`] when the backend's cargo feature is off,
@@ -402,11 +404,13 @@ pub fn run_on_spec<J: BackendJob>(spec: DeviceSpec, job: J) -> Result<J::Output,
         #[cfg(feature = "flex")]
         DeviceSpec::Flex => {
             crate::alloc::tune_for_cpu_tensors();
+            crate::threads::join_rayon_pool();
             Ok(job.run::<burn::backend::Flex>(device_of::<burn::backend::Flex>(spec)))
         }
         #[cfg(feature = "ndarray")]
         DeviceSpec::NdArray => {
             crate::alloc::tune_for_cpu_tensors();
+            crate::threads::join_rayon_pool();
             type NdArray = burn::backend::NdArray<f32>;
             Ok(job.run::<NdArray>(device_of::<NdArray>(spec)))
         }

@@ -33,6 +33,7 @@ pub mod device;
 mod engine;
 mod log;
 pub mod outdir;
+pub mod threads;
 
 pub use checkpoint::{CheckpointError, CheckpointFile};
 pub use clip::{

@@ -193,9 +193,10 @@ pub(crate) mod host {
     const PARALLEL_PRODUCT: usize = 192 * 192 * 192;
 
     /// How `gemm` runs a product of `work` multiply-adds: on rayon's threads from
-    /// [`PARALLEL_PRODUCT`] on, on the calling thread below it.
+    /// [`PARALLEL_PRODUCT`] on, on the calling thread below it or when the pool has one thread
+    /// (`par::parallel`).
     fn product_parallelism(work: usize) -> gemm::Parallelism {
-        if work >= PARALLEL_PRODUCT {
+        if work >= PARALLEL_PRODUCT && crate::par::parallel() {
             gemm::Parallelism::Rayon(0)
         } else {
             gemm::Parallelism::None
