@@ -193,10 +193,12 @@ pub(crate) mod host {
     const PARALLEL_PRODUCT: usize = 192 * 192 * 192;
 
     /// How `gemm` runs a product of `work` multiply-adds: on rayon's threads from
-    /// [`PARALLEL_PRODUCT`] on, on the calling thread below it or when the pool has one thread
-    /// (`par::parallel`).
+    /// [`PARALLEL_PRODUCT`] on, on the calling thread below it. Also with a one-thread pool,
+    /// unlike the kernels (`par::parallel`): `gemm`'s `Parallelism::None` blocks the columns in
+    /// 128-panel pieces where `Rayon` takes them whole, which measured 1.5× slower on the
+    /// Transformer's one-thread evaluation (docs/bench.md, "The main thread in rayon's pool").
     fn product_parallelism(work: usize) -> gemm::Parallelism {
-        if work >= PARALLEL_PRODUCT && crate::par::parallel() {
+        if work >= PARALLEL_PRODUCT {
             gemm::Parallelism::Rayon(0)
         } else {
             gemm::Parallelism::None
