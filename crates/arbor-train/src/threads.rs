@@ -16,10 +16,13 @@
 //!
 //! It changes nothing (and says why) when
 //! - `ARBOR_POOL=plain` is set,
-//! - the pool would have one thread: a one-thread pool with the main thread in it has no other
-//!   thread to run jobs handed to it by other threads (the data-parallel engine's workers), and
-//!   a main thread waiting for such a worker would wait for ever. With one thread arbor's kernels
-//!   run their work inline instead (`arbor_kernels`' splitting checks the pool's size),
+//! - the pool would have one thread, unless `ARBOR_POOL=main` is set: a one-thread pool with the
+//!   main thread in it has no other thread to run jobs handed to it by other threads (the
+//!   data-parallel engine's workers), and a main thread waiting for such a worker would wait for
+//!   ever, so the data-parallel engine refuses to start several workers in such a pool. With one
+//!   thread and without `ARBOR_POOL=main`, arbor's kernels run their work inline (`arbor_kernels`'
+//!   splitting checks the pool's size) while `flex`'s own parallel loops still go to the pool's
+//!   thread,
 //! - the calling thread is not the process's main thread (a pool's thread 0 must live as long as
 //!   the pool, which lives as long as the process), or
 //! - rayon's global pool already exists (something used rayon before).
@@ -36,7 +39,8 @@ pub enum PoolSetup {
     },
     /// Left alone: `ARBOR_POOL=plain`.
     OptedOut,
-    /// Left alone: the pool would have one thread (see the module documentation).
+    /// Left alone: the pool would have one thread and `ARBOR_POOL=main` is not set (see the
+    /// module documentation).
     OneThread,
     /// Left alone: not called from the process's main thread.
     NotMainThread,
@@ -51,7 +55,9 @@ impl std::fmt::Display for PoolSetup {
                 write!(f, "main thread in rayon's pool ({threads} threads)")
             }
             PoolSetup::OptedOut => write!(f, "rayon's own pool (ARBOR_POOL=plain)"),
-            PoolSetup::OneThread => write!(f, "rayon's own pool (one thread)"),
+            PoolSetup::OneThread => {
+                write!(f, "rayon's own pool (one thread; ARBOR_POOL=main joins it)")
+            }
             PoolSetup::NotMainThread => write!(f, "rayon's own pool (not on the main thread)"),
             PoolSetup::AlreadyBuilt => write!(f, "rayon's own pool (built before)"),
         }
@@ -73,11 +79,12 @@ pub fn rayon_default_threads() -> usize {
 /// documentation.
 pub fn join_rayon_pool() -> PoolSetup {
     *DONE.get_or_init(|| {
-        if std::env::var("ARBOR_POOL").is_ok_and(|v| v == "plain") {
+        let asked = std::env::var("ARBOR_POOL").ok();
+        if asked.as_deref() == Some("plain") {
             return PoolSetup::OptedOut;
         }
         let threads = rayon_default_threads();
-        if threads < 2 {
+        if threads < 2 && asked.as_deref() != Some("main") {
             return PoolSetup::OneThread;
         }
         if std::thread::current().name() != Some("main") {

@@ -109,6 +109,16 @@ impl<B: AutodiffBackend, M: AutodiffModule<B>> Workers<B, M> {
                 },
             ));
         }
+        if rayon::current_thread_index().is_some() && rayon::current_num_threads() == 1 {
+            // This thread is the only thread of its rayon pool: the other workers' threads would
+            // hand their parallel work to it while it waits for them, a deadlock (threads.rs).
+            return Err(CollectiveFailure(
+                "several workers cannot run when the main thread is rayon's only thread \
+                 (ARBOR_POOL=main with one thread): set RAYON_NUM_THREADS to 2 or more, or \
+                 unset ARBOR_POOL"
+                    .into(),
+            ));
+        }
         seed_everything::<B>(&devices[0], seed);
         let model = model.fork(&devices[0]);
         // A run that panicked leaves the lock poisoned and the server's peers behind: both are

@@ -332,3 +332,26 @@ fn no_device_is_a_configuration_error() {
     let err = train_on::<Ad, _>(&Toy::new(), fresh(), &config(dir.path(), 7), &[]).unwrap_err();
     assert!(matches!(err, TrainError::Config(_)), "{err}");
 }
+
+/// On the only thread of a rayon pool (`ARBOR_POOL=main` with one thread makes the main thread
+/// that), several workers would deadlock: their threads hand their parallel work to the pool
+/// while this thread waits for them. The engine refuses instead, naming the fix.
+#[test]
+fn several_workers_are_refused_on_the_only_thread_of_a_rayon_pool() {
+    let _guard = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    let err = within(120, move || {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .expect("a one-thread pool");
+        let devices = vec![Default::default(); 2];
+        pool.install(|| train_on(&Toy::new(), fresh(), &config(&path, 7), &devices))
+            .map(|_| ())
+            .unwrap_err()
+    });
+    assert!(matches!(err, TrainError::Device { .. }), "{err}");
+    assert!(err.to_string().contains("rayon's only thread"), "{err}");
+    assert!(err.to_string().contains("RAYON_NUM_THREADS"), "{err}");
+}
