@@ -233,13 +233,10 @@ pub fn ratio_vs_fastest(record: &Record) -> Option<f64> {
 
 /// The thread count of arbor's CPU backends: Burn's `flex` runs its parallel kernels (matmuls
 /// through `gemm`, reductions) on rayon's global pool, which has `RAYON_NUM_THREADS` threads
-/// when that is set to a positive number, else one per logical CPU.
+/// when that is set to a positive number, else one per logical CPU
+/// ([`arbor_train::threads::rayon_default_threads`]).
 pub fn arbor_threads() -> usize {
-    std::env::var("RAYON_NUM_THREADS")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    arbor_train::threads::rayon_default_threads()
 }
 
 /// `OMP_WAIT_POLICY` from the environment the twins inherit; `None` when unset or blank.
