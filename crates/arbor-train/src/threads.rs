@@ -15,7 +15,8 @@
 //! ran 0–20% faster in evaluation and training.
 //!
 //! It changes nothing (and says why) when
-//! - `ARBOR_POOL=plain` is set,
+//! - `ARBOR_POOL=plain` is set, or `ARBOR_POOL` has a value other than `plain` or `main` (with a
+//!   warning on stderr),
 //! - the pool would have one thread, unless `ARBOR_POOL=main` is set: a one-thread pool with the
 //!   main thread in it has no other thread to run jobs handed to it by other threads (the
 //!   data-parallel engine's workers), and a main thread waiting for such a worker would wait for
@@ -39,6 +40,8 @@ pub enum PoolSetup {
     },
     /// Left alone: `ARBOR_POOL=plain`.
     OptedOut,
+    /// Left alone: `ARBOR_POOL` has another value (a warning on stderr names it).
+    Unrecognised,
     /// Left alone: the pool would have one thread and `ARBOR_POOL=main` is not set (see the
     /// module documentation).
     OneThread,
@@ -55,6 +58,7 @@ impl std::fmt::Display for PoolSetup {
                 write!(f, "main thread in rayon's pool ({threads} threads)")
             }
             PoolSetup::OptedOut => write!(f, "rayon's own pool (ARBOR_POOL=plain)"),
+            PoolSetup::Unrecognised => write!(f, "rayon's own pool (ARBOR_POOL not understood)"),
             PoolSetup::OneThread => {
                 write!(f, "rayon's own pool (one thread; ARBOR_POOL=main joins it)")
             }
@@ -80,8 +84,16 @@ pub fn rayon_default_threads() -> usize {
 pub fn join_rayon_pool() -> PoolSetup {
     *DONE.get_or_init(|| {
         let asked = std::env::var("ARBOR_POOL").ok();
-        if asked.as_deref() == Some("plain") {
-            return PoolSetup::OptedOut;
+        match asked.as_deref() {
+            None | Some("") | Some("main") => {}
+            Some("plain") => return PoolSetup::OptedOut,
+            Some(other) => {
+                eprintln!(
+                    "arbor: ARBOR_POOL={other:?} is neither \"plain\" nor \"main\"; rayon's pool \
+                     is left as rayon builds it"
+                );
+                return PoolSetup::Unrecognised;
+            }
         }
         let threads = rayon_default_threads();
         if threads < 2 && asked.as_deref() != Some("main") {

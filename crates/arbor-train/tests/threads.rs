@@ -112,10 +112,17 @@ fn main() {
     assert!(plain.contains("setup OptedOut"), "{plain}");
     assert!(plain.contains("index None"), "{plain}");
 
+    let bogus = run(
+        "main",
+        &[("RAYON_NUM_THREADS", "2"), ("ARBOR_POOL", "mian")],
+    );
+    assert!(bogus.contains("setup Unrecognised"), "{bogus}");
+    assert!(bogus.contains("index None"), "{bogus}");
+
     let spawned = run("spawned", &[("RAYON_NUM_THREADS", "2")]);
     assert!(spawned.contains("setup NotMainThread"), "{spawned}");
 
     let built = run("built", &[("RAYON_NUM_THREADS", "2")]);
     assert!(built.contains("setup AlreadyBuilt"), "{built}");
-    println!("threads: 7 cases passed");
+    println!("threads: 8 cases passed");
 }
