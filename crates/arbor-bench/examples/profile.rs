@@ -11,8 +11,7 @@
 use arbor_bench::{workloads, Mode};
 use burn::backend::flex::Flex;
 fn main() {
-    arbor_train::alloc::tune_for_cpu_tensors();
-    arbor_train::threads::join_rayon_pool();
+    arbor_train::device::set_up_cpu_process();
     let dev = Default::default();
     let name =
         std::env::var("PROBE_NAME").expect("PROBE_NAME: a workload name (arbor-bench --list)");

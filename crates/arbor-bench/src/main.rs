@@ -346,8 +346,7 @@ fn main() -> Result<()> {
         #[cfg(feature = "flex")]
         DeviceSpec::Flex => {
             // The CPU allocator settings and thread pool the programs use too (`device::run_on`).
-            arbor_train::alloc::tune_for_cpu_tensors();
-            arbor_train::threads::join_rayon_pool();
+            arbor_train::device::set_up_cpu_process();
             type B = burn::backend::Flex;
             run::<B>(
                 &args,
@@ -357,8 +356,7 @@ fn main() -> Result<()> {
         }
         #[cfg(feature = "ndarray")]
         DeviceSpec::NdArray => {
-            arbor_train::alloc::tune_for_cpu_tensors();
-            arbor_train::threads::join_rayon_pool();
+            arbor_train::device::set_up_cpu_process();
             type B = burn::backend::NdArray<f32>;
             run::<B>(
                 &args,

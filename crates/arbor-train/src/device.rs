@@ -385,12 +385,19 @@ pub fn run_on<J: BackendJob>(device: &str, job: J) -> Result<J::Output, DeviceEr
     run_on_spec(resolve(device)?, job)
 }
 
-/// Runs `job` on an already parsed [`DeviceSpec`].
-///
-/// On the CPU backends it first applies [`crate::alloc::tune_for_cpu_tensors`] (glibc keeps large
-/// freed blocks instead of unmapping them; `ARBOR_MALLOC=system` opts out) and
+/// What a process sets up before running CPU tensor work, once: [`crate::alloc::tune_for_cpu_tensors`]
+/// (glibc keeps large freed blocks instead of unmapping them; `ARBOR_MALLOC=system` opts out) and
 /// [`crate::threads::join_rayon_pool`] (the main thread computes as one of rayon's threads
 /// instead of handing every op's parallel work to the pool; `ARBOR_POOL=plain` opts out).
+/// [`run_on_spec`] calls it for `flex` and `ndarray`; so do `arbor-bench` and its examples.
+pub fn set_up_cpu_process() {
+    crate::alloc::tune_for_cpu_tensors();
+    crate::threads::join_rayon_pool();
+}
+
+/// Runs `job` on an already parsed [`DeviceSpec`].
+///
+/// On the CPU backends it first calls [`set_up_cpu_process`].
 ///
 /// # Errors
 /// [`DeviceError::NotCompiled`] when the backend's cargo feature is off,
@@ -403,14 +410,12 @@ pub fn run_on_spec<J: BackendJob>(spec: DeviceSpec, job: J) -> Result<J::Output,
     match spec {
         #[cfg(feature = "flex")]
         DeviceSpec::Flex => {
-            crate::alloc::tune_for_cpu_tensors();
-            crate::threads::join_rayon_pool();
+            set_up_cpu_process();
             Ok(job.run::<burn::backend::Flex>(device_of::<burn::backend::Flex>(spec)))
         }
         #[cfg(feature = "ndarray")]
         DeviceSpec::NdArray => {
-            crate::alloc::tune_for_cpu_tensors();
-            crate::threads::join_rayon_pool();
+            set_up_cpu_process();
             type NdArray = burn::backend::NdArray<f32>;
             Ok(job.run::<NdArray>(device_of::<NdArray>(spec)))
         }
