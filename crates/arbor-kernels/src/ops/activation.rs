@@ -223,7 +223,8 @@ pub(crate) mod cpu {
         map8(dst, src, tanh8);
     }
 
-    /// Sigmoid and tanh compiled for AVX2 + FMA and chosen at run time.
+    /// Sigmoid, tanh and GELU (forward, and its backward with the gradient's product in the
+    /// same pass) compiled for AVX2 + FMA and chosen at run time.
     ///
     /// `wide` picks its instructions when it is compiled, so for the default `x86-64` target its
     /// eight lanes are two SSE halves. These loops are plain `f32` code (an `exp` by range
@@ -295,6 +296,65 @@ pub(crate) mod cpu {
             }
         }
 
+        /// `erf(z)` for `z ≥ 0` (Abramowitz & Stegun 7.1.26, as `erf_abs8`).
+        #[inline(always)]
+        fn erf_abs1(z: f32) -> f32 {
+            let t = 1.0 / 0.327_591_1f32.mul_add(z, 1.0);
+            let mut p = 1.061_405_4f32;
+            p = p.mul_add(t, -1.453_152_1);
+            p = p.mul_add(t, 1.421_413_7);
+            p = p.mul_add(t, -0.284_496_74);
+            p = p.mul_add(t, 0.254_829_6);
+            1.0 - p * t * exp_nonpositive(-(z * z))
+        }
+
+        /// `Φ(x) = (1 + erf(x/√2))/2`.
+        #[inline(always)]
+        fn normal_cdf1(x: f32) -> f32 {
+            let e = erf_abs1(x.abs() * std::f32::consts::FRAC_1_SQRT_2);
+            let e = if x < 0.0 { -e } else { e };
+            0.5 * (1.0 + e)
+        }
+
+        #[inline(always)]
+        fn gelu1(x: f32) -> f32 {
+            // As `gelu8`: 0 where Φ(x) underflows to 0 (also at −∞).
+            let cdf = normal_cdf1(x);
+            let r = if cdf == 0.0 { 0.0 } else { x * cdf };
+            if x.is_nan() {
+                x
+            } else {
+                r
+            }
+        }
+
+        /// `g·(Φ(x) + x·φ(x))`.
+        #[inline(always)]
+        fn gelu_backward1(x: f32, g: f32) -> f32 {
+            const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
+            let pdf = FRAC_1_SQRT_2PI * exp_nonpositive(-0.5 * x * x);
+            let r = x.mul_add(pdf, normal_cdf1(x));
+            if x.is_nan() {
+                x
+            } else {
+                r * g
+            }
+        }
+
+        #[target_feature(enable = "avx2,fma")]
+        pub(super) unsafe fn gelu(dst: &mut [f32], src: &[f32]) {
+            for (d, &x) in dst.iter_mut().zip(src) {
+                *d = gelu1(x);
+            }
+        }
+
+        #[target_feature(enable = "avx2,fma")]
+        pub(super) unsafe fn gelu_backward(dst: &mut [f32], x: &[f32], grad: &[f32]) {
+            for ((d, &x), &g) in dst.iter_mut().zip(x).zip(grad) {
+                *d = gelu_backward1(x, g);
+            }
+        }
+
         #[target_feature(enable = "avx2,fma")]
         pub(super) unsafe fn sigmoid(dst: &mut [f32], src: &[f32]) {
             for (d, &x) in dst.iter_mut().zip(src) {
@@ -332,16 +392,64 @@ pub(crate) mod cpu {
                     }
                 }
             }
+
+            /// GELU and its backward (the slope times a gradient that is not 1) against the
+            /// `wide` path, over the range where both differ from their limits, at the
+            /// underflow edge and at the special values.
+            #[test]
+            fn the_avx2_gelu_loops_match_the_wide_path() {
+                if !super::available() {
+                    return;
+                }
+                let xs: Vec<f32> = (-2000..=2000)
+                    .map(|i| i as f32 * 0.01)
+                    .chain([-13.0, -13.2, -14.0, -20.0, 20.0, 1e-8, -1e-8, 0.0])
+                    .collect();
+                let grad: Vec<f32> = (0..xs.len()).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
+                let (mut a, mut b) = (vec![0.0; xs.len()], vec![0.0; xs.len()]);
+                unsafe { super::gelu(&mut a, &xs) };
+                super::super::map8(&mut b, &xs, super::super::gelu8);
+                for ((&x, &p), &q) in xs.iter().zip(&a).zip(&b) {
+                    let tol = 3e-7 * (1.0 + x.abs());
+                    assert!((p - q).abs() <= tol, "gelu({x}): {p} vs {q}");
+                }
+                unsafe { super::gelu_backward(&mut a, &xs, &grad) };
+                super::super::map8(&mut b, &xs, super::super::gelu_slope8);
+                for (((&x, &p), &q), &g) in xs.iter().zip(&a).zip(&b).zip(&grad) {
+                    let tol = 3e-7 * g * (1.0 + x.abs());
+                    assert!((p - q * g).abs() <= tol, "gelu'({x})·{g}: {p} vs {}", q * g);
+                }
+                let special = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY];
+                let mut out = [0f32; 3];
+                unsafe { super::gelu(&mut out, &special) };
+                assert!(
+                    out[0].is_nan() && out[1] == f32::INFINITY && out[2] == 0.0,
+                    "{out:?}"
+                );
+                unsafe { super::gelu_backward(&mut out, &[f32::NAN, 40.0, -40.0], &[2.0; 3]) };
+                assert!(out[0].is_nan() && out[1] == 2.0 && out[2] == 0.0, "{out:?}");
+            }
         }
     }
 
     /// `dst = GELU(src) = src·Φ(src)`.
     pub fn gelu(dst: &mut [f32], src: &[f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if avx2::available() {
+            // SAFETY: the CPU has AVX2 and FMA (checked above).
+            return unsafe { avx2::gelu(dst, src) };
+        }
         map8(dst, src, gelu8);
     }
 
     /// `dst = grad ⊙ GELU′(x)`.
     pub fn gelu_backward(dst: &mut [f32], x: &[f32], grad: &[f32]) {
+        debug_assert!(dst.len() == x.len() && x.len() == grad.len());
+        #[cfg(target_arch = "x86_64")]
+        if avx2::available() {
+            // SAFETY: the CPU has AVX2 and FMA (checked above).
+            return unsafe { avx2::gelu_backward(dst, x, grad) };
+        }
         map8(dst, x, gelu_slope8);
         for (d, g) in dst.iter_mut().zip(grad) {
             *d *= g;
