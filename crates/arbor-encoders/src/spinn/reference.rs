@@ -38,6 +38,7 @@ impl<B: ArborBackend> Spinn<B> {
                 sequences: trees.len(),
             });
         }
+        let flat = embeddings.reshape([batch * time, d_in]);
         let mut hs = Vec::with_capacity(batch);
         let mut cs = Vec::with_capacity(batch);
         for (b, (&len, tree)) in lengths.iter().zip(trees).enumerate() {
@@ -57,11 +58,10 @@ impl<B: ArborBackend> Spinn<B> {
                     ),
                 });
             }
-            let words = embeddings
-                .clone()
-                .narrow(0, b, 1)
-                .narrow(1, 0, len)
-                .reshape([len, d_in]);
+            // `select_rows` rather than `narrow`: Burn's slice backward (0.21, flex) fills a
+            // zero tensor of the whole batch's shape and copies it twice, per sentence.
+            let rows: Vec<usize> = (b * time..b * time + len).collect();
+            let words = arbor_cells::kernels::select_rows(flat.clone(), &rows);
             let leaves = self.projection.forward(words);
             let root = self.node(tree, &leaves);
             hs.push(root.h);
@@ -73,7 +73,9 @@ impl<B: ArborBackend> Spinn<B> {
     /// The `(h, c)` of `tree`'s root, `[1, D]`, from the leaf states `[len, 2D]`.
     fn node(&self, tree: &BinaryTree, leaves: &Tensor<B, 2>) -> LstmState<B, 2> {
         match tree {
-            BinaryTree::Leaf(i) => LstmState::split(leaves.clone().narrow(0, *i, 1)),
+            BinaryTree::Leaf(i) => {
+                LstmState::split(arbor_cells::kernels::select_rows(leaves.clone(), &[*i]))
+            }
             BinaryTree::Node(l, r) => {
                 let left = self.node(l, leaves);
                 let right = self.node(r, leaves);
