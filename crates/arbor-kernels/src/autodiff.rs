@@ -58,6 +58,8 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
             s: FloatTensor<Self>,
         ) -> FloatTensor<Self>
             => ops::select_mix::autodiff::merge_place::<B, C>;
+        fn narrow(x: FloatTensor<Self>, dim: usize, start: usize, len: usize) -> FloatTensor<Self>
+            => ops::rows::autodiff::narrow::<B, C>;
         fn select_rows(t: FloatTensor<Self>, rows: &[usize]) -> FloatTensor<Self>
             => ops::rows::autodiff::select_rows::<B, C>;
         fn write_rows(

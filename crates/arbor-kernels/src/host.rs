@@ -266,6 +266,13 @@ macro_rules! host_backend {
                     act: Activation,
                 ) -> FloatTensor<Self>
                     => $crate::ops::activation::host::activation_backward::<Self>;
+                fn narrow_backward(
+                    grad: FloatTensor<Self>,
+                    shape: Shape,
+                    dim: usize,
+                    start: usize,
+                ) -> FloatTensor<Self>
+                    => $crate::ops::rows::host::narrow_backward::<Self>;
                 fn select_rows_backward(
                     grad: FloatTensor<Self>,
                     rows: &[usize],

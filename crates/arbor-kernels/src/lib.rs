@@ -105,7 +105,7 @@ pub use ops::lstm::{
 };
 pub use ops::memory::{contiguous, zeros};
 pub use ops::ordered_cell::{ordered_cell, ordered_gates};
-pub use ops::rows::{select_rows, write_rows};
+pub use ops::rows::{narrow, select_rows, write_rows};
 pub use ops::select_mix::{merge_place, select_mix, select_mix_adjacent};
 pub use ops::window::causal_windows;
 
@@ -293,6 +293,22 @@ pub trait ArborBackend: Backend {
         s: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
         ops::select_mix::merge_place_by_select_mix::<Self>(old, new, s)
+    }
+
+    /// `x.narrow(dim, start, len)`; see [`narrow`].
+    fn narrow(x: FloatTensor<Self>, dim: usize, start: usize, len: usize) -> FloatTensor<Self> {
+        reference::narrow::<Self>(x, dim, start, len)
+    }
+
+    /// The gradient of [`ArborBackend::narrow`] for an input of `shape`: zeros with `grad`
+    /// at `start..` of dimension `dim`.
+    fn narrow_backward(
+        grad: FloatTensor<Self>,
+        shape: Shape,
+        dim: usize,
+        start: usize,
+    ) -> FloatTensor<Self> {
+        reference::narrow_backward::<Self>(grad, shape, dim, start)
     }
 
     /// Rows `rows` of `t` (Burn's `select` on dimension 0); see [`select_rows`].

@@ -20,7 +20,9 @@ pub use crate::ops::memory::reference::zeros;
 pub use crate::ops::ordered_cell::reference::{
     ordered_cell, ordered_cell_backward, ordered_gates, ordered_gates_backward,
 };
-pub use crate::ops::rows::reference::{select_rows, select_rows_backward, write_rows};
+pub use crate::ops::rows::reference::{
+    narrow, narrow_backward, select_rows, select_rows_backward, write_rows,
+};
 pub use crate::ops::select_mix::reference::{select_mix, select_mix_backward};
 pub use crate::ops::window::reference::{causal_windows, causal_windows_backward};
 

@@ -293,7 +293,7 @@ impl<B: ArborBackend> Composition<B> {
             .mask_pattern
             .get_or_init(|| self.pattern(&[0, 1, 2], 1));
         let o = self.encode(x, pattern);
-        layer_norm_noaffine(o.narrow(1, 0, 1).reshape([n, d]))
+        layer_norm_noaffine(arbor_cells::kernels::narrow(o, 1, 0, 1).reshape([n, d]))
     }
 }
 
@@ -371,7 +371,7 @@ impl<B: ArborBackend> Composition<B> {
             .compose_pattern
             .get_or_init(|| self.pattern(&[0, 0, 1, 2], 2));
         let o = self.encode(x, pattern);
-        let pick = |i: usize| o.clone().narrow(1, i, 1).reshape([n, d]);
+        let pick = |i: usize| arbor_cells::kernels::narrow(o.clone(), 1, i, 1).reshape([n, d]);
         let (o_cls, o_sum, o_left, o_right) = (pick(0), pick(1), pick(2), pick(3));
         // One fused `linear` each (a `Linear::forward` reshapes its bias: one more graph to
         // merge per step under autodiff).

@@ -134,7 +134,7 @@ impl<B: ArborBackend> RoleTransformerLayer<B> {
         // gradient by runs before the reshape's (Flex copies a permuted rank-4 view element by
         // element).
         let qkv = arbor_cells::kernels::contiguous(qkv).swap_dims(1, 2);
-        let split = |i: usize| qkv.clone().narrow(1, i * h, h);
+        let split = |i: usize| arbor_cells::kernels::narrow(qkv.clone(), 1, i * h, h);
         let (q, k, v) = (split(0), split(1), split(2)); // [n, h, l, dh]
         let scores = q
             .matmul(k.swap_dims(2, 3))

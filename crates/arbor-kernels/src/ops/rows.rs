@@ -1,6 +1,7 @@
 //! Row reads and writes of a `[n, w]` tensor with host-side indices: `select_rows` (Burn's
-//! `select` on dimension 0, one zero gradient with the rows added in) and `write_rows` (a
-//! `slice_assign` written in place when no other tensor shares the memory).
+//! `select` on dimension 0, one zero gradient with the rows added in), `write_rows` (a
+//! `slice_assign` written in place when no other tensor shares the memory), and `narrow` of any
+//! rank (Burn's `narrow`, one zero gradient with the piece written in).
 
 use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
@@ -57,11 +58,44 @@ pub fn write_rows<B: ArborBackend>(
     )))
 }
 
+/// `x.narrow(dim, start, len)`: Burn's view in the forward pass, and one autodiff node whose
+/// backward pass writes the gradient into one zero tensor of `x`'s shape. Burn's own slice
+/// backward (0.21, flex) fills a zero tensor of the input's shape, copies it into an aligned
+/// buffer and copies it again before writing the piece: three passes over the whole input per
+/// read, which dominates where a large tensor is read in many small pieces (a per-node
+/// recursion's leaves, R2D2's attention and chart).
+///
+/// # Shapes
+/// - `x`: any shape, with `dim < D` and `start + len ≤ x.dims()[dim]`
+/// - output: `x`'s shape with `len` at `dim`
+///
+/// # Panics
+/// If `dim` or the range is out of bounds, or `len` is 0 (as Burn's `narrow`).
+pub fn narrow<B: ArborBackend, const D: usize>(
+    x: Tensor<B, D>,
+    dim: usize,
+    start: usize,
+    len: usize,
+) -> Tensor<B, D> {
+    let dims = x.dims();
+    assert!(
+        dim < D && len > 0 && start + len <= dims[dim],
+        "narrow: {start}..{} of dimension {dim} of {dims:?}",
+        start + len
+    );
+    Tensor::from_primitive(TensorPrimitive::Float(B::narrow(
+        x.into_primitive().tensor(),
+        dim,
+        start,
+        len,
+    )))
+}
+
 /// The row ops in plain Burn ops.
 pub(crate) mod reference {
     use burn::prelude::*;
     use burn::tensor::ops::FloatTensor;
-    use burn::tensor::TensorPrimitive;
+    use burn::tensor::{Shape, Slice, TensorMetadata, TensorPrimitive};
 
     use crate::reference::t2;
 
@@ -91,6 +125,44 @@ pub(crate) mod reference {
             .select_assign(0, idx, grad, burn::tensor::IndexingUpdateOp::Add)
             .into_primitive()
             .tensor()
+    }
+
+    /// The slices of `narrow`: the whole of every dimension but `dim`.
+    fn narrow_slices(rank: usize, dim: usize, start: usize, len: usize) -> Vec<Slice> {
+        (0..rank)
+            .map(|d| {
+                if d == dim {
+                    Slice::new(start as isize, Some((start + len) as isize), 1)
+                } else {
+                    Slice::full()
+                }
+            })
+            .collect()
+    }
+
+    /// `x.narrow(dim, start, len)` (Burn's slice).
+    pub fn narrow<B: Backend>(
+        x: FloatTensor<B>,
+        dim: usize,
+        start: usize,
+        len: usize,
+    ) -> FloatTensor<B> {
+        let rank = x.shape().num_dims();
+        B::float_slice(x, &narrow_slices(rank, dim, start, len))
+    }
+
+    /// The gradient of [`narrow`] for an input of `shape`: `grad` written into zeros at
+    /// `start..` of `dim` (Burn's `slice_assign` into zeros).
+    pub fn narrow_backward<B: Backend>(
+        grad: FloatTensor<B>,
+        shape: Shape,
+        dim: usize,
+        start: usize,
+    ) -> FloatTensor<B> {
+        let len = grad.shape()[dim];
+        let rank = shape.num_dims();
+        let zeros = B::float_zeros(shape, &B::float_device(&grad), grad.dtype().into());
+        B::float_slice_assign(zeros, &narrow_slices(rank, dim, start, len), grad)
     }
 
     /// `t` `[n, w]` with rows `start..start + r` replaced by `rows` `[r, w]` (a `slice_assign`).
@@ -169,6 +241,44 @@ pub(crate) mod host {
             .unwrap_or_else(|| reference::select_rows_backward::<B>(grad, rows, n))
     }
 
+    /// The CPU kernel on `f32` memory, [`reference::narrow_backward`] otherwise.
+    pub(crate) fn narrow_backward<B: Backend>(
+        grad: FloatTensor<B>,
+        shape: Shape,
+        dim: usize,
+        start: usize,
+    ) -> FloatTensor<B>
+    where
+        FloatTensor<B>: HostTensor,
+    {
+        match narrow_backward_f32(&grad, &shape, dim, start) {
+            Some(out) => out,
+            None => reference::narrow_backward::<B>(grad, shape, dim, start),
+        }
+    }
+
+    /// The gradient of `narrow`: one zero buffer of the input's shape with `grad`'s blocks
+    /// copied in (for each index of the dimensions before `dim`, one contiguous run).
+    fn narrow_backward_f32<T: HostTensor>(
+        grad: &T,
+        shape: &Shape,
+        dim: usize,
+        start: usize,
+    ) -> Option<T> {
+        let g = grad.host()?;
+        let dims = shape.as_slice();
+        let (n, len) = (dims[dim], grad.shape()[dim]);
+        let inner: usize = dims[dim + 1..].iter().product();
+        let mut out = vec![0f32; shape.num_elements()];
+        let (run, span) = (len * inner, n * inner);
+        if run > 0 {
+            for (src, dst) in g.chunks_exact(run).zip(out.chunks_exact_mut(span)) {
+                dst[start * inner..start * inner + run].copy_from_slice(src);
+            }
+        }
+        Some(T::from_f32(out, shape.clone()))
+    }
+
     /// The gradient of `select_rows`: one zero `[n, w]` buffer with `grad`'s rows added in.
     fn select_rows_backward_f32<T: HostTensor>(grad: &T, rows: &[usize], n: usize) -> Option<T> {
         let g = grad.host()?;
@@ -236,6 +346,35 @@ pub(crate) mod autodiff {
                 let d_t = B::write_rows(grad.into_primitive().tensor(), start, zeros);
                 [d_t, d_rows]
             });
+        }
+    }
+
+    /// The backward step of `narrow` (the input's shape, the dimension and the start).
+    #[derive(Debug)]
+    struct Narrow;
+
+    impl<B: ArborBackend> Backward<B, 1> for Narrow {
+        type State = (burn::tensor::Shape, usize, usize);
+
+        fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+            backward_with::<B, _, 1, _>(ops, grads, |(shape, dim, start), grad| {
+                [B::narrow_backward(grad, shape, dim, start)]
+            });
+        }
+    }
+
+    /// `narrow` as one node that keeps the input's shape and where the piece was.
+    pub(crate) fn narrow<B: ArborBackend, C: CheckpointStrategy>(
+        x: FloatTensor<Autodiff<B, C>>,
+        dim: usize,
+        start: usize,
+        len: usize,
+    ) -> FloatTensor<Autodiff<B, C>> {
+        let shape = x.primitive.shape();
+        let out = B::narrow(x.primitive, dim, start, len);
+        match Narrow.prepare::<C>([x.node]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish((shape, dim, start), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
         }
     }
 

@@ -114,3 +114,87 @@ fn select_rows_refuses_an_out_of_range_row() {
     let t = Tensor::<Flex, 2>::zeros([7, 2], &Default::default());
     let _ = arbor_kernels::select_rows(t, &[0, 7]);
 }
+
+/// `narrow` is Burn's `narrow` in values and gradients, on every dimension of a rank-3 tensor
+/// (the first, a middle and the last, each at the start, inside and at the end), with the same
+/// tensor read in several overlapping pieces (so its gradient sums them), on a strided input
+/// (a transposed view) and on an input that is not a graph leaf.
+fn narrow_grads<B: AutodiffBackend + ArborBackend>(fused: bool) -> Vec<Vec<f64>> {
+    let x = tensor::<B, 3>([4, 5, 6], 1.0, 94).require_grad();
+    let cut = |t: Tensor<B, 3>, dim: usize, start: usize, len: usize| {
+        if fused {
+            arbor_kernels::narrow(t, dim, start, len)
+        } else {
+            t.narrow(dim, start, len)
+        }
+    };
+    let pieces = [
+        cut(x.clone(), 0, 0, 2),
+        cut(x.clone(), 0, 1, 3),
+        cut(x.clone(), 1, 2, 3),
+        cut(x.clone(), 2, 5, 1),
+        cut(x.clone().swap_dims(0, 2), 0, 1, 4),
+        cut(x.clone().exp(), 1, 0, 5),
+    ];
+    let mut values = Vec::new();
+    let mut loss: Option<Tensor<B, 1>> = None;
+    for (i, p) in pieces.into_iter().enumerate() {
+        values.extend(to_vec(p.clone()));
+        let w = tensor::<B, 3>(p.dims(), 1.0, 95 + i as u64);
+        let term = p.mul(w).sum();
+        loss = Some(match loss {
+            None => term,
+            Some(l) => l.add(term),
+        });
+    }
+    let g = loss.expect("pieces").backward();
+    vec![values, to_vec(x.grad(&g).unwrap())]
+}
+
+#[test]
+fn narrow_matches_burns_narrow_in_values_and_gradients() {
+    assert_fused_agrees!(narrow_grads(), ["values", "d x"], 1e-6, "");
+}
+
+/// The host kernel itself (not only through autodiff): every dimension of a rank-4 gradient.
+#[test]
+fn narrow_backward_writes_the_piece_into_zeros_on_every_dimension() {
+    fn check<B: ArborBackend>() {
+        let shape = [3, 4, 2, 5];
+        for dim in 0..4 {
+            let (start, len) = (1, shape[dim] - 1);
+            let mut piece = shape;
+            piece[dim] = len;
+            let grad = tensor::<B, 4>(piece, 1.0, 99 + dim as u64);
+            let zeros = Tensor::<B, 4>::zeros(shape, (&grad.device(), grad.dtype()));
+            let want = zeros.slice_assign(
+                std::array::from_fn::<_, 4, _>(|d| {
+                    if d == dim {
+                        start..start + len
+                    } else {
+                        0..shape[d]
+                    }
+                }),
+                grad.clone(),
+            );
+            let got = B::narrow_backward(
+                grad.into_primitive().tensor(),
+                burn::tensor::Shape::from(shape),
+                dim,
+                start,
+            );
+            let got = Tensor::<B, 4>::from_primitive(burn::tensor::TensorPrimitive::Float(got));
+            assert_close(&to_vec(got), &to_vec(want), 0.0, &format!("dim {dim}"));
+        }
+    }
+    check::<Flex>();
+    check::<NdArray>();
+    check::<NdArray<f64>>();
+}
+
+#[test]
+#[should_panic(expected = "narrow: 3..6 of dimension 1 of [2, 5]")]
+fn narrow_refuses_a_range_past_the_end() {
+    let t = Tensor::<Flex, 2>::zeros([2, 5], &Default::default());
+    let _ = arbor_kernels::narrow(t, 1, 3, 3);
+}

@@ -2,6 +2,7 @@
 //! splits, and select one by straight-through Gumbel-softmax (training) or argmax
 //! (evaluation).
 
+use arbor_cells::kernels::narrow;
 use arbor_cells::ArborBackend;
 use arbor_cells::{argmax_select, st_gumbel_softmax};
 use burn::prelude::*;
@@ -39,8 +40,8 @@ pub(super) fn choose<B: ArborBackend, C: Compose<B>>(
     let n = c * k;
     let e = e.select(0, children.clone());
     let lpt = lpt.select(0, children);
-    let (left, right) = (e.clone().narrow(0, 0, n), e.narrow(0, n, n));
-    let (lpt_left, lpt_right) = (lpt.clone().narrow(0, 0, n), lpt.narrow(0, n, n));
+    let (left, right) = (narrow(e.clone(), 0, 0, n), narrow(e, 0, n, n));
+    let (lpt_left, lpt_right) = (narrow(lpt.clone(), 0, 0, n), narrow(lpt, 0, n, n));
     let device = left.device();
     let d = left.dims()[1];
     let composed = compose.compose(left, right);
