@@ -1,7 +1,7 @@
 //! The FastTrees gate (Pung & Chan, §3.3; docs/models.md §5), inserted after self-attention.
 
 use arbor_cells::cumax;
-use arbor_cells::kernels::sigmoid;
+use arbor_cells::kernels::{narrow, sigmoid};
 use arbor_cells::ArborBackend;
 use burn::nn::conv::{Conv1d, Conv1dConfig};
 use burn::nn::{Linear, LinearConfig, PaddingConfig1d};
@@ -142,9 +142,9 @@ impl<B: ArborBackend> FastTreesGate<B> {
         let [batch, time, d] = x.dims();
         let c = self.n_chunks;
         let logits = self.logits(x.clone());
-        let a = cumax(logits.clone().narrow(2, 0, c));
-        let b = cumax(logits.clone().narrow(2, c, c)).neg().add_scalar(1.0);
-        let h = sigmoid(logits.narrow(2, 2 * c, d));
+        let a = cumax(narrow(logits.clone(), 2, 0, c));
+        let b = cumax(narrow(logits.clone(), 2, c, c)).neg().add_scalar(1.0);
+        let h = sigmoid(narrow(logits, 2, 2 * c, d));
         // ω = A ⊙ B; F = σ(F_h) ⊙ ω + (A − ω), chunk entries broadcast over D / C neurons.
         let omega = a.clone() * b.clone();
         let expand = |g: Tensor<B, 3>| -> Tensor<B, 3> {

@@ -153,8 +153,8 @@ impl<B: ArborBackend> BinaryTreeLstm<B> {
         let c = nodes.c.clone();
         let state = compose(
             gates.clone(),
-            c.clone().narrow(1, 0, m - 1),
-            c.narrow(1, 1, m - 1),
+            arbor_kernels::narrow(c.clone(), 1, 0, m - 1),
+            arbor_kernels::narrow(c, 1, 1, m - 1),
         );
         (state, gates)
     }

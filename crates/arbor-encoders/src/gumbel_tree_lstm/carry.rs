@@ -2,7 +2,7 @@
 //! it (the candidates themselves, or their gate pre-activations), with the two new pairs
 //! around the merge composed ([`CandidateSchedule`]).
 
-use arbor_cells::kernels::merge_place;
+use arbor_cells::kernels::{merge_place, narrow};
 use arbor_cells::ArborBackend;
 use arbor_cells::LstmState;
 use burn::prelude::*;
@@ -164,8 +164,8 @@ impl<B: ArborBackend> GumbelTreeLstm<B> {
         );
         // Pair i − 1 is (node i − 1, node i), pair i is (node i, node i + 1).
         let fresh = self.composition.forward(
-            LstmState::new(h.clone().narrow(0, 0, 2), c.clone().narrow(0, 0, 2)),
-            LstmState::new(h.narrow(0, 1, 2), c.narrow(0, 1, 2)),
+            LstmState::new(narrow(h.clone(), 0, 0, 2), narrow(c.clone(), 0, 0, 2)),
+            LstmState::new(narrow(h, 0, 1, 2), narrow(c, 0, 1, 2)),
             None,
         );
         let fresh_logits = self

@@ -440,8 +440,8 @@ impl<B: ArborBackend> Spinn<B> {
                 .chain(reads.iter().enumerate().map(|(b, r)| row_of(r.second, b)))
                 .collect();
             let pair = arbor_cells::kernels::select_rows(stack.clone(), &rows);
-            let top = pair.clone().narrow(0, 0, batch);
-            let second = pair.narrow(0, batch, batch);
+            let top = arbor_cells::kernels::narrow(pair.clone(), 0, 0, batch);
+            let second = arbor_cells::kernels::narrow(pair, 0, batch, batch);
             let buffer_rows: Vec<usize> = reads
                 .iter()
                 .enumerate()
