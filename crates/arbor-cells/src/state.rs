@@ -30,8 +30,8 @@ impl<B: ArborBackend, const D: usize> LstmState<B, D> {
     /// Rows `start..start + len` of both tensors (the first dimension).
     pub fn rows(self, start: usize, len: usize) -> Self {
         Self {
-            h: self.h.narrow(0, start, len),
-            c: self.c.narrow(0, start, len),
+            h: arbor_kernels::narrow(self.h, 0, start, len),
+            c: arbor_kernels::narrow(self.c, 0, start, len),
         }
     }
 
@@ -59,11 +59,18 @@ impl<B: ArborBackend, const D: usize> LstmState<B, D> {
         Tensor::cat(vec![self.h, self.c], D - 1)
     }
 
-    /// Splits `[h; c]` (last axis of width `2·hidden`) back into a state.
+    /// Splits `[h; c]` (last axis of width `2·hidden`) back into a state (as `chunk(2)`: an
+    /// odd width gives `h` the extra column).
+    ///
+    /// # Panics
+    /// If the last axis is narrower than 2.
     pub fn split(hc: Tensor<B, D>) -> Self {
-        let mut parts = hc.chunk(2, D - 1);
-        let c = parts.pop().expect("chunk(2) yields two parts");
-        let h = parts.pop().expect("chunk(2) yields two parts");
-        Self { h, c }
+        let width = hc.dims()[D - 1];
+        assert!(width >= 2, "LstmState::split: a last axis of width {width}");
+        let half = width.div_ceil(2);
+        Self {
+            h: arbor_kernels::narrow(hc.clone(), D - 1, 0, half),
+            c: arbor_kernels::narrow(hc, D - 1, half, width - half),
+        }
     }
 }
