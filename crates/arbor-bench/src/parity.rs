@@ -75,6 +75,8 @@ pub enum Op {
     SelectRows,
     /// `write_rows`.
     WriteRows,
+    /// `narrow` of a middle dimension.
+    Narrow,
     /// `linear` (affine map).
     Linear,
     /// `linear_pair`, with a narrower second product.
@@ -91,7 +93,7 @@ pub enum Op {
 
 impl Op {
     /// Every op.
-    pub const ALL: [Op; 19] = [
+    pub const ALL: [Op; 20] = [
         Op::GatedCellLstm,
         Op::GatedCellTree,
         Op::GatedOutput,
@@ -105,6 +107,7 @@ impl Op {
         Op::Gelu,
         Op::SelectRows,
         Op::WriteRows,
+        Op::Narrow,
         Op::Linear,
         Op::LinearPair,
         Op::LayerNorm,
@@ -129,6 +132,7 @@ impl Op {
             Op::Gelu => "gelu",
             Op::SelectRows => "select_rows",
             Op::WriteRows => "write_rows",
+            Op::Narrow => "narrow",
             Op::Linear => "linear",
             Op::LinearPair => "linear_pair",
             Op::LayerNorm => "layer_norm",
@@ -437,6 +441,12 @@ fn run_op<B: ArborAutodiffBackend>(
             op_case::<B, 2, 2>(device, &[([n, h], 1.0), ([r, h], 1.0)], |x| {
                 k::write_rows(x[0].clone(), n - r, x[1].clone())
             })?
+        }
+        Op::Narrow => {
+            let named = op_case::<B, 3, 3>(device, &[([b, t, h], 1.0)], |x| {
+                k::narrow(x[0].clone(), 1, 1, t - 1)
+            })?;
+            return Ok((named, seq_shape));
         }
         Op::Linear => {
             let x = input::<B, 2>([n, h], 1.0, 1, device).require_grad();
