@@ -58,10 +58,9 @@ impl<B: ArborBackend> Spinn<B> {
                     ),
                 });
             }
-            // `select_rows` rather than `narrow`: Burn's slice backward (0.21, flex) fills a
-            // zero tensor of the whole batch's shape and copies it twice, per sentence.
-            let rows: Vec<usize> = (b * time..b * time + len).collect();
-            let words = arbor_cells::kernels::select_rows(flat.clone(), &rows);
+            // arbor's `narrow`, not Burn's: Burn's slice backward (0.21, flex) fills a zero
+            // tensor of the whole batch's shape and copies it twice, per sentence.
+            let words = arbor_cells::kernels::narrow(flat.clone(), 0, b * time, len);
             let leaves = self.projection.forward(words);
             let root = self.node(tree, &leaves);
             hs.push(root.h);
@@ -74,7 +73,7 @@ impl<B: ArborBackend> Spinn<B> {
     fn node(&self, tree: &BinaryTree, leaves: &Tensor<B, 2>) -> LstmState<B, 2> {
         match tree {
             BinaryTree::Leaf(i) => {
-                LstmState::split(arbor_cells::kernels::select_rows(leaves.clone(), &[*i]))
+                LstmState::split(arbor_cells::kernels::narrow(leaves.clone(), 0, *i, 1))
             }
             BinaryTree::Node(l, r) => {
                 let left = self.node(l, leaves);
