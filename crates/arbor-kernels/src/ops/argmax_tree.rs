@@ -118,7 +118,7 @@ pub fn argmax_tree<B: ArborBackend>(
 /// The CPU loops: the layers over `f32` rows.
 pub(crate) mod cpu {
     use crate::ops::gated_cell::cpu::{gated_cell, gated_output};
-    use crate::ops::linear::host::gemm_slices;
+    use crate::packed::PackedRhs;
     use crate::par;
     use crate::GateLayout;
 
@@ -194,6 +194,9 @@ pub(crate) mod cpu {
                 }
             }
         }
+        // `W_l` and `W_r` packed once for the pass: every layer multiplies a few rows (the
+        // merged nodes, at most one per sentence) by both, which `gemm` would repack each time.
+        let halves = Halves::new(x.weight, d);
         // Every leaf's projections (`left` with the bias), in one product each.
         let (mut left, mut right) = (vec![0f32; total * w], vec![0f32; total * w]);
         {
@@ -201,7 +204,7 @@ pub(crate) mod cpu {
             for (b, &len) in x.lengths.iter().enumerate() {
                 h.extend_from_slice(&x.leaf_h[b * n * d..(b * n + len) * d]);
             }
-            project(x, &h, total, &mut left, &mut right);
+            halves.project(&h, total, d, x.bias, (&mut left, &mut right));
         }
         let mut out = Outputs {
             root_h: vec![0f32; batch * d],
@@ -284,7 +287,13 @@ pub(crate) mod cpu {
                 }
                 scratch.left.resize(m * w, 0.0);
                 scratch.right.resize(m * w, 0.0);
-                project(x, &scratch.h, m, &mut scratch.left, &mut scratch.right);
+                halves.project(
+                    &scratch.h,
+                    m,
+                    d,
+                    x.bias,
+                    (&mut scratch.left, &mut scratch.right),
+                );
                 for (row, &p) in merged.iter().enumerate() {
                     left[p * w..(p + 1) * w].copy_from_slice(&scratch.left[row * w..][..w]);
                     right[p * w..(p + 1) * w].copy_from_slice(&scratch.right[row * w..][..w]);
@@ -316,40 +325,51 @@ pub(crate) mod cpu {
         cand: Vec<f32>,
     }
 
-    /// The projections of `m` nodes `h` (`[m, D]`): `left = h·W[..D] + b` and `right =
-    /// h·W[D..]` (`[m, 5D]` each, every element written).
-    fn project(x: &Inputs<'_>, h: &[f32], m: usize, left: &mut [f32], right: &mut [f32]) {
-        let (d, w) = (x.d, 5 * x.d);
-        let (weight, w_rs, w_cs) = x.weight;
-        let with_bias = match x.bias {
-            Some(bias) => {
+    /// The composition's weight `[2D, 5D]` as its two halves `W_l = W[..D]` and `W_r =
+    /// W[D..]` (`[D, 5D]` each), or their transposes, packed once for the many small products
+    /// of a pass (at most a few rows per sentence and layer), which `gemm` would repack at
+    /// every call. Shared by [`argmax_tree`] and the training pass (`gumbel_tree`).
+    pub(crate) struct Halves {
+        pub(crate) left: PackedRhs,
+        pub(crate) right: PackedRhs,
+    }
+
+    impl Halves {
+        /// `W_l` and `W_r` of `weight` (`(slice, row stride, column stride)` of `[2D, 5D]`).
+        pub(crate) fn new((weight, rs, cs): (&[f32], usize, usize), d: usize) -> Self {
+            Self {
+                left: PackedRhs::new(weight, d, 5 * d, (rs, cs)),
+                right: PackedRhs::new(&weight[d * rs..], d, 5 * d, (rs, cs)),
+            }
+        }
+
+        /// `W_lᵀ` and `W_rᵀ` (`[5D, D]` each) of the same `weight`.
+        pub(crate) fn transposed((weight, rs, cs): (&[f32], usize, usize), d: usize) -> Self {
+            Self {
+                left: PackedRhs::new(weight, 5 * d, d, (cs, rs)),
+                right: PackedRhs::new(&weight[d * rs..], 5 * d, d, (cs, rs)),
+            }
+        }
+
+        /// The projections of `m` rows `h` (`[m, D]`, row-major): `left = h·W_l (+ bias)` and
+        /// `right = h·W_r` (`[m, 5D]` each, every element written).
+        pub(crate) fn project(
+            &self,
+            h: &[f32],
+            m: usize,
+            d: usize,
+            bias: Option<&[f32]>,
+            (left, right): (&mut [f32], &mut [f32]),
+        ) {
+            let w = 5 * d;
+            if let Some(bias) = bias {
                 for row in left[..m * w].chunks_exact_mut(w) {
                     row.copy_from_slice(&bias[..w]);
                 }
-                true
             }
-            None => false,
-        };
-        gemm_slices(
-            (m, w, d),
-            left,
-            w,
-            with_bias,
-            h,
-            (d, 1),
-            weight,
-            (w_rs, w_cs),
-        );
-        gemm_slices(
-            (m, w, d),
-            right,
-            w,
-            false,
-            h,
-            (d, 1),
-            &weight[d * w_rs..],
-            (w_rs, w_cs),
-        );
+            self.left.product(m, left, w, bias.is_some(), h, (d, 1));
+            self.right.product(m, right, w, false, h, (d, 1));
+        }
     }
 
     /// `out = softmax(s)` with the largest score subtracted first; a sum under `1e-12` is

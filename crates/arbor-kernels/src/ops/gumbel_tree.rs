@@ -182,7 +182,7 @@ pub(crate) mod cpu {
     use crate::lanes::dot8;
     #[cfg(target_arch = "x86_64")]
     use crate::ops::activation::cpu::avx2;
-    use crate::ops::argmax_tree::cpu::softmax;
+    use crate::ops::argmax_tree::cpu::{softmax, Halves};
     use crate::ops::gated_cell::cpu::{
         gated_cell, gated_cell_backward, gated_output, gated_output_backward,
     };
@@ -264,10 +264,10 @@ pub(crate) mod cpu {
         pub(crate) query: Vec<f32>,
     }
 
-    /// `left = h·W_l`, `right = h·W_r` of `m` rows `h` `[m, D]` (`weight` row-major `[2D, 5D]`),
-    /// appended to `left` and `right`.
+    /// `left = h·W_l`, `right = h·W_r` of `m` rows `h` `[m, D]` (`halves` packed from the
+    /// `[2D, 5D]` weight), appended to `left` and `right`.
     fn project(
-        weight: &[f32],
+        halves: &Halves,
         h: &[f32],
         m: usize,
         d: usize,
@@ -275,11 +275,10 @@ pub(crate) mod cpu {
         right: &mut Vec<f32>,
     ) {
         let w = 5 * d;
-        for (out, half) in [(left, &weight[..d * w]), (right, &weight[d * w..])] {
-            let at = out.len();
-            out.resize(at + m * w, 0.0);
-            gemm_slices((m, w, d), &mut out[at..], w, false, h, (d, 1), half, (w, 1));
-        }
+        let at = left.len();
+        left.resize(at + m * w, 0.0);
+        right.resize(at + m * w, 0.0);
+        halves.project(h, m, d, None, (&mut left[at..], &mut right[at..]));
     }
 
     #[inline(always)]
@@ -371,8 +370,9 @@ pub(crate) mod cpu {
             h.extend_from_slice(&x.leaf_h[b * n * d..(b * n + len) * d]);
             c.extend_from_slice(&x.leaf_c[b * n * d..(b * n + len) * d]);
         }
+        let halves = Halves::new((&weight, w, 1), d);
         let (mut proj_l, mut proj_r) = (Vec::new(), Vec::new());
-        project(&weight, &h, total, d, &mut proj_l, &mut proj_r);
+        project(&halves, &h, total, d, &mut proj_l, &mut proj_r);
         let mut s = Saved {
             n,
             d,
@@ -421,7 +421,7 @@ pub(crate) mod cpu {
         let mut z = vec![0f32; layers];
         for t in 0..layers {
             let first = s.h.len() / d;
-            compose(x, layout, &todo, &mut s, &mut score);
+            compose(x, layout, &halves, &todo, &mut s, &mut score);
             for (i, &(b, k, _, _)) in todo.iter().enumerate() {
                 cands[b][k] = (first + i) as u32;
             }
@@ -489,6 +489,7 @@ pub(crate) mod cpu {
     fn compose(
         x: &Inputs<'_>,
         layout: &GateLayout,
+        halves: &Halves,
         todo: &[(usize, usize, u32, u32)],
         s: &mut Saved,
         score: &mut Vec<f32>,
@@ -535,7 +536,7 @@ pub(crate) mod cpu {
         for i in 0..m {
             score.push(dot(&hn[i * d..(i + 1) * d], x.query) / scale);
         }
-        project(&s.weight, &hn, m, d, &mut s.proj_l, &mut s.proj_r);
+        project(halves, &hn, m, d, &mut s.proj_l, &mut s.proj_r);
         s.gates.extend_from_slice(&g);
         s.children.extend(todo.iter().map(|&(_, _, l, r)| (l, r)));
         s.h.extend_from_slice(&hn);
@@ -653,7 +654,8 @@ pub(crate) mod cpu {
             add(&mut st.dh[r * d..(r + 1) * d], gr(b, 0));
             add(&mut st.dc[r * d..(r + 1) * d], gr(b, 1));
         }
-        let (w_l, w_r) = (&s.weight[..d * w], &s.weight[d * w..]);
+        // `W_lᵀ` and `W_rᵀ`, packed once for the layers' products and the leaves'.
+        let wt = Halves::transposed((&s.weight, w, 1), d);
         let mut full = Vec::new();
         let mut gathered = Vec::new();
         let mut best_gates = Vec::new();
@@ -683,9 +685,8 @@ pub(crate) mod cpu {
                     let sums = if side == 0 { &st.pp } else { &st.qq };
                     gathered.extend_from_slice(&sums[p * w..(p + 1) * w]);
                 }
-                let wt = if side == 0 { w_l } else { w_r };
-                // `W_lᵀ` is `[5D, D]`: element `(j, k)` at `weight[k·5D + j]`.
-                gemm_slices((r, d, w), &mut full, d, true, &gathered, (w, 1), wt, (1, w));
+                let wt = if side == 0 { &wt.left } else { &wt.right };
+                wt.product(r, &mut full, d, true, &gathered, (w, 1));
             }
             best_gates.clear();
             best_gates.resize(r * w, 0f32);
@@ -743,17 +744,8 @@ pub(crate) mod cpu {
                 let sums = if side == 0 { &st.pp } else { &st.qq };
                 gathered.extend_from_slice(&sums[..len * w]);
             }
-            let wt = if side == 0 { w_l } else { w_r };
-            gemm_slices(
-                (leaves, d, w),
-                &mut lh,
-                d,
-                true,
-                &gathered,
-                (w, 1),
-                wt,
-                (1, w),
-            );
+            let wt = if side == 0 { &wt.left } else { &wt.right };
+            wt.product(leaves, &mut lh, d, true, &gathered, (w, 1));
         }
         let mut leaf_h = vec![0f32; batch * n * d];
         let mut leaf_c = vec![0f32; batch * n * d];

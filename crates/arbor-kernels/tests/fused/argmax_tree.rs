@@ -78,7 +78,11 @@ fn reference(mut nodes: Vec<(Vec<f64>, Vec<f64>)>, w: &[f64], b: &[f64], q: &[f6
 
 /// The fused op on backend `B` against the reference, for sentences of lengths 1 to 9 in one
 /// batch (merges at both edges and inside, examples completing at different layers).
-fn fused_matches_the_layers_written_out<B: ArborBackend>(tol: f64, with_bias: bool) {
+fn fused_matches_the_layers_written_out<B: ArborBackend>(
+    tol: f64,
+    with_bias: bool,
+    transposed: bool,
+) {
     // 642 first-layer pairs: more than the kernel's 64-pair chunks of gate scratch and its
     // 512-pair blocks of output scratch.
     let lengths: Vec<usize> = [9, 1, 2, 7, 3, 9, 5, 8, 4, 6, 9, 8, 7, 9, 2, 6, 9, 5, 9, 9]
@@ -89,8 +93,13 @@ fn fused_matches_the_layers_written_out<B: ArborBackend>(tol: f64, with_bias: bo
     let (batch, n, d) = (lengths.len(), 9, 5);
     let lh = tensor::<B, 3>([batch, n, d], 1.0, 1);
     let lc = tensor::<B, 3>([batch, n, d], 1.0, 2);
-    // A strided weight view (the op reads the backend's strides).
-    let w = tensor::<B, 2>([2 * d, 5 * d + 3], 0.8, 3).narrow(1, 1, 5 * d);
+    // A strided weight view (the op reads the backend's strides): rows padded, or a
+    // transposed matrix (columns contiguous).
+    let w = if transposed {
+        tensor::<B, 2>([5 * d, 2 * d], 0.8, 3).transpose()
+    } else {
+        tensor::<B, 2>([2 * d, 5 * d + 3], 0.8, 3).narrow(1, 1, 5 * d)
+    };
     let b = tensor::<B, 1>([5 * d], 0.5, 4);
     let q = tensor::<B, 1>([d], 4.0, 5);
     let out = argmax_tree(
@@ -168,18 +177,24 @@ fn fused_matches_the_layers_written_out<B: ArborBackend>(tol: f64, with_bias: bo
 
 #[test]
 fn fused_matches_the_layers_written_out_flex() {
-    fused_matches_the_layers_written_out::<Flex>(1e-4, true);
+    fused_matches_the_layers_written_out::<Flex>(1e-4, true, false);
+}
+
+#[test]
+fn fused_matches_the_layers_written_out_with_a_transposed_weight() {
+    fused_matches_the_layers_written_out::<Flex>(1e-4, true, true);
+    fused_matches_the_layers_written_out::<NdArray<f32>>(1e-4, false, true);
 }
 
 #[test]
 fn fused_matches_the_layers_written_out_without_a_bias() {
-    fused_matches_the_layers_written_out::<Flex>(1e-4, false);
-    fused_matches_the_layers_written_out::<NdArray<f32>>(1e-4, false);
+    fused_matches_the_layers_written_out::<Flex>(1e-4, false, false);
+    fused_matches_the_layers_written_out::<NdArray<f32>>(1e-4, false, false);
 }
 
 #[test]
 fn fused_matches_the_layers_written_out_ndarray() {
-    fused_matches_the_layers_written_out::<NdArray<f32>>(1e-4, true);
+    fused_matches_the_layers_written_out::<NdArray<f32>>(1e-4, true, false);
 }
 
 /// The op is offered where no gradient is wanted and the data is `f32`: autodiff backends and
