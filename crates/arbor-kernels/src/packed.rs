@@ -1,5 +1,7 @@
 //! Matrix products against a right-hand side packed once and used for many products: the
-//! recurrent weight of a sequence op, multiplied by every step's state.
+//! recurrent weight of a sequence op, multiplied by every step's state, and the Gumbel
+//! Tree-LSTM's composition weight, multiplied by each layer's new nodes (`ops::argmax_tree`'s
+//! `Halves`).
 //!
 //! Why not the `gemm` crate, which every other product here goes through: `gemm` 0.19 packs both
 //! operands into its own panels at every call and offers no way to keep a packed operand, so a
