@@ -157,7 +157,6 @@ macro_rules! host_backend {
                 fn lstm_sequence_backward(
                     x: FloatTensor<Self>,
                     params: [FloatTensor<Self>; 4],
-                    out: FloatTensor<Self>,
                     saved: FloatTensor<Self>,
                     lengths: &[usize],
                     cell: $crate::SequenceCell,

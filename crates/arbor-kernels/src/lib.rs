@@ -436,18 +436,19 @@ pub trait ArborBackend: Backend {
     }
 
     /// The gradients of [`ArborBackend::lstm_sequence`] with respect to `x`, `w`, `b`, `u`,
-    /// `h0` and `c0`, from its input, parameters (`[w, u, h0, c0]`), output, what it saved and
-    /// the output's gradient.
+    /// `h0` and `c0`, from its input, parameters (`[w, u, h0, c0]`), what it saved and the
+    /// output's gradient. The output itself is not an input: the node does not keep it alive
+    /// through the backward pass (a whole `[b·t, H]` block), and every layout of `saved` holds
+    /// what the steps' `h` are computed from.
     fn lstm_sequence_backward(
         x: FloatTensor<Self>,
         params: [FloatTensor<Self>; 4],
-        out: FloatTensor<Self>,
         saved: FloatTensor<Self>,
         lengths: &[usize],
         cell: SequenceCell,
         grad: FloatTensor<Self>,
     ) -> [FloatTensor<Self>; 6] {
-        reference::lstm_sequence_backward::<Self>(x, params, out, saved, lengths, cell, grad)
+        reference::lstm_sequence_backward::<Self>(x, params, saved, lengths, cell, grad)
     }
 
     /// The Gumbel Tree-LSTM's layers with argmax decisions as one op; see [`argmax_tree`].

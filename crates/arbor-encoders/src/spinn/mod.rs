@@ -400,14 +400,11 @@ impl<B: ArborBackend> Spinn<B> {
         let d = self.d_hidden;
         let steps = lengths.iter().map(|&n| 2 * n - 1).max().unwrap_or(0);
 
-        // Buffer: [batch·time + 1, 2D]; the last row is zeros (read for an empty buffer).
+        // Buffer: [batch·time, 2D]. An empty buffer reads as zeros: its rows are masked after
+        // the read, rather than appending a zero row to the buffer, which would copy it whole
+        // (a transient copy as large as the buffer, 37 MB in the bench's workload).
         let buffer =
             arbor_cells::linear_rows(&self.projection, embeddings).reshape([batch * time, 2 * d]);
-        let buffer = Tensor::cat(
-            vec![buffer, arbor_cells::kernels::zeros([1, 2 * d], &device)],
-            0,
-        );
-        let empty_buffer = batch * time;
 
         // The thin stack: [(steps+1)·batch, 2D], step-major; row 0 stays zeros.
         let mut stack = arbor_cells::kernels::zeros::<B, 2>([(steps + 1) * batch, 2 * d], &device);
@@ -442,12 +439,19 @@ impl<B: ArborBackend> Spinn<B> {
             let pair = arbor_cells::kernels::select_rows(stack.clone(), &rows);
             let top = arbor_cells::kernels::narrow(pair.clone(), 0, 0, batch);
             let second = arbor_cells::kernels::narrow(pair, 0, batch, batch);
+            // An empty buffer reads row 0 (any row), then zeros through the mask.
             let buffer_rows: Vec<usize> = reads
                 .iter()
                 .enumerate()
-                .map(|(b, r)| r.buffer.map_or(empty_buffer, |w| b * time + w))
+                .map(|(b, r)| r.buffer.map_or(0, |w| b * time + w))
                 .collect();
             let buf_top = arbor_cells::kernels::select_rows(buffer.clone(), &buffer_rows);
+            let empty: Vec<bool> = reads.iter().map(|r| r.buffer.is_none()).collect();
+            let buf_top = if empty.contains(&true) {
+                buf_top.mask_fill(mask(empty).expand([batch, 2 * d]), 0.0)
+            } else {
+                buf_top
+            };
             let (top_rows, second_rows) = (top.clone(), second.clone());
             let top = LstmState::split(top);
             let second = LstmState::split(second);

@@ -184,7 +184,8 @@ impl SequenceLayout {
 /// examples are ordered longest first inside the op, as PyTorch's packed sequences are). The
 /// backward pass is backpropagation through time in one node: per step `δ_t·Wᵀ` and `δ_t·Uᵀ`
 /// (both packed once) and the parameter gradients accumulated, so no whole-sequence buffer
-/// beyond the saved output and gates and the input gradient is allocated.
+/// beyond the saved gates and `c` and the input gradient is allocated (each step's `h_{t−1}`
+/// is recomputed from them; the node does not keep the output).
 ///
 /// `lengths` (one entry per example, each `≤ time`, or empty for all `time` steps): an
 /// example's state is frozen after its last real step, so its output rows there repeat its last
@@ -594,7 +595,6 @@ pub(crate) mod reference {
     pub fn lstm_sequence_backward<B: Backend>(
         x: FloatTensor<B>,
         [w, u, h0, c0]: [FloatTensor<B>; 4],
-        _out: FloatTensor<B>,
         saved: FloatTensor<B>,
         lengths: &[usize],
         cell: SequenceCell,
@@ -1254,6 +1254,7 @@ pub(crate) mod host {
 
     use super::{cpu, reference, SequenceCell, SequenceLayout};
     use crate::host::{dims3, HostTensor};
+    use crate::ops::activation::cpu::tanh;
     use crate::ops::linear::host::gemm_slices;
     use crate::packed::PackedRhs;
     use crate::par;
@@ -1499,7 +1500,6 @@ pub(crate) mod host {
     pub(crate) fn lstm_sequence_backward<B: Backend>(
         x: FloatTensor<B>,
         params: [FloatTensor<B>; 4],
-        out: FloatTensor<B>,
         saved: FloatTensor<B>,
         lengths: &[usize],
         cell: SequenceCell,
@@ -1508,9 +1508,9 @@ pub(crate) mod host {
     where
         FloatTensor<B>: HostTensor,
     {
-        lstm_sequence_backward_f32(&x, &params, &out, &saved, lengths, cell, &grad).unwrap_or_else(
-            || reference::lstm_sequence_backward::<B>(x, params, out, saved, lengths, cell, grad),
-        )
+        lstm_sequence_backward_f32(&x, &params, &saved, lengths, cell, &grad).unwrap_or_else(|| {
+            reference::lstm_sequence_backward::<B>(x, params, saved, lengths, cell, grad)
+        })
     }
 
     /// The backward row kernel for `cell` ([`cpu::lstm_step_backward`],
@@ -1549,15 +1549,16 @@ pub(crate) mod host {
     }
 
     /// The gradients of [`lstm_sequence_f32`] with respect to `x`, `W`, `b`, `U`, `h0` and
-    /// `c0`, from the output and the saved gates and `c`: backpropagation through time on the
-    /// rows still running at each step ([`Running`]). Per step: the pre-activations' gradient
+    /// `c0`, from the saved gates and `c`: backpropagation through time on the rows still
+    /// running at each step ([`Running`]). Each step's `h_{t−1}` (for `dU`) is recomputed as
+    /// the forward computed it, `σ(o)·tanh(c)` from the saved values of the step before, so the
+    /// op's output need not stay alive for this pass. Per step: the pre-activations' gradient
     /// `δ_t`, `dx_t = δ_t·Wᵀ` and `dh_{t−1} += δ_t·Uᵀ` (`Wᵀ`, `Uᵀ` packed once; `U` reads the
     /// last [`SequenceCell::u_width`] columns of `δ_t`), and `dW += x_tᵀ·δ_t`,
     /// `dU += h_{t−1}ᵀ·δ_t`, `db += Σ δ_t`.
     fn lstm_sequence_backward_f32<T: HostTensor>(
         x: &T,
         [w, u, h0, c0]: &[T; 4],
-        out: &T,
         saved: &T,
         lengths: &[usize],
         cell: SequenceCell,
@@ -1570,14 +1571,14 @@ pub(crate) mod host {
         if saved.shape().num_dims() != 2 {
             return None;
         }
-        let (oo, gg, dd) = (out.host()?, saved.host()?, grad.host()?);
+        let (gg, dd) = (saved.host()?, grad.host()?);
         let (b, t, d) = dims3(x);
         let h = u.shape()[0];
         let (wd, uw, given) = (cell.width(h), cell.u_width(h), cell.given());
         // `W`'s rows and columns: the input's and `pre`'s after the given ones.
         let (dw_rows, dw_cols) = (d - given, wd - given);
         let layout = OutLayout {
-            rows: SequenceLayout::of_output(b, t, h, cell, out.shape()[0]),
+            rows: SequenceLayout::of_output(b, t, h, cell, grad.shape()[0]),
             h,
         };
         let sw = wd + h;
@@ -1640,8 +1641,12 @@ pub(crate) mod host {
                     // Running now, so running at `s − 1` too, in the same row.
                     let before = (starts[s - 1] + i) * sw + wd;
                     c_before[row.clone()].copy_from_slice(&gg[before..before + h]);
-                    let at = layout.h_at(r, s - 1);
-                    h_before[row].copy_from_slice(&oo[at..at + h]);
+                    // `h_{t−1} = σ(o)·tanh(c)` as the step before computed it (the same row
+                    // kernels on the same values: the same bits as its output).
+                    tanh(&mut h_before[row.clone()], &gg[before..before + h]);
+                    for (hv, &ov) in h_before[row].iter_mut().zip(&gg[before - h..before]) {
+                        *hv *= ov;
+                    }
                 } else {
                     c_before[row.clone()].copy_from_slice(&cc0[r * h..(r + 1) * h]);
                     h_before[row].copy_from_slice(&hh0[r * h..(r + 1) * h]);
@@ -1754,16 +1759,16 @@ pub(crate) mod autodiff {
     use crate::ArborBackend;
 
     /// The backward step of `lstm_sequence` (parents `x`, `w`, `b`, `u`, `h0`, `c0`):
-    /// backpropagation through time from the saved output and activated gates.
+    /// backpropagation through time from the saved activated gates and `c`.
     #[derive(Debug)]
     struct LstmSequence;
 
-    /// `x`, then `w`, `u`, `h0`, `c0`, the output, what the forward saved (the activated gates
-    /// and `c`), the lengths and the cell.
+    /// `x`, then `w`, `u`, `h0`, `c0`, what the forward saved (the activated gates and `c`),
+    /// the lengths and the cell. Not the output: whatever reads it keeps it alive as long as
+    /// it needs it, and no longer.
     type LstmSequenceState<B> = (
         FloatTensor<B>,
         [FloatTensor<B>; 4],
-        FloatTensor<B>,
         FloatTensor<B>,
         Vec<usize>,
         SequenceCell,
@@ -1773,13 +1778,9 @@ pub(crate) mod autodiff {
         type State = LstmSequenceState<B>;
 
         fn backward(self, ops: Ops<Self::State, 6>, grads: &mut Gradients, _: &mut Checkpointer) {
-            backward_with::<B, _, 6, _>(
-                ops,
-                grads,
-                |(x, params, out, saved, lengths, cell), grad| {
-                    B::lstm_sequence_backward(x, params, out, saved, &lengths, cell, grad)
-                },
-            );
+            backward_with::<B, _, 6, _>(ops, grads, |(x, params, saved, lengths, cell), grad| {
+                B::lstm_sequence_backward(x, params, saved, &lengths, cell, grad)
+            });
         }
     }
 
@@ -1814,14 +1815,7 @@ pub(crate) mod autodiff {
                     B::lstm_sequence(x.clone(), params.clone(), lengths, cell, every_c, true);
                 let gates = gates.expect("lstm_sequence keeps the gates when asked");
                 let [w, _, u, h0, c0] = params;
-                let state = (
-                    x,
-                    [w, u, h0, c0],
-                    out.clone(),
-                    gates,
-                    lengths.to_vec(),
-                    cell,
-                );
+                let state = (x, [w, u, h0, c0], gates, lengths.to_vec(), cell);
                 prep.finish(state, out)
             }
             OpsKind::UnTracked(prep) => {

@@ -260,7 +260,8 @@ pub(crate) mod cpu {
         h: usize,
         out: &mut [f32],
     ) {
-        ordered_rows(gates, mf, mi, c, h, |i, u| {
+        ordered_rows(gates, mf, mi, c, h, |r, j, u| {
+            let i = r * h + j;
             out[i] = u.f_hat() * cp[i] + u.i_hat() * u.tu;
         });
     }
@@ -289,15 +290,17 @@ pub(crate) mod cpu {
         }
     }
 
-    /// Calls `visit(r·h + j, unit)` for every unit of `[n, 4h]` gates (`i, f, g, o`) and `[n, c]`
-    /// master gates.
+    /// Calls `visit(r, j, unit)` for every unit `j` of every row `r` of `[n, 4h]` gates (`i, f,
+    /// g, o`) and `[n, c]` master gates, row after row and unit after unit (chunk by chunk, so
+    /// no index is divided per unit: integer division is slow, and it was a fifth of Faster
+    /// FastTrees' evaluation).
     fn ordered_rows(
         gates: &[f32],
         mf: &[f32],
         mi: &[f32],
         c: usize,
         h: usize,
-        mut visit: impl FnMut(usize, &Unit),
+        mut visit: impl FnMut(usize, usize, &Unit),
     ) {
         let s_len = h / c;
         let rows = mf.len() / c.max(1);
@@ -307,19 +310,22 @@ pub(crate) mod cpu {
             sigmoid(&mut s.a, &g[..h]);
             sigmoid(&mut s.f, &g[h..2 * h]);
             tanh(&mut s.b, &g[2 * h..3 * h]);
-            for j in 0..h {
-                let k = r * c + j / s_len;
+            for k in r * c..(r + 1) * c {
                 let (ft, it) = (mf[k], mi[k]);
-                let unit = Unit {
-                    k,
-                    ft,
-                    it,
-                    w: ft * it,
-                    sf: s.f[j],
-                    si: s.a[j],
-                    tu: s.b[j],
-                };
-                visit(r * h + j, &unit);
+                let w = ft * it;
+                let first = (k - r * c) * s_len;
+                for j in first..first + s_len {
+                    let unit = Unit {
+                        k,
+                        ft,
+                        it,
+                        w,
+                        sf: s.f[j],
+                        si: s.a[j],
+                        tu: s.b[j],
+                    };
+                    visit(r, j, &unit);
+                }
             }
         }
     }
@@ -340,7 +346,8 @@ pub(crate) mod cpu {
         d_mi: &mut [f32],
         d_cp: &mut [f32],
     ) {
-        ordered_backward(gates, mf, mi, c, h, d_gates, d_mf, d_mi, |i, f_hat| {
+        ordered_backward(gates, mf, mi, c, h, d_gates, d_mf, d_mi, |r, j, f_hat| {
+            let i = r * h + j;
             d_cp[i] = grad[i] * f_hat;
             (grad[i] * cp[i], grad[i])
         });
@@ -356,8 +363,7 @@ pub(crate) mod cpu {
         h: usize,
         out: &mut [f32],
     ) {
-        ordered_rows(gates, mf, mi, c, h, |i, u| {
-            let (r, j) = (i / h, i % h);
+        ordered_rows(gates, mf, mi, c, h, |r, j, u| {
             out[r * 2 * h + j] = u.f_hat();
             out[r * 2 * h + h + j] = u.i_hat() * u.tu;
         });
@@ -377,14 +383,13 @@ pub(crate) mod cpu {
         d_mf: &mut [f32],
         d_mi: &mut [f32],
     ) {
-        ordered_backward(gates, mf, mi, c, h, d_gates, d_mf, d_mi, |i, _| {
-            let (r, j) = (i / h, i % h);
+        ordered_backward(gates, mf, mi, c, h, d_gates, d_mf, d_mi, |r, j, _| {
             (grad[r * 2 * h + j], grad[r * 2 * h + h + j])
         });
     }
 
     /// The backward pass shared by [`ordered_cell_backward`] and [`ordered_gates_backward`]: for
-    /// the flat element index `r·h + j` and its `f̂`, `upstream` gives the gradients reaching `f̂`
+    /// row `r`, unit `j` and its `f̂`, `upstream` gives the gradients reaching `f̂`
     /// and `î ⊙ tanh(g)`.
     #[allow(clippy::too_many_arguments)]
     fn ordered_backward(
@@ -396,15 +401,14 @@ pub(crate) mod cpu {
         d_gates: &mut [f32],
         d_mf: &mut [f32],
         d_mi: &mut [f32],
-        mut upstream: impl FnMut(usize, f32) -> (f32, f32),
+        mut upstream: impl FnMut(usize, usize, f32) -> (f32, f32),
     ) {
         d_gates.fill(0.0);
         d_mf.fill(0.0);
         d_mi.fill(0.0);
-        ordered_rows(gates, mf, mi, c, h, |i, u| {
-            let (d_fhat, gu) = upstream(i, u.f_hat());
+        ordered_rows(gates, mf, mi, c, h, |r, j, u| {
+            let (d_fhat, gu) = upstream(r, j, u.f_hat());
             let d_ihat = gu * u.tu;
-            let (r, j) = (i / h, i % h);
             let dg = &mut d_gates[r * 4 * h..(r + 1) * 4 * h];
             dg[j] = d_ihat * u.w * u.si * (1.0 - u.si);
             dg[h + j] = d_fhat * u.w * u.sf * (1.0 - u.sf);
