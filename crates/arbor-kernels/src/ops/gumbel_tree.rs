@@ -364,14 +364,27 @@ pub(crate) mod cpu {
             start.push(total);
             total += len;
         }
-        let mut h = Vec::with_capacity(3 * total * d);
-        let mut c = Vec::with_capacity(3 * total * d);
+        // Every object the pass creates, known before it starts: a sentence of `len` leaves
+        // composes its `len − 1` pairs at the first layer and at most two new ones at each of
+        // the `len − 2` after it. Reserving them up front keeps the saved buffers from
+        // doubling as they grow (a transient copy, and up to twice the memory they need).
+        let candidates: usize = x
+            .lengths
+            .iter()
+            .map(|&len| len.saturating_sub(1) + 2 * len.saturating_sub(2))
+            .sum();
+        let objects = total + candidates;
+        let mut h = Vec::with_capacity(objects * d);
+        let mut c = Vec::with_capacity(objects * d);
         for (b, &len) in x.lengths.iter().enumerate() {
             h.extend_from_slice(&x.leaf_h[b * n * d..(b * n + len) * d]);
             c.extend_from_slice(&x.leaf_c[b * n * d..(b * n + len) * d]);
         }
         let halves = Halves::new((&weight, w, 1), d);
-        let (mut proj_l, mut proj_r) = (Vec::new(), Vec::new());
+        let (mut proj_l, mut proj_r) = (
+            Vec::with_capacity(objects * w),
+            Vec::with_capacity(objects * w),
+        );
         project(&halves, &h, total, d, &mut proj_l, &mut proj_r);
         let mut s = Saved {
             n,
@@ -387,8 +400,8 @@ pub(crate) mod cpu {
             c,
             proj_l,
             proj_r,
-            gates: Vec::new(),
-            children: Vec::new(),
+            gates: Vec::with_capacity(candidates * w),
+            children: Vec::with_capacity(candidates),
             layers: Vec::with_capacity(layers),
             roots: Vec::with_capacity(batch),
         };
@@ -481,6 +494,10 @@ pub(crate) mod cpu {
             out.out[at..at + d].copy_from_slice(&s.h[r * d..(r + 1) * d]);
             out.out[at + d..at + 2 * d].copy_from_slice(&s.c[r * d..(r + 1) * d]);
         }
+        debug_assert!(
+            s.h.len() <= objects * d,
+            "the reserved objects hold every object"
+        );
         (out, s)
     }
 
