@@ -229,8 +229,13 @@ pub fn lstm_sequence<B: ArborBackend>(
         return (Tensor::zeros([batch, t, h], &device), c0);
     };
     let c_start = SequenceLayout::new(batch, t, h, SequenceCell::Lstm, false).c_start();
-    let c_last = out.clone().narrow(0, c_start, batch);
-    (out.narrow(0, 0, batch * t).reshape([batch, t, h]), c_last)
+    // arbor's `narrow`: its backward writes the gradient into one zero block (Burn's also
+    // copies that block once more), and the op's output is the largest tensor here.
+    let c_last = crate::narrow(out.clone(), 0, c_start, batch);
+    (
+        crate::narrow(out, 0, 0, batch * t).reshape([batch, t, h]),
+        c_last,
+    )
 }
 
 /// [`lstm_sequence`] with every step's cell state too, for callers that read them (the Gumbel
@@ -260,7 +265,10 @@ pub fn lstm_sequence_states<B: ArborBackend>(
     // Reshaped before the split, so both halves are views (Flex copies a reshape of a view
     // that does not start at the buffer's start).
     let out = out.reshape([2 * batch, t, h]);
-    (out.clone().narrow(0, 0, batch), out.narrow(0, batch, batch))
+    (
+        crate::narrow(out.clone(), 0, 0, batch),
+        crate::narrow(out, 0, batch, batch),
+    )
 }
 
 /// An ON-LSTM layer over a whole sequence as one op and one autodiff node, as
@@ -384,14 +392,13 @@ fn ordered<B: ArborBackend>(
     let distances = if r == 0 {
         Tensor::zeros([batch, 0], &device)
     } else {
-        out.clone()
-            .narrow(0, layout.d_start(), batch * r)
-            .reshape([batch, r * h])
-            .narrow(1, 0, t)
+        let rows = crate::narrow(out.clone(), 0, layout.d_start(), batch * r);
+        crate::narrow(rows.reshape([batch, r * h]), 1, 0, t)
     };
-    let c_last = out.clone().narrow(0, layout.c_start(), batch);
+    // arbor's `narrow`, as in [`lstm_sequence`].
+    let c_last = crate::narrow(out.clone(), 0, layout.c_start(), batch);
     (
-        out.narrow(0, 0, batch * t).reshape([batch, t, h]),
+        crate::narrow(out, 0, 0, batch * t).reshape([batch, t, h]),
         c_last,
         distances,
     )
