@@ -25,6 +25,67 @@ impl Deref for HostBuf<'_> {
     }
 }
 
+/// A tensor's rows read where they are: row `r` (its leading dimensions flattened) is
+/// `data[offset + r·stride..][..width]`. The `h` or `c` half of a `[b, n, 2D]` tensor is such
+/// a view, which [`HostTensor::host`] would copy whole.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rows<'a> {
+    data: &'a [f32],
+    offset: usize,
+    stride: usize,
+    width: usize,
+}
+
+impl<'a> Rows<'a> {
+    /// Rows of `width` values one after another.
+    pub(crate) fn contiguous(data: &'a [f32], width: usize) -> Self {
+        Self {
+            data,
+            offset: 0,
+            stride: width,
+            width,
+        }
+    }
+
+    /// Rows of `width` values, row `r` at `offset + r·stride` of `data`.
+    pub(crate) fn strided(data: &'a [f32], offset: usize, stride: usize, width: usize) -> Self {
+        Self {
+            data,
+            offset,
+            stride,
+            width,
+        }
+    }
+
+    /// Row `r`.
+    pub(crate) fn row(&self, r: usize) -> &'a [f32] {
+        let at = self.offset + r * self.stride;
+        &self.data[at..at + self.width]
+    }
+
+    /// Rows `first..first + count`, appended to `dst`.
+    pub(crate) fn extend(&self, first: usize, count: usize, dst: &mut Vec<f32>) {
+        for r in first..first + count {
+            dst.extend_from_slice(self.row(r));
+        }
+    }
+}
+
+/// `t`'s rows in place where the backend exposes them ([`HostTensor::rows`]), else in a
+/// contiguous copy kept in `copy`.
+pub(crate) fn rows_of<'a, T: HostTensor>(
+    t: &'a T,
+    copy: &'a mut Option<HostBuf<'a>>,
+) -> Option<Rows<'a>> {
+    let shape = t.shape();
+    let width = *shape.as_slice().last()?;
+    if let Some(rows) = t.rows() {
+        return Some(rows);
+    }
+    let buf = copy.insert(t.host()?);
+    Some(Rows::contiguous(&buf[..], width))
+}
+
 /// The elements of a strided view, in row-major order: `shape`, `strides` (in elements) and
 /// the first element's `offset` into `src`. `None` for a negative stride (the caller falls
 /// back to its backend's own copy).
@@ -95,6 +156,12 @@ pub(crate) trait HostTensor: TensorMetadata + Sized {
     /// element `[0, 0]`, the row stride and the column stride (non-negative). `None` for other
     /// tensors, or where the backend does not expose its strides.
     fn matrix(&self) -> Option<(&[f32], usize, isize, isize)> {
+        None
+    }
+    /// An `f32` tensor's rows (its last dimension) in its own memory when they are evenly
+    /// spaced with unit stride inside each, strided views included; `None` otherwise, or where
+    /// the backend does not expose its strides.
+    fn rows(&self) -> Option<Rows<'_>> {
         None
     }
     /// The tensor's own `f32` memory, row-major, when it is contiguous and no other tensor

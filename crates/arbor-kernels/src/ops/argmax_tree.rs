@@ -117,6 +117,7 @@ pub fn argmax_tree<B: ArborBackend>(
 
 /// The CPU loops: the layers over `f32` rows.
 pub(crate) mod cpu {
+    use crate::host::Rows;
     use crate::ops::gated_cell::cpu::{gated_cell, gated_output};
     use crate::packed::PackedRhs;
     use crate::par;
@@ -129,8 +130,8 @@ pub(crate) mod cpu {
     /// `(slice, row stride, column stride)` of its `[2D, 5D]` matrix, the bias `[5D]` and the
     /// query `[D]`.
     pub(crate) struct Inputs<'a> {
-        pub(crate) leaf_h: &'a [f32],
-        pub(crate) leaf_c: &'a [f32],
+        pub(crate) leaf_h: Rows<'a>,
+        pub(crate) leaf_c: Rows<'a>,
         pub(crate) weight: (&'a [f32], usize, usize),
         pub(crate) bias: Option<&'a [f32]>,
         pub(crate) query: &'a [f32],
@@ -178,7 +179,7 @@ pub(crate) mod cpu {
         // from `cand_h` at its place.
         let mut c = Vec::with_capacity(total * d);
         for (b, &len) in x.lengths.iter().enumerate() {
-            c.extend_from_slice(&x.leaf_c[b * n * d..(b * n + len) * d]);
+            x.leaf_c.extend(b * n, len, &mut c);
         }
         let (mut cand_h, mut cand_c) = (vec![0f32; total * d], vec![0f32; total * d]);
         let mut score = vec![0f32; total];
@@ -202,7 +203,7 @@ pub(crate) mod cpu {
         {
             let mut h = Vec::with_capacity(total * d);
             for (b, &len) in x.lengths.iter().enumerate() {
-                h.extend_from_slice(&x.leaf_h[b * n * d..(b * n + len) * d]);
+                x.leaf_h.extend(b * n, len, &mut h);
             }
             halves.project(&h, total, d, x.bias, (&mut left, &mut right));
         }
@@ -306,7 +307,7 @@ pub(crate) mod cpu {
             let root_h = if len > 1 {
                 &cand_h[s0 * d..(s0 + 1) * d]
             } else {
-                &x.leaf_h[b * n * d..(b * n + 1) * d]
+                x.leaf_h.row(b * n)
             };
             out.root_h[b * d..(b + 1) * d].copy_from_slice(root_h);
             out.root_c[b * d..(b + 1) * d].copy_from_slice(&c[s0 * d..(s0 + 1) * d]);
@@ -466,7 +467,7 @@ pub(crate) mod host {
     use burn::tensor::Shape;
 
     use super::{cpu, ArgmaxTreeParts};
-    use crate::host::{dims3, HostTensor};
+    use crate::host::{dims3, rows_of, HostTensor};
     use crate::GateLayout;
 
     /// The CPU op on `f32` tensors whose weight's strides are exposed; `None` otherwise.
@@ -483,7 +484,12 @@ pub(crate) mod host {
         FloatTensor<B>: HostTensor,
     {
         let (batch, n, d) = dims3(&leaf_h);
-        let (lh, lc, q) = (leaf_h.host()?, leaf_c.host()?, query.host()?);
+        // The leaves' rows where they are (the `h` and `c` halves of one tensor are strided
+        // views, which `host` would copy whole).
+        let (mut h_copy, mut c_copy) = (None, None);
+        let lh = rows_of(&leaf_h, &mut h_copy)?;
+        let lc = rows_of(&leaf_c, &mut c_copy)?;
+        let q = query.host()?;
         let bias = match &bias {
             Some(b) => Some(b.host()?),
             None => None,
@@ -498,8 +504,8 @@ pub(crate) mod host {
             }
         };
         let inputs = cpu::Inputs {
-            leaf_h: &lh,
-            leaf_c: &lc,
+            leaf_h: lh,
+            leaf_c: lc,
             weight,
             bias: bias.as_deref(),
             query: &q,

@@ -179,6 +179,7 @@ pub(crate) fn st_gumbel_tree_backward<B: Backend>(
 // Rows of several equal-length buffers are indexed together; indices keep them readable.
 #[allow(clippy::needless_range_loop)]
 pub(crate) mod cpu {
+    use crate::host::Rows;
     use crate::lanes::dot8;
     #[cfg(target_arch = "x86_64")]
     use crate::ops::activation::cpu::avx2;
@@ -197,8 +198,8 @@ pub(crate) mod cpu {
     /// `(slice, row stride, column stride)` of its `[2D, 5D]` matrix, the bias `[5D]`, the
     /// query `[D]` and the noise `[batch, n − 1, n − 1]`.
     pub(crate) struct Inputs<'a> {
-        pub(crate) leaf_h: &'a [f32],
-        pub(crate) leaf_c: &'a [f32],
+        pub(crate) leaf_h: Rows<'a>,
+        pub(crate) leaf_c: Rows<'a>,
         pub(crate) weight: (&'a [f32], usize, usize),
         pub(crate) bias: Option<&'a [f32]>,
         pub(crate) query: &'a [f32],
@@ -377,8 +378,8 @@ pub(crate) mod cpu {
         let mut h = Vec::with_capacity(objects * d);
         let mut c = Vec::with_capacity(objects * d);
         for (b, &len) in x.lengths.iter().enumerate() {
-            h.extend_from_slice(&x.leaf_h[b * n * d..(b * n + len) * d]);
-            c.extend_from_slice(&x.leaf_c[b * n * d..(b * n + len) * d]);
+            x.leaf_h.extend(b * n, len, &mut h);
+            x.leaf_c.extend(b * n, len, &mut c);
         }
         let halves = Halves::new((&weight, w, 1), d);
         let (mut proj_l, mut proj_r) = (
@@ -971,6 +972,7 @@ pub(crate) mod cpu {
 #[cfg(test)]
 mod tests {
     use super::cpu::{backward, forward, Inputs};
+    use crate::host::Rows;
     use crate::testing::fill;
     use crate::GateLayout;
 
@@ -993,8 +995,8 @@ mod tests {
         let grad = fill(batch * (n + 1) * d, 7, 1.0);
         let run = |b: std::ops::Range<usize>| {
             let x = Inputs {
-                leaf_h: &leaf_h[b.start * n * d..b.end * n * d],
-                leaf_c: &leaf_c[b.start * n * d..b.end * n * d],
+                leaf_h: Rows::contiguous(&leaf_h[b.start * n * d..b.end * n * d], d),
+                leaf_c: Rows::contiguous(&leaf_c[b.start * n * d..b.end * n * d], d),
                 weight: (&weight, w, 1),
                 bias: Some(&bias),
                 query: &query,
@@ -1065,7 +1067,7 @@ pub(crate) mod host {
     use burn::tensor::Shape;
 
     use super::{cpu, StGumbelTreeParts, StGumbelTreeSaved};
-    use crate::host::{dims3, HostTensor};
+    use crate::host::{dims3, rows_of, HostTensor};
     use crate::GateLayout;
 
     /// The CPU op on `f32` tensors; `None` otherwise.
@@ -1085,7 +1087,11 @@ pub(crate) mod host {
         FloatTensor<B>: HostTensor,
     {
         let (batch, n, d) = dims3(&leaf_h);
-        let (lh, lc, q, g) = (leaf_h.host()?, leaf_c.host()?, query.host()?, noise.host()?);
+        // The leaves' rows in place, as `argmax_tree` reads them.
+        let (mut h_copy, mut c_copy) = (None, None);
+        let lh = rows_of(&leaf_h, &mut h_copy)?;
+        let lc = rows_of(&leaf_c, &mut c_copy)?;
+        let (q, g) = (query.host()?, noise.host()?);
         let bias = match &bias {
             Some(b) => Some(b.host()?),
             None => None,
@@ -1099,8 +1105,8 @@ pub(crate) mod host {
             }
         };
         let inputs = cpu::Inputs {
-            leaf_h: &lh,
-            leaf_c: &lc,
+            leaf_h: lh,
+            leaf_c: lc,
             weight,
             bias: bias.as_deref(),
             query: &q,
