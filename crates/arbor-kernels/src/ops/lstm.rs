@@ -1000,6 +1000,16 @@ pub(crate) mod reference {
 pub(crate) mod cpu {
     use crate::ops::activation::cpu::{sigmoid, tanh};
 
+    /// `h = σ(o)·tanh(c)` for one row, from the activated output gate `o`: the one place the
+    /// sequence ops compute a step's `h`, so that the backward pass, which recomputes
+    /// `h_{t−1}` from the saved `o` and `c` instead of keeping the output, gets the same bits.
+    pub(crate) fn hidden(h: &mut [f32], c: &[f32], o: &[f32]) {
+        tanh(h, c);
+        for (hv, ov) in h.iter_mut().zip(o) {
+            *hv *= ov;
+        }
+    }
+
     /// One LSTM step for `pre.len() / 4h` rows: from pre-activations `[i, f, g, o]` (each `h`
     /// wide) and `c_prev`, writes the activated gates `σ(i), σ(f), tanh(g), σ(o)` into `act`,
     /// `c = σ(f) c_prev + σ(i) tanh(g)` into `c` and `h = σ(o) tanh(c)` into `h_out`.
@@ -1026,10 +1036,7 @@ pub(crate) mod cpu {
             for j in 0..h {
                 cn[j] = f[j] * cp[j] + i[j] * g[j];
             }
-            tanh(ho, cn);
-            for (hv, ov) in ho.iter_mut().zip(o) {
-                *hv *= ov;
-            }
+            hidden(ho, cn, o);
         }
     }
 
@@ -1152,10 +1159,7 @@ pub(crate) mod cpu {
                 }
             }
             *d = 1.0 - ft_sum / c as f32;
-            tanh(ho, cn);
-            for (hv, ov) in ho.iter_mut().zip(o) {
-                *hv *= ov;
-            }
+            hidden(ho, cn, o);
         }
     }
 
@@ -1261,7 +1265,6 @@ pub(crate) mod host {
 
     use super::{cpu, reference, SequenceCell, SequenceLayout};
     use crate::host::{dims3, HostTensor};
-    use crate::ops::activation::cpu::tanh;
     use crate::ops::linear::host::gemm_slices;
     use crate::packed::PackedRhs;
     use crate::par;
@@ -1648,12 +1651,13 @@ pub(crate) mod host {
                     // Running now, so running at `s − 1` too, in the same row.
                     let before = (starts[s - 1] + i) * sw + wd;
                     c_before[row.clone()].copy_from_slice(&gg[before..before + h]);
-                    // `h_{t−1} = σ(o)·tanh(c)` as the step before computed it (the same row
-                    // kernels on the same values: the same bits as its output).
-                    tanh(&mut h_before[row.clone()], &gg[before..before + h]);
-                    for (hv, &ov) in h_before[row].iter_mut().zip(&gg[before - h..before]) {
-                        *hv *= ov;
-                    }
+                    // `h_{t−1}` as the step before computed it ([`cpu::hidden`] on the same
+                    // values: the same bits as its output).
+                    cpu::hidden(
+                        &mut h_before[row],
+                        &gg[before..before + h],
+                        &gg[before - h..before],
+                    );
                 } else {
                     c_before[row.clone()].copy_from_slice(&cc0[r * h..(r + 1) * h]);
                     h_before[row].copy_from_slice(&hh0[r * h..(r + 1) * h]);

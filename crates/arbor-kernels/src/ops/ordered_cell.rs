@@ -310,11 +310,10 @@ pub(crate) mod cpu {
             sigmoid(&mut s.a, &g[..h]);
             sigmoid(&mut s.f, &g[h..2 * h]);
             tanh(&mut s.b, &g[2 * h..3 * h]);
-            for k in r * c..(r + 1) * c {
+            for (chunk, k) in (r * c..(r + 1) * c).enumerate() {
                 let (ft, it) = (mf[k], mi[k]);
                 let w = ft * it;
-                let first = (k - r * c) * s_len;
-                for j in first..first + s_len {
+                for j in chunk * s_len..(chunk + 1) * s_len {
                     let unit = Unit {
                         k,
                         ft,
