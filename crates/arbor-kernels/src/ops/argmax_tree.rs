@@ -326,6 +326,14 @@ pub(crate) mod cpu {
         cand: Vec<f32>,
     }
 
+    /// The elements of work ([`par::rows`]) in composing one pair of `D` units: the sum of
+    /// its `5D` gates, their activations (each an `exp` and a division, several elements'
+    /// worth) and the cell's update. Counting the gates once kept a layer of 16 sentences'
+    /// pairs (32 rows) on one thread.
+    pub(crate) fn pair_cost(d: usize) -> usize {
+        3 * 5 * d + 3 * d
+    }
+
     /// The composition's weight `[2D, 5D]` as its two halves `W_l = W[..D]` and `W_r =
     /// W[D..]` (`[D, 5D]` each), or their transposes, packed once for the many small products
     /// of a pass (at most a few rows per sentence and layer), which `gemm` would repack at
@@ -368,8 +376,16 @@ pub(crate) mod cpu {
                     row.copy_from_slice(&bias[..w]);
                 }
             }
-            self.left.product(m, left, w, bias.is_some(), h, (d, 1));
-            self.right.product(m, right, w, false, h, (d, 1));
+            let mut left = move || self.left.product(m, left, w, bias.is_some(), h, (d, 1));
+            let mut right = move || self.right.product(m, right, w, false, h, (d, 1));
+            // A layer's few merged rows make two products too small to split on their own
+            // (`PackedRhs::product`): with more than one thread they run side by side.
+            if crate::par::parallel() {
+                rayon::join(left, right);
+            } else {
+                left();
+                right();
+            }
         }
     }
 
@@ -417,7 +433,7 @@ pub(crate) mod cpu {
             s.cand.resize(rows * d, 0.0);
             par::rows(
                 rows,
-                w + 3 * d,
+                pair_cost(d),
                 vec![(&mut s.c[..rows * d], d), (&mut s.cand[..rows * d], d)],
                 &|r, o| {
                     let [co, ho] = o else {

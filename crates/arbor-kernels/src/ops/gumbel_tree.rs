@@ -183,7 +183,7 @@ pub(crate) mod cpu {
     use crate::lanes::dot8;
     #[cfg(target_arch = "x86_64")]
     use crate::ops::activation::cpu::avx2;
-    use crate::ops::argmax_tree::cpu::{softmax, Halves};
+    use crate::ops::argmax_tree::cpu::{pair_cost, softmax, Halves};
     use crate::ops::gated_cell::cpu::{
         gated_cell, gated_cell_backward, gated_output, gated_output_backward,
     };
@@ -524,7 +524,7 @@ pub(crate) mod cpu {
             let (pl, pr, c) = (&s.proj_l, &s.proj_r, &s.c);
             par::rows(
                 m,
-                w + 3 * d,
+                pair_cost(d),
                 vec![(&mut g, w), (&mut cn, d), (&mut hn, d)],
                 &|r, o| {
                     let [go, co, ho] = o else {
