@@ -188,20 +188,9 @@ pub(crate) mod host {
 
     use super::reference;
     use crate::host::HostTensor;
-    use crate::packed::PackedRhs;
 
     /// Products at least this large (`m·n·k`) run on rayon's pool, as Flex's own do.
     const PARALLEL_PRODUCT: usize = 192 * 192 * 192;
-
-    /// Products with at least this many rows, whose left operand's rows are contiguous, run on
-    /// [`PackedRhs`] (the right operand packed at each call) instead of `gemm`. On Zen 1, one
-    /// thread and two, `[2048, 256]·[256, 768]` and `[2048, 768]·[768, 256]ᵀ` (a Transformer
-    /// layer's product and its input gradient) ran 3–13% faster with the packing counted, 512
-    /// rows at par, and 256 rows or fewer up to 10% slower (the packing's share); a transposed
-    /// left operand (a weight's gradient, `xᵀ·g`) ran at half `gemm`'s speed, as the kernel
-    /// reads the left operand in place, so those stay on `gemm` (docs/kernels.md, "Packed
-    /// products").
-    const PACKED_ROWS: usize = 1024;
 
     /// How `gemm` runs a product of `work` multiply-adds: on rayon's threads from
     /// [`PARALLEL_PRODUCT`] on, on the calling thread below it. Also with a one-thread pool,
@@ -287,24 +276,6 @@ pub(crate) mod host {
                 // A product on the last columns only: the others start at zero.
                 out.resize(m * n, 0.0);
                 filled = true;
-            }
-            let strides = (
-                usize::try_from(x_rs),
-                usize::try_from(w_rs),
-                usize::try_from(w_cs),
-            );
-            if let (Ok(x_rs), Ok(w_rs), Ok(w_cs)) = strides {
-                if x_cs == 1 && m >= PACKED_ROWS {
-                    // Rows of `x` contiguous and many of them: the packed kernel (see
-                    // [`PACKED_ROWS`]), into the last `width` columns of each row.
-                    if !filled {
-                        out.resize(m * n, 0.0);
-                    }
-                    let packed = PackedRhs::new(&ws[wo..], k, width, (w_rs, w_cs));
-                    packed.product(m, &mut out[n - width..], n, filled, &xs[xo..], (x_rs, 1));
-                    filled = true;
-                    continue;
-                }
             }
             let parallelism = product_parallelism(m * width * k);
             // SAFETY: the strides and offsets are the tensors' own, so every element the product
