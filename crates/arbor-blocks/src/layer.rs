@@ -194,8 +194,14 @@ impl<B: ArborBackend> TransformerLayer<B> {
 ///   each, and one for each weight gradient) instead of on `[batch, time, D]`, which Burn
 ///   broadcasts into `batch` small products and, in the backward pass, `batch` weight-gradient
 ///   products summed afterwards;
-/// - the heads are strided views of the projections (`[batch, heads, time, d_k]`), read in place
-///   by the batched products.
+/// - the attention itself (scores, mask, softmax, weighted sum, every head) is one op and one
+///   autodiff node, [`arbor_cells::kernels::grouped_attention`]: on the CPU backends one loop
+///   per sequence, the sequences in parallel, instead of a dozen single-threaded passes with
+///   the heads split and merged by copies. The padding mask is its bias, Burn's `min_float` at
+///   padded keys (Burn's MHA replaces those scores by it; added or replaced, their softmax
+///   weight is 0 in `f32`, so the values are the same for any sequence with a real position).
+///   With attention dropout active (training, probability above 0), which the fused op does
+///   not draw, the heads are strided views read by batched products, as Burn's MHA.
 ///
 /// `mask_pad` is `true` at padding positions (keys nobody attends to).
 ///
@@ -209,16 +215,50 @@ pub fn self_attention<B: ArborBackend>(
     mask_pad: Option<Tensor<B, 2, Bool>>,
 ) -> Tensor<B, 3> {
     let [batch, time, d] = x.dims();
-    let (heads, d_k) = (mha.n_heads, mha.d_k);
+    let heads = mha.n_heads;
+    let dropout = B::ad_enabled(&x.device()) && mha.dropout.prob > 0.0;
     let rows = x.reshape([batch * time, d]);
     let project = |linear: &Linear<B>| {
-        arbor_cells::linear_rows(linear, rows.clone()).reshape([batch, time, heads, d_k])
+        arbor_cells::linear_rows(linear, rows.clone()).reshape([batch, time, d])
     };
+    let (query, key, value) = (project(&mha.query), project(&mha.key), project(&mha.value));
+    let context = if dropout {
+        attention_with_dropout(mha, [query, key, value], mask_pad)
+    } else {
+        let bias = mask_pad.map(|m| {
+            m.float()
+                .mul_scalar(mha.min_float)
+                .reshape([batch, 1, time])
+        });
+        let spec = arbor_cells::kernels::AttentionSpec {
+            heads,
+            quiet: mha.quiet_softmax,
+        };
+        arbor_cells::kernels::grouped_attention(query, key, value, bias, spec)
+    };
+    arbor_cells::linear_rows(&mha.output, context.reshape([batch * time, d]))
+        .reshape([batch, time, d])
+}
+
+/// The attention of [`self_attention`] in plain ops, with dropout on the scores as Burn's MHA.
+///
+/// # Shapes
+/// - `qkv`: `[batch, time, D]` each
+/// - `mask_pad`: `[batch, time]`
+/// - output: `[batch, time, D]`
+fn attention_with_dropout<B: ArborBackend>(
+    mha: &MultiHeadAttention<B>,
+    [query, key, value]: [Tensor<B, 3>; 3],
+    mask_pad: Option<Tensor<B, 2, Bool>>,
+) -> Tensor<B, 3> {
+    let [batch, time, d] = query.dims();
+    let (heads, d_k) = (mha.n_heads, mha.d_k);
     // The heads as permuted views; `contiguous` copies their gradients by runs before the
     // reshape's (Flex copies a permuted rank-4 view element by element).
-    let project =
-        |linear: &Linear<B>| arbor_cells::kernels::contiguous(project(linear)).swap_dims(1, 2);
-    let (query, key, value) = (project(&mha.query), project(&mha.key), project(&mha.value));
+    let split = |t: Tensor<B, 3>| {
+        arbor_cells::kernels::contiguous(t.reshape([batch, time, heads, d_k])).swap_dims(1, 2)
+    };
+    let (query, key, value) = (split(query), split(key), split(value));
     let scores = query
         .matmul(key.swap_dims(2, 3))
         .div_scalar((d_k as f32).sqrt());
@@ -231,7 +271,6 @@ pub fn self_attention<B: ArborBackend>(
     } else {
         softmax(scores, 3)
     };
-    let context = arbor_cells::kernels::contiguous(weights.matmul(value).swap_dims(1, 2))
-        .reshape([batch * time, d]);
-    arbor_cells::linear_rows(&mha.output, context).reshape([batch, time, d])
+    arbor_cells::kernels::contiguous(weights.matmul(value).swap_dims(1, 2))
+        .reshape([batch, time, d])
 }

@@ -74,6 +74,14 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
             => ops::window::autodiff::causal_windows::<B, C>;
         fn activation(x: FloatTensor<Self>, act: Activation) -> FloatTensor<Self>
             => ops::activation::autodiff::activation::<B, C>;
+        fn grouped_attention_tracked(
+            q: FloatTensor<Self>,
+            k: FloatTensor<Self>,
+            v: FloatTensor<Self>,
+            bias: Option<FloatTensor<Self>>,
+            spec: crate::AttentionSpec,
+        ) -> FloatTensor<Self>
+            => ops::attention::autodiff::grouped_attention_tracked::<B, C>;
         fn affine(
             x: FloatTensor<Self>,
             w: FloatTensor<Self>,

@@ -355,6 +355,31 @@ macro_rules! host_backend {
                     => $crate::ops::memory::host::contiguous::<Self>;
                 fn zeros(shape: Shape, device: &Device<Self>) -> FloatTensor<Self>
                     => $crate::ops::memory::host::zeros::<Self>;
+                fn grouped_attention(
+                    q: FloatTensor<Self>,
+                    k: FloatTensor<Self>,
+                    v: FloatTensor<Self>,
+                    bias: Option<FloatTensor<Self>>,
+                    spec: $crate::AttentionSpec,
+                    keep: bool,
+                ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>)
+                    => $crate::ops::attention::host::grouped_attention::<Self>;
+                #[allow(clippy::type_complexity)]
+                fn grouped_attention_backward(
+                    q: FloatTensor<Self>,
+                    k: FloatTensor<Self>,
+                    v: FloatTensor<Self>,
+                    weights: FloatTensor<Self>,
+                    bias_shape: Option<Shape>,
+                    spec: $crate::AttentionSpec,
+                    grad: FloatTensor<Self>,
+                ) -> (
+                    FloatTensor<Self>,
+                    FloatTensor<Self>,
+                    FloatTensor<Self>,
+                    Option<FloatTensor<Self>>,
+                )
+                    => $crate::ops::attention::host::grouped_attention_backward::<Self>;
                 fn affine(
                     x: FloatTensor<Self>,
                     w: FloatTensor<Self>,

@@ -94,6 +94,7 @@ mod cuda;
 pub use ops::activation::{gelu, sigmoid, tanh, Activation};
 pub use ops::adjacent::adjacent_pairs;
 pub use ops::argmax_tree::{argmax_tree, ArgmaxTreeParts, TreePass};
+pub use ops::attention::{grouped_attention, AttentionSpec};
 pub use ops::gated_cell::{gated_cell, gated_output, GateLayout};
 pub use ops::gumbel_tree::{st_gumbel_tree, StGumbelTreeParts, StGumbelTreeSaved};
 pub use ops::layer_norm::layer_norm;
@@ -333,6 +334,53 @@ pub trait ArborBackend: Backend {
         rows: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
         reference::write_rows::<Self>(t, start, rows)
+    }
+
+    /// [`grouped_attention`]'s entry point: the autodiff backend records one node (and keeps the
+    /// softmax weights for it); every other backend runs [`ArborBackend::grouped_attention`] without
+    /// them.
+    fn grouped_attention_tracked(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        spec: AttentionSpec,
+    ) -> FloatTensor<Self> {
+        Self::grouped_attention(q, k, v, bias, spec, false).0
+    }
+
+    /// Multi-head self-attention inside groups; see [`grouped_attention`]. With `keep`, also the
+    /// softmax weights `[n, heads, l, l]` the backward pass reads.
+    fn grouped_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        spec: AttentionSpec,
+        keep: bool,
+    ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>) {
+        reference::grouped_attention::<Self>(q, k, v, bias, spec, keep)
+    }
+
+    /// The gradients of [`ArborBackend::grouped_attention`] with respect to `q`, `k`, `v` and (when
+    /// its shape is given) the bias, from the inputs, the kept softmax weights and the
+    /// output's gradient.
+    #[allow(clippy::type_complexity)]
+    fn grouped_attention_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        weights: FloatTensor<Self>,
+        bias_shape: Option<Shape>,
+        spec: AttentionSpec,
+        grad: FloatTensor<Self>,
+    ) -> (
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        Option<FloatTensor<Self>>,
+    ) {
+        reference::grouped_attention_backward::<Self>(q, k, v, weights, bias_shape, spec, grad)
     }
 
     /// `x·w + b` for matrices; see [`linear`].

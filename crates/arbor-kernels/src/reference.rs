@@ -9,6 +9,7 @@ use burn::tensor::{Shape, TensorMetadata, TensorPrimitive};
 
 pub use crate::ops::activation::reference::{activation, activation_backward};
 pub use crate::ops::adjacent::reference::{adjacent_pairs, adjacent_pairs_backward};
+pub use crate::ops::attention::reference::{grouped_attention, grouped_attention_backward};
 pub use crate::ops::gated_cell::reference::{
     gated_cell, gated_cell_backward, gated_output, gated_output_backward,
 };

@@ -6,7 +6,6 @@ use arbor_cells::linear_rows;
 use arbor_cells::ArborBackend;
 use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
-use burn::tensor::activation::softmax;
 
 /// Configuration of a [`RoleTransformerLayer`].
 #[derive(Config, Debug)]
@@ -122,28 +121,26 @@ impl<B: ArborBackend> RoleTransformerLayer<B> {
         mask_bias: Tensor<B, 2>,
     ) -> Tensor<B, 3> {
         let [n, l, d] = x.dims();
-        let h = self.n_heads;
-        let dh = d / h;
         // Broadcasts are written over whole rows (`[n, l·3D] + [1, l·3D]`), which the CPU
         // backends add with one vectorised pass instead of a strided walk over three dims.
         let qkv = linear_rows(&self.qkv, x.clone())
             .reshape([n, l * 3 * d])
             .add(role_qkv)
-            .reshape([n, l, 3 * h, dh]);
-        // [n, 3h, l, dh]: the heads are strided views, no copies; `contiguous` copies their
-        // gradient by runs before the reshape's (Flex copies a permuted rank-4 view element by
-        // element).
-        let qkv = arbor_cells::kernels::contiguous(qkv).swap_dims(1, 2);
-        let split = |i: usize| arbor_cells::kernels::narrow(qkv.clone(), 1, i * h, h);
-        let (q, k, v) = (split(0), split(1), split(2)); // [n, h, l, dh]
-        let scores = q
-            .matmul(k.swap_dims(2, 3))
-            .div_scalar((dh as f64).sqrt())
-            .reshape([n * h, l * l])
-            .add(mask_bias.reshape([1, l * l]))
-            .reshape([n, h, l, l]);
-        let attn = softmax(scores, 3).matmul(v); // [n, h, l, dh]
-        let attn = arbor_cells::kernels::contiguous(attn.swap_dims(1, 2)).reshape([n, l, d]);
+            .reshape([n, l, 3 * d]);
+        // The attention of every group and head as one op (`grouped_attention`): `q`, `k`, `v`
+        // are column views of `qkv`, read in place on the CPU backends.
+        let part = |i: usize| arbor_cells::kernels::narrow(qkv.clone(), 2, i * d, d);
+        let spec = arbor_cells::kernels::AttentionSpec {
+            heads: self.n_heads,
+            quiet: false,
+        };
+        let attn = arbor_cells::kernels::grouped_attention(
+            part(0),
+            part(1),
+            part(2),
+            Some(mask_bias.reshape([1, l, l])),
+            spec,
+        ); // [n, l, D]
         let x = arbor_cells::layer_norm(&self.norm_attn, x.add(linear_rows(&self.out, attn)));
         let ff = linear_rows(&self.ff_out, gelu(linear_rows(&self.ff_in, x.clone())));
         arbor_cells::layer_norm(&self.norm_ff, x.add(ff))

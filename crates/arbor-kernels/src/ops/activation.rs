@@ -242,7 +242,7 @@ pub(crate) mod cpu {
 
         /// `e^x` for `x ≤ 0`; 0 below −87.3 (where `e^x` leaves the normal range).
         #[inline(always)]
-        fn exp_nonpositive(x: f32) -> f32 {
+        pub(crate) fn exp_nonpositive(x: f32) -> f32 {
             let under = x < -87.336_54;
             const LOG2E: f32 = std::f32::consts::LOG2_E;
             const LN2_HI: f32 = 0.693_359_4;

@@ -16,6 +16,7 @@
 pub(crate) mod activation;
 pub(crate) mod adjacent;
 pub(crate) mod argmax_tree;
+pub(crate) mod attention;
 pub(crate) mod gated_cell;
 pub(crate) mod gumbel_tree;
 pub(crate) mod layer_norm;
