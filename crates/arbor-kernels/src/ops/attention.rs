@@ -199,6 +199,8 @@ pub(crate) mod reference {
 // vectorises them.
 #[allow(clippy::needless_range_loop)]
 pub(crate) mod cpu {
+    use std::ops::Range;
+
     use crate::host::Rows;
     use crate::lanes::{dot8, sum8};
 
@@ -225,6 +227,31 @@ pub(crate) mod cpu {
             let g = if self.nb == 1 { 0 } else { g };
             let t = if self.lb == 1 { 0 } else { t };
             (g * self.lb + t) * l
+        }
+    }
+
+    /// Columns `cols` of rows `first..first + l` of `rows`, transposed into `dst` (`[cols, l]`),
+    /// so that a row's products with all `l` of them are one pass of `l`-wide updates
+    /// ([`row_times`]) instead of `l` dot products, each ending in a horizontal sum.
+    #[inline(always)]
+    fn transpose_into(dst: &mut [f32], rows: Rows<'_>, first: usize, l: usize, cols: Range<usize>) {
+        for s in 0..l {
+            for (j, &x) in rows.row(first + s)[cols.clone()].iter().enumerate() {
+                dst[j * l + s] = x;
+            }
+        }
+    }
+
+    /// `row[s] = Σ_j a[j]·bt[j·l + s]`: `a` times each of the `l` rows that `bt` holds
+    /// transposed ([`transpose_into`]).
+    #[inline(always)]
+    fn row_times(row: &mut [f32], a: &[f32], bt: &[f32]) {
+        let l = row.len();
+        row.fill(0.0);
+        for (j, &x) in a.iter().enumerate() {
+            for (r, &b) in row.iter_mut().zip(&bt[j * l..(j + 1) * l]) {
+                *r += x * b;
+            }
         }
     }
 
@@ -264,7 +291,7 @@ pub(crate) mod cpu {
     }
 
     /// Group `g`'s output rows (`out`, `[l, D]`, zeroed) and softmax weights (`weights`,
-    /// `[heads, l, l]`).
+    /// `[heads, l, l]`); `kt` is `l·D_k` of scratch.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn forward_body(
@@ -274,6 +301,7 @@ pub(crate) mod cpu {
         dims: Dims,
         out: &mut [f32],
         weights: &mut [f32],
+        kt: &mut [f32],
         exp: impl Fn(f32) -> f32 + Copy,
     ) {
         let Dims { l, d, heads, quiet } = dims;
@@ -282,11 +310,12 @@ pub(crate) mod cpu {
         for h in 0..heads {
             let cols = h * dk..(h + 1) * dk;
             let w = &mut weights[h * l * l..(h + 1) * l * l];
+            transpose_into(kt, k, g * l, l, cols.clone());
             for t in 0..l {
-                let qt = &q.row(g * l + t)[cols.clone()];
                 let row = &mut w[t * l..(t + 1) * l];
-                for s in 0..l {
-                    row[s] = dot8(qt, &k.row(g * l + s)[cols.clone()]) / scale;
+                row_times(row, &q.row(g * l + t)[cols.clone()], kt);
+                for x in row.iter_mut() {
+                    *x /= scale;
                 }
                 if let Some(b) = &bias {
                     let at = b.at(g, t, l);
@@ -307,7 +336,8 @@ pub(crate) mod cpu {
 
     /// Group `g`'s gradients `dq`, `dk`, `dv` (`[l, D]` each, zeroed) from its weights `p`
     /// (`[heads, l, l]`) and the output's gradient rows `grad`; with `ds_sum` (`[l, l]`,
-    /// zeroed), the scores' gradient summed over the heads. `ds` is `l·l` of scratch.
+    /// zeroed), the scores' gradient summed over the heads. `ds` (`l·l`) and `vt` (`l·D_k`) are
+    /// scratch.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn backward_body(
@@ -318,7 +348,7 @@ pub(crate) mod cpu {
         dims: Dims,
         [dq, dk, dv]: [&mut [f32]; 3],
         mut ds_sum: Option<&mut [f32]>,
-        ds: &mut [f32],
+        [ds, vt]: [&mut [f32]; 2],
     ) {
         let Dims { l, d, heads, .. } = dims;
         let width = d / heads;
@@ -327,12 +357,11 @@ pub(crate) mod cpu {
             let cols = h * width..(h + 1) * width;
             let at = |t: usize| t * d + h * width..t * d + (h + 1) * width;
             let pw = &p[h * l * l..(h + 1) * l * l];
+            transpose_into(vt, v, g * l, l, cols.clone());
             for t in 0..l {
                 let gt = &grad.row(g * l + t)[cols.clone()];
                 let row = &mut ds[t * l..(t + 1) * l];
-                for s in 0..l {
-                    row[s] = dot8(gt, &v.row(g * l + s)[cols.clone()]);
-                }
+                row_times(row, gt, vt);
                 let prow = &pw[t * l..(t + 1) * l];
                 let c = dot8(prow, row);
                 for s in 0..l {
@@ -374,33 +403,19 @@ pub(crate) mod cpu {
         weights: &mut [f32],
     ) {
         let (o, w) = (dims.l * dims.d, dims.heads * dims.l * dims.l);
-        #[cfg(target_arch = "x86_64")]
-        if crate::ops::activation::cpu::avx2::available() {
-            for (i, g) in groups.enumerate() {
-                // SAFETY: the CPU has AVX2 and FMA (checked above).
-                unsafe {
-                    avx2_attention::forward(
-                        qkv,
-                        bias,
-                        g,
-                        dims,
-                        &mut out[i * o..(i + 1) * o],
-                        &mut weights[i * w..(i + 1) * w],
-                    )
-                };
-            }
-            return;
-        }
+        let mut kt = vec![0f32; dims.d / dims.heads * dims.l];
         for (i, g) in groups.enumerate() {
-            forward_body(
-                qkv,
-                bias,
-                g,
-                dims,
+            let (out, weights) = (
                 &mut out[i * o..(i + 1) * o],
                 &mut weights[i * w..(i + 1) * w],
-                exp,
             );
+            #[cfg(target_arch = "x86_64")]
+            if crate::ops::activation::cpu::avx2::available() {
+                // SAFETY: the CPU has AVX2 and FMA (checked above).
+                unsafe { avx2_attention::forward(qkv, bias, g, dims, out, weights, &mut kt) };
+                continue;
+            }
+            forward_body(qkv, bias, g, dims, out, weights, &mut kt, exp);
         }
     }
 
@@ -422,6 +437,7 @@ pub(crate) mod cpu {
             dims.l * dims.l,
         );
         let mut ds = vec![0f32; ll];
+        let mut vt = vec![0f32; dims.d / dims.heads * dims.l];
         for (i, g) in groups.enumerate() {
             let outs = [
                 &mut dq[i * o..(i + 1) * o],
@@ -433,10 +449,12 @@ pub(crate) mod cpu {
             #[cfg(target_arch = "x86_64")]
             if crate::ops::activation::cpu::avx2::available() {
                 // SAFETY: the CPU has AVX2 and FMA (checked above).
-                unsafe { avx2_attention::backward(qkv, p, grad, g, dims, outs, sum, &mut ds) };
+                unsafe {
+                    avx2_attention::backward(qkv, p, grad, g, dims, outs, sum, [&mut ds, &mut vt])
+                };
                 continue;
             }
-            backward_body(qkv, p, grad, g, dims, outs, sum, &mut ds);
+            backward_body(qkv, p, grad, g, dims, outs, sum, [&mut ds, &mut vt]);
         }
     }
 
@@ -447,6 +465,7 @@ pub(crate) mod cpu {
         use crate::host::Rows;
         use crate::ops::activation::cpu::avx2::exp_nonpositive;
 
+        #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = "avx2,fma")]
         pub(super) unsafe fn forward(
             qkv: [Rows<'_>; 3],
@@ -455,8 +474,9 @@ pub(crate) mod cpu {
             dims: Dims,
             out: &mut [f32],
             weights: &mut [f32],
+            kt: &mut [f32],
         ) {
-            forward_body(qkv, bias, g, dims, out, weights, exp_nonpositive)
+            forward_body(qkv, bias, g, dims, out, weights, kt, exp_nonpositive)
         }
 
         #[allow(clippy::too_many_arguments)]
@@ -469,9 +489,9 @@ pub(crate) mod cpu {
             dims: Dims,
             outs: [&mut [f32]; 3],
             ds_sum: Option<&mut [f32]>,
-            ds: &mut [f32],
+            scratch: [&mut [f32]; 2],
         ) {
-            backward_body(qkv, p, grad, g, dims, outs, ds_sum, ds)
+            backward_body(qkv, p, grad, g, dims, outs, ds_sum, scratch)
         }
     }
 }
