@@ -13,46 +13,8 @@ use burn::prelude::*;
 use burn::tensor::activation::{quiet_softmax, softmax};
 use burn::tensor::backend::AutodiffBackend;
 
-fn values<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
-    t.into_data().convert::<f64>().to_vec().unwrap()
-}
-
-fn close(a: &[f64], b: &[f64], tol: f64, what: &str) {
-    assert_eq!(a.len(), b.len(), "{what}: length");
-    for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        assert!(
-            (x - y).abs() <= tol * (1.0 + y.abs()),
-            "{what}[{i}]: {x} vs {y}"
-        );
-    }
-}
-
-fn own_dtype<B: Backend>() -> burn::tensor::DType {
-    <B::FloatElem as burn::tensor::Element>::dtype()
-}
-
-/// Values in `[lo, hi)` from a seeded xorshift generator (the same in every run).
-fn seeded<B: Backend, const D: usize>(
-    shape: [usize; D],
-    seed: u64,
-    lo: f64,
-    hi: f64,
-) -> Tensor<B, D> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let n: usize = shape.iter().product();
-    let v: Vec<f64> = (0..n)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            lo + (hi - lo) * ((state >> 11) as f64 / (1u64 << 53) as f64)
-        })
-        .collect();
-    Tensor::from_data(
-        TensorData::new(v, shape),
-        (&Default::default(), own_dtype::<B>()),
-    )
-}
+mod common;
+use common::{close, own_dtype, seeded, values};
 
 /// The padding mask as Burn's `MultiHeadAttention` takes it (`true` at keys `≥ len`) and as
 /// the op's bias (`-1e4` there, Burn's default `min_float`, 0 elsewhere), `[n, 1, l]`.
