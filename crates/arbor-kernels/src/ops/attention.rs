@@ -248,19 +248,61 @@ pub(crate) mod cpu {
     fn row_times(row: &mut [f32], a: &[f32], bt: &[f32]) {
         let l = row.len();
         row.fill(0.0);
-        for (j, &x) in a.iter().enumerate() {
-            for (r, &b) in row.iter_mut().zip(&bt[j * l..(j + 1) * l]) {
-                *r += x * b;
+        weighted_sum(row, a.len(), |j| a[j], |j| &bt[j * l..(j + 1) * l]);
+    }
+
+    /// `dst += Σ_i coef(i)·row(i)` for `i` in `0..count` (each row at least `dst.len()` long),
+    /// every element summed in the order of `i`. `dst` is taken in tiles of 32 (then 8) columns
+    /// held in registers through the whole sum, so each term costs a load and a multiply-add
+    /// per vector, not also a load and a store of `dst` as a row-by-row `axpy` does.
+    #[inline(always)]
+    fn weighted_sum<'a>(
+        dst: &mut [f32],
+        count: usize,
+        coef: impl Fn(usize) -> f32,
+        row: impl Fn(usize) -> &'a [f32],
+    ) {
+        let width = dst.len();
+        let mut c = 0;
+        while c + 32 <= width {
+            tile::<32>(&mut dst[c..c + 32], c, count, &coef, &row);
+            c += 32;
+        }
+        while c + 8 <= width {
+            tile::<8>(&mut dst[c..c + 8], c, count, &coef, &row);
+            c += 8;
+        }
+        if c < width {
+            for i in 0..count {
+                let a = coef(i);
+                for (d, &x) in dst[c..].iter_mut().zip(&row(i)[c..width]) {
+                    *d += a * x;
+                }
             }
         }
     }
 
-    /// `dst += a·x`.
+    /// [`weighted_sum`] on the `W` columns from `c`, in `W` accumulators.
     #[inline(always)]
-    fn axpy(dst: &mut [f32], a: f32, x: &[f32]) {
-        for (d, &v) in dst.iter_mut().zip(x) {
-            *d += a * v;
+    fn tile<'a, const W: usize>(
+        dst: &mut [f32],
+        c: usize,
+        count: usize,
+        coef: &impl Fn(usize) -> f32,
+        row: &impl Fn(usize) -> &'a [f32],
+    ) {
+        let mut acc = [0f32; W];
+        acc.copy_from_slice(dst);
+        for i in 0..count {
+            let a = coef(i);
+            let r: &[f32; W] = row(i)[c..c + W]
+                .try_into()
+                .expect("a slice of W values is an array of W");
+            for j in 0..W {
+                acc[j] += a * r[j];
+            }
         }
+        dst.copy_from_slice(&acc);
     }
 
     /// A row of scores to its softmax weights in place (`exp` for arguments `≤ 0`). A row with
@@ -326,10 +368,12 @@ pub(crate) mod cpu {
                 softmax_row(row, quiet, exp);
             }
             for t in 0..l {
-                let o = &mut out[t * d + h * dk..t * d + (h + 1) * dk];
-                for s in 0..l {
-                    axpy(o, w[t * l + s], &v.row(g * l + s)[cols.clone()]);
-                }
+                weighted_sum(
+                    &mut out[t * d + h * dk..t * d + (h + 1) * dk],
+                    l,
+                    |s| w[t * l + s],
+                    |s| &v.row(g * l + s)[cols.clone()],
+                );
             }
         }
     }
@@ -367,22 +411,36 @@ pub(crate) mod cpu {
                 for s in 0..l {
                     row[s] = prow[s] * (row[s] - c);
                 }
-                for s in 0..l {
-                    axpy(&mut dv[at(s)], prow[s], gt);
-                }
+            }
+            for s in 0..l {
+                weighted_sum(
+                    &mut dv[at(s)],
+                    l,
+                    |t| pw[t * l + s],
+                    |t| &grad.row(g * l + t)[cols.clone()],
+                );
             }
             if let Some(acc) = ds_sum.as_deref_mut() {
                 for (a, &x) in acc.iter_mut().zip(ds.iter()) {
                     *a += x;
                 }
             }
+            let ds = &*ds;
             for t in 0..l {
-                let qt = &q.row(g * l + t)[cols.clone()];
-                for s in 0..l {
-                    let x = ds[t * l + s] / scale;
-                    axpy(&mut dq[at(t)], x, &k.row(g * l + s)[cols.clone()]);
-                    axpy(&mut dk[at(s)], x, qt);
-                }
+                weighted_sum(
+                    &mut dq[at(t)],
+                    l,
+                    |s| ds[t * l + s] / scale,
+                    |s| &k.row(g * l + s)[cols.clone()],
+                );
+            }
+            for s in 0..l {
+                weighted_sum(
+                    &mut dk[at(s)],
+                    l,
+                    |t| ds[t * l + s] / scale,
+                    |t| &q.row(g * l + t)[cols.clone()],
+                );
             }
         }
     }
