@@ -1,5 +1,6 @@
-//! `grouped_attention`: multi-head scaled dot-product self-attention inside groups of positions as one
-//! op and one autodiff node; on the CPU backends one loop per group, the groups in parallel.
+//! `grouped_attention`: multi-head scaled dot-product self-attention inside groups of
+//! positions as one op and one autodiff node; on the CPU backends one loop per group, the
+//! groups in parallel.
 
 use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
