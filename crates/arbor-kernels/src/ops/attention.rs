@@ -767,8 +767,8 @@ pub(crate) mod autodiff {
     use crate::autodiff::backward_with;
     use crate::ArborBackend;
 
-    /// The backward step of `grouped_attention` (parents `q`, `k`, `v`, and the bias when there is one:
-    /// `N = 4`, else 3).
+    /// The backward step of `grouped_attention` (parents `q`, `k`, `v`, and the bias when there
+    /// is one: `N = 4`, else 3).
     #[derive(Debug)]
     struct Attention;
 
@@ -792,8 +792,8 @@ pub(crate) mod autodiff {
         }
     }
 
-    /// `grouped_attention` as one node that keeps the softmax weights (the inner backend's op without
-    /// them when nothing is tracked).
+    /// `grouped_attention` as one node that keeps the softmax weights (the inner backend's op
+    /// without them when nothing is tracked).
     pub(crate) fn grouped_attention_tracked<B: ArborBackend, C: CheckpointStrategy>(
         q: FloatTensor<Autodiff<B, C>>,
         k: FloatTensor<Autodiff<B, C>>,
