@@ -336,9 +336,9 @@ pub trait ArborBackend: Backend {
         reference::write_rows::<Self>(t, start, rows)
     }
 
-    /// [`grouped_attention`]'s entry point: the autodiff backend records one node (and keeps the
-    /// softmax weights for it); every other backend runs [`ArborBackend::grouped_attention`] without
-    /// them.
+    /// [`grouped_attention`]'s entry point: the autodiff backend records one node (and keeps
+    /// the softmax weights for it); every other backend runs
+    /// [`ArborBackend::grouped_attention`] without them.
     fn grouped_attention_tracked(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
