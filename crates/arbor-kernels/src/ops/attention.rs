@@ -124,8 +124,9 @@ pub(crate) mod reference {
         let dk = q.dims()[3];
         let mut scores = q.matmul(k.swap_dims(2, 3)).div_scalar((dk as f64).sqrt());
         if let Some(b) = bias {
-            let [nb, lb, l] = t3::<B>(b.clone()).dims();
-            scores = scores.add(t3::<B>(b).reshape([nb, 1, lb, l]));
+            let b = t3::<B>(b);
+            let [nb, lb, l] = b.dims();
+            scores = scores.add(b.reshape([nb, 1, lb, l]));
         }
         let weights = if spec.quiet {
             quiet_softmax(scores, 3)
@@ -202,6 +203,7 @@ pub(crate) mod reference {
 pub(crate) mod cpu {
     use std::ops::Range;
 
+    use super::AttentionSpec;
     use crate::host::Rows;
     use crate::lanes::{dot8, sum8};
 
@@ -214,6 +216,27 @@ pub(crate) mod cpu {
         pub(crate) quiet: bool,
     }
 
+    impl Dims {
+        /// Groups of `l` positions of width `d`, with `spec`'s heads and softmax.
+        pub(crate) fn new(l: usize, d: usize, spec: AttentionSpec) -> Self {
+            Self {
+                l,
+                d,
+                heads: spec.heads,
+                quiet: spec.quiet,
+            }
+        }
+    }
+
+    /// Where the row of a `[nb, lb, l]` bias that query `t` of group `g` reads starts (`l`
+    /// values): a size-1 dimension is broadcast. The backward pass sums the scores' gradient
+    /// into the same rows.
+    pub(crate) fn bias_row(nb: usize, lb: usize, g: usize, t: usize, l: usize) -> usize {
+        let g = if nb == 1 { 0 } else { g };
+        let t = if lb == 1 { 0 } else { t };
+        (g * lb + t) * l
+    }
+
     /// The bias `[nb, lb, l]` (contiguous) and its two leading sizes.
     #[derive(Debug, Clone, Copy)]
     pub(crate) struct Bias<'a> {
@@ -223,11 +246,9 @@ pub(crate) mod cpu {
     }
 
     impl Bias<'_> {
-        /// Where the bias row of query `t` in group `g` starts (`l` values).
+        /// Where the bias row of query `t` in group `g` starts ([`bias_row`]).
         pub(crate) fn at(&self, g: usize, t: usize, l: usize) -> usize {
-            let g = if self.nb == 1 { 0 } else { g };
-            let t = if self.lb == 1 { 0 } else { t };
-            (g * self.lb + t) * l
+            bias_row(self.nb, self.lb, g, t, l)
         }
     }
 
@@ -426,12 +447,16 @@ pub(crate) mod cpu {
                     *a += x;
                 }
             }
+            // The scores were `Q·Kᵀ / √D_k`: their gradient divided once, for `dQ` and `dK`.
+            for x in ds.iter_mut() {
+                *x /= scale;
+            }
             let ds = &*ds;
             for t in 0..l {
                 weighted_sum(
                     &mut dq[at(t)],
                     l,
-                    |s| ds[t * l + s] / scale,
+                    |s| ds[t * l + s],
                     |s| &k.row(g * l + s)[cols.clone()],
                 );
             }
@@ -439,7 +464,7 @@ pub(crate) mod cpu {
                 weighted_sum(
                     &mut dk[at(s)],
                     l,
-                    |t| ds[t * l + s] / scale,
+                    |t| ds[t * l + s],
                     |t| &q.row(g * l + t)[cols.clone()],
                 );
             }
@@ -610,12 +635,7 @@ pub(crate) mod host {
         keep: bool,
     ) -> Option<(T, Option<T>)> {
         let (n, l, d) = dims3(q);
-        let dims = Dims {
-            l,
-            d,
-            heads: spec.heads,
-            quiet: spec.quiet,
-        };
+        let dims = Dims::new(l, d, spec);
         let (mut cq, mut ck, mut cv, mut cb) = (None, None, None, None);
         let qkv = [
             rows_of(q, &mut cq)?,
@@ -682,12 +702,7 @@ pub(crate) mod host {
         grad: &T,
     ) -> Option<(T, T, T, Option<T>)> {
         let (n, l, d) = dims3(q);
-        let dims = Dims {
-            l,
-            d,
-            heads: spec.heads,
-            quiet: spec.quiet,
-        };
+        let dims = Dims::new(l, d, spec);
         let (mut cq, mut ck, mut cv, mut cg) = (None, None, None, None);
         let qkv = [
             rows_of(q, &mut cq)?,
@@ -699,8 +714,8 @@ pub(crate) mod host {
         let (o, w, ll) = (l * d, spec.heads * l * l, l * l);
         let (mut dq, mut dk, mut dv) = (vec![0f32; n * o], vec![0f32; n * o], vec![0f32; n * o]);
         // The scores' gradient per group, summed over the heads: only for a bias.
-        let mut ds_sum = vec![0f32; if bias_shape.is_some() { n * ll } else { 0 }];
         let ds_width = if bias_shape.is_some() { ll } else { 0 };
+        let mut ds_sum = vec![0f32; n * ds_width];
         let p = &p[..];
         par::rows(
             n,
@@ -731,10 +746,9 @@ pub(crate) mod host {
             let (nb, lb) = (shape[0], shape[1]);
             let mut db = vec![0f32; nb * lb * l];
             for g in 0..n {
-                let gb = if nb == 1 { 0 } else { g };
                 for t in 0..l {
-                    let tb = if lb == 1 { 0 } else { t };
-                    let dst = &mut db[(gb * lb + tb) * l..(gb * lb + tb + 1) * l];
+                    let at = cpu::bias_row(nb, lb, g, t, l);
+                    let dst = &mut db[at..at + l];
                     let src = &ds_sum[(g * l + t) * l..(g * l + t + 1) * l];
                     for (a, &x) in dst.iter_mut().zip(src) {
                         *a += x;
