@@ -79,6 +79,7 @@ mod autodiff;
 pub mod counting;
 mod flex;
 mod host;
+mod isa;
 mod lanes;
 mod ndarray;
 mod ops;

@@ -138,6 +138,11 @@ enum Kernel {
     /// AVX2 + FMA intrinsics, chosen at run time.
     #[cfg(target_arch = "x86_64")]
     Avx2,
+    /// AVX-512F intrinsics on two panels at a time (32 columns), chosen at run time with the
+    /// `x86-v4` feature ([`crate::isa::avx512`]); a panel left without a partner, and the last,
+    /// partial one, go through the AVX2 kernel.
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
     /// Plain `f32` loops for any other CPU.
     Portable,
 }
@@ -145,8 +150,13 @@ enum Kernel {
 impl Kernel {
     fn detect() -> Self {
         #[cfg(target_arch = "x86_64")]
-        if crate::ops::activation::cpu::avx2::available() {
-            return Kernel::Avx2;
+        {
+            if crate::isa::avx512() {
+                return Kernel::Avx512;
+            }
+            if crate::isa::avx2_fma() {
+                return Kernel::Avx2;
+            }
         }
         Kernel::Portable
     }
@@ -204,8 +214,14 @@ impl Job<'_> {
         let mut r0 = rows.start;
         while r0 < rows.end {
             let r1 = (r0 + MC).min(rows.end);
-            for j in panels.clone() {
+            let mut j = panels.start;
+            while j < panels.end {
                 let cols = (n - j * NR).min(NR);
+                // Two whole panels side by side for the 512-bit kernel.
+                #[cfg(target_arch = "x86_64")]
+                let pair = self.kernel == Kernel::Avx512 && j + 1 < panels.end && (j + 2) * NR <= n;
+                #[cfg(not(target_arch = "x86_64"))]
+                let pair = false;
                 let mut k0 = 0;
                 while k0 < k {
                     let kc = KC.min(k - k0);
@@ -216,7 +232,10 @@ impl Job<'_> {
                         let r = MR.min(r1 - i);
                         let a = self.lhs.as_ptr().add(i * self.l_rs + k0 * self.l_cs);
                         let c = self.dst.0.add(i * self.dst_rs + j * NR);
-                        if cols == NR {
+                        if pair {
+                            // The next panel's block of the same depth starts `k` rows on.
+                            self.strip_pair(r, kc, a, (b, b.add(k * NR)), c, load);
+                        } else if cols == NR {
                             self.strip(r, kc, a, b, c, self.dst_rs, load);
                         } else {
                             // The last, partial panel: into a full-width scratch block.
@@ -239,6 +258,7 @@ impl Job<'_> {
                     }
                     k0 += kc;
                 }
+                j += if pair { 2 } else { 1 };
             }
             r0 = r1;
         }
@@ -263,7 +283,7 @@ impl Job<'_> {
         let s = (self.l_rs, self.l_cs);
         match self.kernel {
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => match r {
+            Kernel::Avx2 | Kernel::Avx512 => match r {
                 6 => avx2::kernel::<6>(kc, a, s, b, c, c_rs, load),
                 5 => avx2::kernel::<5>(kc, a, s, b, c, c_rs, load),
                 4 => avx2::kernel::<4>(kc, a, s, b, c, c_rs, load),
@@ -280,6 +300,41 @@ impl Job<'_> {
                 _ => portable::<1>(kc, a, s, b, c, c_rs, load),
             },
         }
+    }
+
+    /// `r ≤ MR` rows of two adjacent whole panels (`2·NR` columns of `c`) over `kc` steps: the
+    /// 512-bit kernel where it runs, else the one-panel kernel twice. Every element is the same
+    /// chain of fused multiply-adds, in the same order, as in the AVX2 kernel, so the two give
+    /// the same bits.
+    ///
+    /// # Safety
+    /// As [`Job::strip`], with `b` the two panels' blocks and `c` `2·NR` columns wide (stride
+    /// `dst_rs`); [`Kernel::Avx512`] only where the CPU has AVX-512F.
+    unsafe fn strip_pair(
+        &self,
+        r: usize,
+        kc: usize,
+        a: *const f32,
+        b: (*const f32, *const f32),
+        c: *mut f32,
+        load: bool,
+    ) {
+        let c_rs = self.dst_rs;
+        #[cfg(target_arch = "x86_64")]
+        if self.kernel == Kernel::Avx512 {
+            let s = (self.l_rs, self.l_cs);
+            match r {
+                6 => avx512::pair::<6>(kc, a, s, b, c, c_rs, load),
+                5 => avx512::pair::<5>(kc, a, s, b, c, c_rs, load),
+                4 => avx512::pair::<4>(kc, a, s, b, c, c_rs, load),
+                3 => avx512::pair::<3>(kc, a, s, b, c, c_rs, load),
+                2 => avx512::pair::<2>(kc, a, s, b, c, c_rs, load),
+                _ => avx512::pair::<1>(kc, a, s, b, c, c_rs, load),
+            }
+            return;
+        }
+        self.strip(r, kc, a, b.0, c, c_rs, load);
+        self.strip(r, kc, a, b.1, c.add(NR), c_rs, load);
     }
 }
 
@@ -358,6 +413,50 @@ mod avx2 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::NR;
+
+    /// `R` rows × two panels (`2·NR` columns) in twelve (at most) 16-lane accumulators: per step
+    /// one broadcast of each row's left-hand value and two fused multiply-adds, one per panel.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F; the pointers as [`super::Job::strip_pair`].
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn pair<const R: usize>(
+        kc: usize,
+        a: *const f32,
+        (l_rs, l_cs): (usize, usize),
+        (b0, b1): (*const f32, *const f32),
+        c: *mut f32,
+        c_rs: usize,
+        load: bool,
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); 2]; R];
+        for kk in 0..kc {
+            let x0 = _mm512_loadu_ps(b0.add(kk * NR));
+            let x1 = _mm512_loadu_ps(b1.add(kk * NR));
+            for (r, row) in acc.iter_mut().enumerate() {
+                let av = _mm512_set1_ps(*a.add(r * l_rs + kk * l_cs));
+                row[0] = _mm512_fmadd_ps(av, x0, row[0]);
+                row[1] = _mm512_fmadd_ps(av, x1, row[1]);
+            }
+        }
+        for (r, row) in acc.iter().enumerate() {
+            let p = c.add(r * c_rs);
+            let (mut y0, mut y1) = (row[0], row[1]);
+            if load {
+                y0 = _mm512_add_ps(_mm512_loadu_ps(p), y0);
+                y1 = _mm512_add_ps(_mm512_loadu_ps(p.add(NR)), y1);
+            }
+            _mm512_storeu_ps(p, y0);
+            _mm512_storeu_ps(p.add(NR), y1);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,15 +485,21 @@ mod tests {
         t
     }
 
-    /// Every shape class (rows not a multiple of MR or MC, widths not a multiple of NR, depths
-    /// over KC, large enough to be split across tasks), both strides of each operand, with and
-    /// without accumulation, on every kernel this CPU can run.
+    /// Every shape class (rows not a multiple of MR or MC, widths not a multiple of NR, odd and
+    /// even numbers of whole panels, depths over KC, large enough to be split across tasks),
+    /// both strides of each operand, with and without accumulation, on every kernel this CPU can
+    /// run.
     #[test]
     fn products_match_a_naive_product_for_every_shape_stride_and_kernel() {
         let mut kernels = vec![Kernel::Portable];
         #[cfg(target_arch = "x86_64")]
-        if Kernel::detect() == Kernel::Avx2 {
-            kernels.push(Kernel::Avx2);
+        {
+            if crate::isa::avx2_fma() {
+                kernels.push(Kernel::Avx2);
+            }
+            if crate::isa::avx512() {
+                kernels.push(Kernel::Avx512);
+            }
         }
         let shapes = [
             (1, 1, 1),
@@ -404,6 +509,7 @@ mod tests {
             (150, 257, 50),
             (128, 200, 512),
             (300, 40, 24),
+            (9, 70, 48),
         ];
         for &(m, k, n) in &shapes {
             let lhs = fill(m * k, (m * 31 + k) as u64, 1.0);
@@ -420,6 +526,7 @@ mod tests {
                 assert_eq!((packed.k, packed.n), (k, n));
                 for lhs_transposed in [false, true] {
                     for accumulate in [false, true] {
+                        let mut avx2_bits: Option<Vec<f32>> = None;
                         for &kernel in &kernels {
                             // Row stride n + 3: the product must leave the gaps alone.
                             let mut dst = start.clone();
@@ -439,6 +546,19 @@ mod tests {
                                 kernel,
                             };
                             job.split(0..m, 0..n.div_ceil(NR));
+                            // The 512-bit kernel runs each element's chain of fused
+                            // multiply-adds in the AVX2 kernel's order: the same bits.
+                            #[cfg(target_arch = "x86_64")]
+                            match kernel {
+                                Kernel::Avx2 => avx2_bits = Some(dst.clone()),
+                                Kernel::Avx512 => assert_eq!(
+                                    avx2_bits.as_ref(),
+                                    Some(&dst),
+                                    "{m}x{k}x{n} lhs_t {lhs_transposed} rhs_t {rhs_transposed} \
+                                     acc {accumulate}: AVX-512 differs from AVX2"
+                                ),
+                                Kernel::Portable => {}
+                            }
                             for r in 0..m {
                                 for j in 0..n + 3 {
                                     let at = r * (n + 3) + j;
@@ -462,6 +582,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The 512-bit kernel is chosen exactly where it runs: with the `x86-v4` feature on a CPU
+    /// with AVX-512F (an emulated one in docs/kernels.md, "AVX-512 in the packed products").
+    #[test]
+    fn the_kernel_follows_the_cpu_and_the_feature() {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let cpu512 = std::arch::is_x86_feature_detected!("avx512f");
+            let cpu256 = std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma");
+            let want = if cfg!(feature = "x86-v4") && cpu512 && cpu256 {
+                Kernel::Avx512
+            } else if cpu256 {
+                Kernel::Avx2
+            } else {
+                Kernel::Portable
+            };
+            assert_eq!(Kernel::detect(), want);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        assert_eq!(Kernel::detect(), Kernel::Portable);
     }
 
     /// The public entry point in a one-thread pool (the product inline, one block) and in a

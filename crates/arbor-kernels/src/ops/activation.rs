@@ -232,13 +232,8 @@ pub(crate) mod cpu {
     /// 256-bit FMA code inside `#[target_feature]` functions; other CPUs keep the `wide` path.
     #[cfg(target_arch = "x86_64")]
     pub(crate) mod avx2 {
-        use std::sync::OnceLock;
-
         /// Whether the CPU has AVX2 and FMA (checked once).
-        pub(crate) fn available() -> bool {
-            static HAS: OnceLock<bool> = OnceLock::new();
-            *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
-        }
+        pub(crate) use crate::isa::avx2_fma as available;
 
         /// `e^x` for `x ≤ 0`; 0 below −87.3 (where `e^x` leaves the normal range).
         #[inline(always)]

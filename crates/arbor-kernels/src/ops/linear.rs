@@ -14,7 +14,7 @@ use crate::ArborBackend;
 pub fn cpu_product_kernels() -> &'static str {
     #[cfg(target_arch = "x86_64")]
     {
-        if cfg!(feature = "x86-v4") && std::arch::is_x86_feature_detected!("avx512f") {
+        if crate::isa::avx512() {
             return "gemm AVX-512";
         }
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")

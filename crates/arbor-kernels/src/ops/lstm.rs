@@ -1419,11 +1419,9 @@ pub(crate) mod host {
             hs[i * h..(i + 1) * h].copy_from_slice(&hh0[r * h..(r + 1) * h]);
             cs[i * h..(i + 1) * h].copy_from_slice(&cc0[r * h..(r + 1) * h]);
         }
-        let (mut h_new, mut c_new) = (vec![0f32; b * h], vec![0f32; b * h]);
         let mut dist = vec![0f32; b];
         let mut xs = vec![0f32; b * d];
         let mut pre = vec![0f32; b * wd];
-        let mut act = vec![0f32; b * wd];
         let layout = OutLayout {
             rows: SequenceLayout::new(b, t, h, cell, every_c),
             h,
@@ -1438,53 +1436,81 @@ pub(crate) mod host {
         } else {
             Vec::new()
         };
+        // Without `keep_gates`, each step's activated gates go to a scratch row per row.
+        let mut act = if keep_gates {
+            Vec::new()
+        } else {
+            vec![0f32; b * wd]
+        };
+        // Row `i`'s pre-activations before the products of step `s`: the input's given columns
+        // (`ConvFastTrees`' master gates), then the bias.
+        let prefill = |row: &mut [f32], i: usize, s: usize| {
+            let at = (order[i] * t + s) * d;
+            row[..given].copy_from_slice(&xx[at..at + given]);
+            row[given..].copy_from_slice(&bb);
+        };
+        for (i, row) in pre[..running.at(0) * wd].chunks_exact_mut(wd).enumerate() {
+            prefill(row, i, 0);
+        }
         // `W` reads the input's columns after the given ones and writes `pre`'s.
         let w_packed = PackedRhs::new(&ww, d - given, wd - given, (wd - given, 1));
         let u_packed = PackedRhs::new(&uu, h, uw, (uw, 1));
         for s in 0..t {
             let n = running.at(s);
+            let n_next = if s + 1 < t { running.at(s + 1) } else { 0 };
             running.gather(n, s, t, d, &xx, &mut xs);
-            for (i, row) in pre[..n * wd].chunks_exact_mut(wd).enumerate() {
-                row[..given].copy_from_slice(&xs[i * d..i * d + given]);
-                row[given..].copy_from_slice(&bb);
-            }
             w_packed.product(n, &mut pre[given..], wd, true, &xs[given..], (d, 1));
             u_packed.product(n, &mut pre[wd - uw..], wd, true, &hs, (h, 1));
-            let (pre_ref, cs_ref) = (&pre, &cs);
+            // The running rows, in parallel: the cell's update from `pre` and the state, into
+            // the state itself (`hs` was read by the product above; each row's `c` is read
+            // before it is overwritten), the gates and `c` into the saved rows, and `pre`'s
+            // row prefilled for the next step.
+            let (acts, aw) = if keep_gates {
+                (&mut saved[starts[s] * sw..starts[s + 1] * sw], sw)
+            } else {
+                (&mut act[..n * wd], wd)
+            };
+            let prefill = &prefill;
             par::rows(
                 n,
                 12 * h,
                 vec![
-                    (&mut act[..n * wd], wd),
-                    (&mut h_new[..n * h], h),
-                    (&mut c_new[..n * h], h),
+                    (&mut pre[..n * wd], wd),
+                    (&mut hs[..n * h], h),
+                    (&mut cs[..n * h], h),
                     (&mut dist[..n], 1),
+                    (acts, aw),
                 ],
-                &|r, o| {
-                    let [act, ho, cn, dist] = o else {
-                        unreachable!("four outputs")
+                &|rows, o| {
+                    let [pre, hs, cs, dist, acts] = o else {
+                        unreachable!("five outputs")
                     };
-                    step_rows(
-                        cell,
-                        par::at(pre_ref, &r, wd),
-                        par::at(cs_ref, &r, h),
-                        h,
-                        act,
-                        ho,
-                        cn,
-                        dist,
-                    );
+                    let mut c_prev = vec![0f32; h];
+                    for (k, i) in rows.enumerate() {
+                        let row = k * h..(k + 1) * h;
+                        let pre_row = &mut pre[k * wd..(k + 1) * wd];
+                        let act_row = &mut acts[k * aw..(k + 1) * aw];
+                        c_prev.copy_from_slice(&cs[row.clone()]);
+                        let (act, c_saved) = act_row.split_at_mut(wd);
+                        step_rows(
+                            cell,
+                            pre_row,
+                            &c_prev,
+                            h,
+                            act,
+                            &mut hs[row.clone()],
+                            &mut cs[row.clone()],
+                            &mut dist[k..k + 1],
+                        );
+                        if keep_gates {
+                            c_saved.copy_from_slice(&cs[row]);
+                        }
+                        if i < n_next {
+                            prefill(pre_row, i, s + 1);
+                        }
+                    }
                 },
             );
-            hs[..n * h].copy_from_slice(&h_new[..n * h]);
-            cs[..n * h].copy_from_slice(&c_new[..n * h]);
-            if keep_gates {
-                let rows = saved[starts[s] * sw..starts[s + 1] * sw].chunks_exact_mut(sw);
-                for (i, row) in rows.enumerate() {
-                    row[..wd].copy_from_slice(&act[i * wd..(i + 1) * wd]);
-                    row[wd..].copy_from_slice(&cs[i * h..(i + 1) * h]);
-                }
-            }
             for (i, &r) in order.iter().enumerate() {
                 let at = layout.h_at(r, s);
                 out[at..at + h].copy_from_slice(&hs[i * h..(i + 1) * h]);
@@ -1536,11 +1562,11 @@ pub(crate) mod host {
         h: usize,
         d_pre: &mut [f32],
         d_c_prev: &mut [f32],
+        scratch: &mut [f32],
     ) {
-        let mut scratch = vec![0f32; h + 4 * cell.chunks()];
         match cell {
             SequenceCell::Lstm => {
-                cpu::lstm_step_backward(act, c, c_prev, g_h, g_c, h, d_pre, d_c_prev, &mut scratch)
+                cpu::lstm_step_backward(act, c, c_prev, g_h, g_c, h, d_pre, d_c_prev, scratch)
             }
             SequenceCell::OnLstm { chunks }
             | SequenceCell::FastTrees { chunks }
@@ -1553,7 +1579,7 @@ pub(crate) mod host {
                 h,
                 d_pre,
                 d_c_prev,
-                &mut scratch,
+                scratch,
             ),
         }
     }
@@ -1609,91 +1635,104 @@ pub(crate) mod host {
                 dc[i * h..(i + 1) * h].copy_from_slice(&dd[at..at + h]);
             }
         }
-        let (mut g_h, mut g_c, mut g_d) = (vec![0f32; b * h], vec![0f32; b * h], vec![0f32; b]);
-        let (mut c_here, mut c_before) = (vec![0f32; b * h], vec![0f32; b * h]);
         let mut h_before = vec![0f32; b * h];
         let mut xs = vec![0f32; b * d];
         let mut dxs = vec![0f32; b * d];
-        let mut act = vec![0f32; b * wd];
         let mut d_pre = vec![0f32; b * wd];
-        let mut d_c_prev = vec![0f32; b * h];
         // `Wᵀ` and `Uᵀ` (row-major `[·, wd]` and `[·, uw]`, so their transposes have strides
         // (1, wd) and (1, uw)).
         let wt_packed = PackedRhs::new(&ww, dw_cols, dw_rows, (1, dw_cols));
         let ut_packed = PackedRhs::new(&uu, uw, h, (1, uw));
         for s in (0..t).rev() {
             let n = running.at(s);
-            for (i, &r) in order.iter().enumerate() {
+            // Ended rows: the gradients pass to the state before this step unchanged, plus
+            // what the output adds at this step.
+            for (i, &r) in order.iter().enumerate().skip(n) {
                 let row = i * h..(i + 1) * h;
                 let at = layout.h_at(r, s);
-                for (j, k) in row.clone().enumerate() {
-                    g_h[k] = dd[at + j] + dh[k];
+                for (acc, &v) in dh[row.clone()].iter_mut().zip(&dd[at..at + h]) {
+                    *acc += v;
                 }
-                match layout.c_at(r, s) {
-                    Some(at) => {
-                        for (j, k) in row.clone().enumerate() {
-                            g_c[k] = dd[at + j] + dc[k];
-                        }
+                if let Some(at) = layout.c_at(r, s) {
+                    for (acc, &v) in dc[row].iter_mut().zip(&dd[at..at + h]) {
+                        *acc += v;
                     }
-                    None => g_c[row.clone()].copy_from_slice(&dc[row.clone()]),
-                }
-                if i >= n {
-                    // Ended: the gradients pass to the state before this step unchanged.
-                    continue;
-                }
-                if let Some(at) = layout.d_at(r, s) {
-                    g_d[i] = dd[at];
-                }
-                let here = (starts[s] + i) * sw + wd;
-                c_here[row.clone()].copy_from_slice(&gg[here..here + h]);
-                act[i * wd..(i + 1) * wd].copy_from_slice(&gg[here - wd..here]);
-                if s > 0 {
-                    // Running now, so running at `s − 1` too, in the same row.
-                    let before = (starts[s - 1] + i) * sw + wd;
-                    c_before[row.clone()].copy_from_slice(&gg[before..before + h]);
-                    // `h_{t−1}` as the step before computed it ([`cpu::hidden`] on the same
-                    // values: the same bits as its output).
-                    cpu::hidden(
-                        &mut h_before[row],
-                        &gg[before..before + h],
-                        &gg[before - h..before],
-                    );
-                } else {
-                    c_before[row.clone()].copy_from_slice(&cc0[r * h..(r + 1) * h]);
-                    h_before[row].copy_from_slice(&hh0[r * h..(r + 1) * h]);
                 }
             }
             running.gather(n, s, t, d, &xx, &mut xs);
-            let (act_ref, c_ref, cb_ref) = (&act, &c_here, &c_before);
-            let (gh_ref, gc_ref, gd_ref) = (&g_h, &g_c, &g_d);
+            // The running rows, in parallel: each reads the gradients reaching its `h` and `c`
+            // from the output and `dh`, `dc`, its gates and `c` straight from the saved rows,
+            // recomputes `h_{t−1}` (for `dU`), and leaves in `dc` the gradient of `c_{t−1}` and
+            // in `dh` zeros, to which `δ_t·Uᵀ` is added below.
+            let (gg, hh0, cc0, dd, layout) = (&gg, &hh0, &cc0, &dd, &layout);
             par::rows(
                 n,
                 20 * h,
-                vec![(&mut d_pre[..n * wd], wd), (&mut d_c_prev[..n * h], h)],
-                &|r, o| {
-                    let [dp, dcp] = o else {
-                        unreachable!("two outputs")
+                vec![
+                    (&mut d_pre[..n * wd], wd),
+                    (&mut dh[..n * h], h),
+                    (&mut dc[..n * h], h),
+                    (&mut h_before[..n * h], h),
+                ],
+                &|rows, o| {
+                    let [dp, dh, dc, hb] = o else {
+                        unreachable!("four outputs")
                     };
-                    step_backward_rows(
-                        cell,
-                        par::at(act_ref, &r, wd),
-                        par::at(c_ref, &r, h),
-                        par::at(cb_ref, &r, h),
-                        (
-                            par::at(gh_ref, &r, h),
-                            par::at(gc_ref, &r, h),
-                            &gd_ref[r.clone()],
-                        ),
-                        h,
-                        dp,
-                        dcp,
-                    );
+                    // `g_h`, `g_c`, then the step kernel's scratch.
+                    let mut scratch = vec![0f32; 3 * h + 4 * cell.chunks()];
+                    let (g, scratch) = scratch.split_at_mut(2 * h);
+                    let (g_h, g_c) = g.split_at_mut(h);
+                    for (k, i) in rows.enumerate() {
+                        let r = order[i];
+                        let row = k * h..(k + 1) * h;
+                        let at = layout.h_at(r, s);
+                        for ((gv, &o), &acc) in
+                            g_h.iter_mut().zip(&dd[at..at + h]).zip(&dh[row.clone()])
+                        {
+                            *gv = o + acc;
+                        }
+                        match layout.c_at(r, s) {
+                            Some(at) => {
+                                for ((gv, &o), &acc) in
+                                    g_c.iter_mut().zip(&dd[at..at + h]).zip(&dc[row.clone()])
+                                {
+                                    *gv = o + acc;
+                                }
+                            }
+                            None => g_c.copy_from_slice(&dc[row.clone()]),
+                        }
+                        let g_d = layout.d_at(r, s).map_or(0.0, |at| dd[at]);
+                        let here = (starts[s] + i) * sw + wd;
+                        let c_before = if s > 0 {
+                            // Running now, so running at `s − 1` too, in the same row.
+                            let before = (starts[s - 1] + i) * sw + wd;
+                            // `h_{t−1}` as the step before computed it ([`cpu::hidden`] on the
+                            // same values: the same bits as its output).
+                            cpu::hidden(
+                                &mut hb[row.clone()],
+                                &gg[before..before + h],
+                                &gg[before - h..before],
+                            );
+                            &gg[before..before + h]
+                        } else {
+                            hb[row.clone()].copy_from_slice(&hh0[r * h..(r + 1) * h]);
+                            &cc0[r * h..(r + 1) * h]
+                        };
+                        step_backward_rows(
+                            cell,
+                            &gg[here - wd..here],
+                            &gg[here..here + h],
+                            c_before,
+                            (g_h, g_c, &[g_d]),
+                            h,
+                            &mut dp[k * wd..(k + 1) * wd],
+                            &mut dc[row.clone()],
+                            scratch,
+                        );
+                        dh[row].fill(0.0);
+                    }
                 },
             );
-            dh[..n * h].fill(0.0);
-            dc[..n * h].copy_from_slice(&d_c_prev[..n * h]);
-            dh[n * h..].copy_from_slice(&g_h[n * h..]);
-            dc[n * h..].copy_from_slice(&g_c[n * h..]);
             if n == 0 {
                 continue;
             }
