@@ -26,3 +26,67 @@ pub(crate) fn avx512() -> bool {
     cfg!(feature = "x86-v4")
         && *HAS.get_or_init(|| is_x86_feature_detected!("avx512f") && avx2_fma())
 }
+
+/// Defines modules `avx2` and `avx512` in the calling module, each holding a copy of every
+/// function given, compiled for that instruction set (`#[target_feature]`); [`widest!`] calls
+/// the copy for the widest set this process uses. The bodies are plain Rust whose loops LLVM
+/// vectorises for each set (helpers they call must be `#[inline(always)]`, so that they are
+/// compiled into each copy). Rust neither reassociates nor contracts floating-point operations,
+/// so each copy computes the same values as the others.
+macro_rules! simd_copies {
+    ($($(#[$attr:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block)*) => {
+        /// The functions compiled for AVX2 + FMA.
+        #[cfg(target_arch = "x86_64")]
+        #[allow(clippy::too_many_arguments)]
+        pub(crate) mod avx2 {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                $(#[$attr])*
+                #[target_feature(enable = "avx2,fma")]
+                pub(crate) unsafe fn $name($($arg: $ty),*) $(-> $ret)? $body
+            )*
+        }
+
+        /// The functions compiled for AVX-512F (with AVX2 + FMA).
+        #[cfg(target_arch = "x86_64")]
+        #[allow(clippy::too_many_arguments)]
+        pub(crate) mod avx512 {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                $(#[$attr])*
+                #[target_feature(enable = "avx512f,avx2,fma")]
+                pub(crate) unsafe fn $name($($arg: $ty),*) $(-> $ret)? $body
+            )*
+        }
+    };
+}
+
+/// `widest!(copies, name(args…) else fallback)`: calls `copies::avx512::name` where
+/// [`avx512`] holds, else `copies::avx2::name` where [`avx2_fma`] holds, else evaluates
+/// `fallback` (`copies` is a module that [`simd_copies!`] filled).
+#[cfg(target_arch = "x86_64")]
+macro_rules! widest {
+    ($copies:ident, $name:ident($($arg:expr),* $(,)?) else $fallback:expr) => {
+        if $crate::isa::avx512() {
+            // SAFETY: the CPU has AVX-512F, AVX2 and FMA (checked just now).
+            unsafe { $copies::avx512::$name($($arg),*) }
+        } else if $crate::isa::avx2_fma() {
+            // SAFETY: the CPU has AVX2 and FMA (checked just now).
+            unsafe { $copies::avx2::$name($($arg),*) }
+        } else {
+            $fallback
+        }
+    };
+}
+
+/// Off x86-64 there are no copies: the fallback.
+#[cfg(not(target_arch = "x86_64"))]
+macro_rules! widest {
+    ($copies:ident, $name:ident($($arg:expr),* $(,)?) else $fallback:expr) => {
+        $fallback
+    };
+}
+
+pub(crate) use {simd_copies, widest};

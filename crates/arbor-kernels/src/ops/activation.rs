@@ -128,6 +128,8 @@ pub(crate) mod reference {
 pub(crate) mod cpu {
     use wide::{f32x8, CmpEq, CmpGe, CmpLt};
 
+    use crate::isa::widest;
+
     const LANES: usize = 8;
 
     #[inline(always)]
@@ -205,35 +207,24 @@ pub(crate) mod cpu {
 
     /// `dst = σ(src)`.
     pub fn sigmoid(dst: &mut [f32], src: &[f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if avx2::available() {
-            // SAFETY: the CPU has AVX2 and FMA (checked above).
-            return unsafe { avx2::sigmoid(dst, src) };
-        }
-        map8(dst, src, sigmoid8);
+        widest!(loops, sigmoid(dst, src) else map8(dst, src, sigmoid8))
     }
 
     /// `dst = tanh(src)`.
     pub fn tanh(dst: &mut [f32], src: &[f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if avx2::available() {
-            // SAFETY: the CPU has AVX2 and FMA (checked above).
-            return unsafe { avx2::tanh(dst, src) };
-        }
-        map8(dst, src, tanh8);
+        widest!(loops, tanh(dst, src) else map8(dst, src, tanh8))
     }
 
     /// Sigmoid, tanh and GELU (forward, and its backward with the gradient's product in the
-    /// same pass) compiled for AVX2 + FMA and chosen at run time.
+    /// same pass) one element at a time, for the vectorised loops of [`loops`].
     ///
     /// `wide` picks its instructions when it is compiled, so for the default `x86-64` target its
-    /// eight lanes are two SSE halves. These loops are plain `f32` code (an `exp` by range
-    /// reduction and a degree-6 polynomial, Cephes' `expf`, within 2 ulp) that LLVM vectorises to
-    /// 256-bit FMA code inside `#[target_feature]` functions; other CPUs keep the `wide` path.
+    /// eight lanes are two SSE halves. These are plain `f32` code (an `exp` by range reduction
+    /// and a degree-6 polynomial, Cephes' `expf`, within 2 ulp) that LLVM vectorises to 256-bit
+    /// or 512-bit FMA code inside the `#[target_feature]` copies; other CPUs keep the `wide`
+    /// path.
     #[cfg(target_arch = "x86_64")]
-    pub(crate) mod avx2 {
-        /// Whether the CPU has AVX2 and FMA (checked once).
-        pub(crate) use crate::isa::avx2_fma as available;
+    pub(crate) mod scalar {
 
         /// `e^x` for `x ≤ 0`; 0 below −87.3 (where `e^x` leaves the normal range).
         #[inline(always)]
@@ -268,7 +259,7 @@ pub(crate) mod cpu {
         }
 
         #[inline(always)]
-        fn sigmoid1(x: f32) -> f32 {
+        pub(crate) fn sigmoid1(x: f32) -> f32 {
             let t = exp_nonpositive(-x.abs());
             let p = 1.0 / (1.0 + t);
             let r = if x >= 0.0 { p } else { t * p };
@@ -280,7 +271,7 @@ pub(crate) mod cpu {
         }
 
         #[inline(always)]
-        fn tanh1(x: f32) -> f32 {
+        pub(crate) fn tanh1(x: f32) -> f32 {
             let t = exp_nonpositive(-2.0 * x.abs());
             let r = (1.0 - t) / (1.0 + t);
             let r = if x < 0.0 { -r } else { r };
@@ -312,7 +303,7 @@ pub(crate) mod cpu {
         }
 
         #[inline(always)]
-        fn gelu1(x: f32) -> f32 {
+        pub(crate) fn gelu1(x: f32) -> f32 {
             // As `gelu8`: 0 where Φ(x) underflows to 0 (also at −∞).
             let cdf = normal_cdf1(x);
             let r = if cdf == 0.0 { 0.0 } else { x * cdf };
@@ -325,7 +316,7 @@ pub(crate) mod cpu {
 
         /// `g·(Φ(x) + x·φ(x))`.
         #[inline(always)]
-        fn gelu_backward1(x: f32, g: f32) -> f32 {
+        pub(crate) fn gelu_backward1(x: f32, g: f32) -> f32 {
             const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
             let pdf = FRAC_1_SQRT_2PI * exp_nonpositive(-0.5 * x * x);
             let r = x.mul_add(pdf, normal_cdf1(x));
@@ -335,55 +326,75 @@ pub(crate) mod cpu {
                 r * g
             }
         }
+    }
 
-        #[target_feature(enable = "avx2,fma")]
-        pub(super) unsafe fn gelu(dst: &mut [f32], src: &[f32]) {
-            for (d, &x) in dst.iter_mut().zip(src) {
-                *d = gelu1(x);
+    /// The loops of sigmoid, tanh and GELU over slices, one copy per instruction set
+    /// ([`crate::isa::simd_copies`]), called through [`crate::isa::widest`].
+    #[cfg(target_arch = "x86_64")]
+    mod loops {
+        use super::scalar::{gelu1, gelu_backward1, sigmoid1, tanh1};
+
+        crate::isa::simd_copies! {
+            fn gelu(dst: &mut [f32], src: &[f32]) {
+                for (d, &x) in dst.iter_mut().zip(src) {
+                    *d = gelu1(x);
+                }
             }
-        }
 
-        #[target_feature(enable = "avx2,fma")]
-        pub(super) unsafe fn gelu_backward(dst: &mut [f32], x: &[f32], grad: &[f32]) {
-            for ((d, &x), &g) in dst.iter_mut().zip(x).zip(grad) {
-                *d = gelu_backward1(x, g);
+            fn gelu_backward(dst: &mut [f32], x: &[f32], grad: &[f32]) {
+                for ((d, &x), &g) in dst.iter_mut().zip(x).zip(grad) {
+                    *d = gelu_backward1(x, g);
+                }
             }
-        }
 
-        #[target_feature(enable = "avx2,fma")]
-        pub(super) unsafe fn sigmoid(dst: &mut [f32], src: &[f32]) {
-            for (d, &x) in dst.iter_mut().zip(src) {
-                *d = sigmoid1(x);
+            fn sigmoid(dst: &mut [f32], src: &[f32]) {
+                for (d, &x) in dst.iter_mut().zip(src) {
+                    *d = sigmoid1(x);
+                }
             }
-        }
 
-        #[target_feature(enable = "avx2,fma")]
-        pub(super) unsafe fn tanh(dst: &mut [f32], src: &[f32]) {
-            for (d, &x) in dst.iter_mut().zip(src) {
-                *d = tanh1(x);
+            fn tanh(dst: &mut [f32], src: &[f32]) {
+                for (d, &x) in dst.iter_mut().zip(src) {
+                    *d = tanh1(x);
+                }
             }
         }
 
         #[cfg(test)]
         mod tests {
-            #[test]
-            fn the_avx2_loops_match_the_wide_path() {
-                if !super::available() {
-                    return;
+            use crate::isa;
+
+            type Map = unsafe fn(&mut [f32], &[f32]);
+            type Zip = unsafe fn(&mut [f32], &[f32], &[f32]);
+
+            /// Each copy this CPU runs: its name, sigmoid, tanh, GELU and GELU's backward.
+            fn copies() -> Vec<(&'static str, [Map; 3], Zip)> {
+                let mut out: Vec<(&'static str, [Map; 3], Zip)> = Vec::new();
+                if isa::avx2_fma() {
+                    use super::avx2::*;
+                    out.push(("AVX2", [sigmoid, tanh, gelu], gelu_backward));
                 }
+                if isa::avx512() {
+                    use super::avx512::*;
+                    out.push(("AVX-512", [sigmoid, tanh, gelu], gelu_backward));
+                }
+                out
+            }
+
+            #[test]
+            fn the_vector_loops_match_the_wide_path() {
                 let xs: Vec<f32> = (-2000..=2000).map(|i| i as f32 * 0.05).collect();
                 let (mut a, mut b) = (vec![0.0; xs.len()], vec![0.0; xs.len()]);
-                for (fast, wide) in [
-                    (
-                        super::sigmoid as unsafe fn(&mut [f32], &[f32]),
-                        super::super::sigmoid8 as fn(_) -> _,
-                    ),
-                    (super::tanh, super::super::tanh8),
-                ] {
-                    unsafe { fast(&mut a, &xs) };
-                    super::super::map8(&mut b, &xs, wide);
-                    for ((&x, &p), &q) in xs.iter().zip(&a).zip(&b) {
-                        assert!((p - q).abs() <= 2.5e-7, "x = {x}: {p} vs {q}");
+                for (name, [sigmoid, tanh, _], _) in copies() {
+                    for (fast, wide) in [
+                        (sigmoid, super::super::sigmoid8 as fn(_) -> _),
+                        (tanh, super::super::tanh8),
+                    ] {
+                        unsafe { fast(&mut a, &xs) };
+                        super::super::map8(&mut b, &xs, wide);
+                        for ((&x, &p), &q) in xs.iter().zip(&a).zip(&b) {
+                            assert!((p - q).abs() <= 2.5e-7, "{name} x = {x}: {p} vs {q}");
+                        }
                     }
                 }
             }
@@ -392,63 +403,91 @@ pub(crate) mod cpu {
             /// `wide` path, over the range where both differ from their limits, at the
             /// underflow edge and at the special values.
             #[test]
-            fn the_avx2_gelu_loops_match_the_wide_path() {
-                if !super::available() {
-                    return;
-                }
+            fn the_vector_gelu_loops_match_the_wide_path() {
                 let xs: Vec<f32> = (-2000..=2000)
                     .map(|i| i as f32 * 0.01)
                     .chain([-13.0, -13.2, -14.0, -20.0, 20.0, 1e-8, -1e-8, 0.0])
                     .collect();
                 let grad: Vec<f32> = (0..xs.len()).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
                 let (mut a, mut b) = (vec![0.0; xs.len()], vec![0.0; xs.len()]);
-                unsafe { super::gelu(&mut a, &xs) };
-                super::super::map8(&mut b, &xs, super::super::gelu8);
-                for ((&x, &p), &q) in xs.iter().zip(&a).zip(&b) {
-                    let tol = 3e-7 * (1.0 + x.abs());
-                    assert!((p - q).abs() <= tol, "gelu({x}): {p} vs {q}");
+                for (name, [_, _, gelu], gelu_backward) in copies() {
+                    unsafe { gelu(&mut a, &xs) };
+                    super::super::map8(&mut b, &xs, super::super::gelu8);
+                    for ((&x, &p), &q) in xs.iter().zip(&a).zip(&b) {
+                        let tol = 3e-7 * (1.0 + x.abs());
+                        assert!((p - q).abs() <= tol, "{name} gelu({x}): {p} vs {q}");
+                    }
+                    unsafe { gelu_backward(&mut a, &xs, &grad) };
+                    super::super::map8(&mut b, &xs, super::super::gelu_slope8);
+                    for (((&x, &p), &q), &g) in xs.iter().zip(&a).zip(&b).zip(&grad) {
+                        let tol = 3e-7 * g * (1.0 + x.abs());
+                        assert!(
+                            (p - q * g).abs() <= tol,
+                            "{name} gelu'({x})·{g}: {p} vs {}",
+                            q * g
+                        );
+                    }
+                    let special = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY];
+                    let mut out = [0f32; 3];
+                    unsafe { gelu(&mut out, &special) };
+                    assert!(
+                        out[0].is_nan() && out[1] == f32::INFINITY && out[2] == 0.0,
+                        "{name} {out:?}"
+                    );
+                    unsafe { gelu_backward(&mut out, &[f32::NAN, 40.0, -40.0], &[2.0; 3]) };
+                    assert!(
+                        out[0].is_nan() && out[1] == 2.0 && out[2] == 0.0,
+                        "{name} {out:?}"
+                    );
                 }
-                unsafe { super::gelu_backward(&mut a, &xs, &grad) };
-                super::super::map8(&mut b, &xs, super::super::gelu_slope8);
-                for (((&x, &p), &q), &g) in xs.iter().zip(&a).zip(&b).zip(&grad) {
-                    let tol = 3e-7 * g * (1.0 + x.abs());
-                    assert!((p - q * g).abs() <= tol, "gelu'({x})·{g}: {p} vs {}", q * g);
+            }
+
+            /// Every copy gives the bits of the AVX2 copy (the same source; Rust neither
+            /// reassociates nor contracts floating-point operations).
+            #[test]
+            fn every_copy_gives_the_same_bits() {
+                let xs: Vec<f32> = (-3000..=3000).map(|i| i as f32 * 0.013).collect();
+                let g: Vec<f32> = xs.iter().map(|x| 1.0 + x.sin()).collect();
+                let run = |(fs, back): ([Map; 3], Zip)| -> Vec<Vec<u32>> {
+                    let mut outs = Vec::new();
+                    for f in fs {
+                        let mut o = vec![0f32; xs.len()];
+                        unsafe { f(&mut o, &xs) };
+                        outs.push(o.iter().map(|v| v.to_bits()).collect());
+                    }
+                    let mut o = vec![0f32; xs.len()];
+                    unsafe { back(&mut o, &xs, &g) };
+                    outs.push(o.iter().map(|v| v.to_bits()).collect());
+                    outs
+                };
+                let all = copies();
+                if let Some((_, fs, back)) = all.first() {
+                    let want = run((*fs, *back));
+                    for (name, fs, back) in &all[1..] {
+                        assert!(run((*fs, *back)) == want, "{name} differs from AVX2");
+                    }
                 }
-                let special = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY];
-                let mut out = [0f32; 3];
-                unsafe { super::gelu(&mut out, &special) };
-                assert!(
-                    out[0].is_nan() && out[1] == f32::INFINITY && out[2] == 0.0,
-                    "{out:?}"
-                );
-                unsafe { super::gelu_backward(&mut out, &[f32::NAN, 40.0, -40.0], &[2.0; 3]) };
-                assert!(out[0].is_nan() && out[1] == 2.0 && out[2] == 0.0, "{out:?}");
             }
         }
     }
 
     /// `dst = GELU(src) = src·Φ(src)`.
     pub fn gelu(dst: &mut [f32], src: &[f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if avx2::available() {
-            // SAFETY: the CPU has AVX2 and FMA (checked above).
-            return unsafe { avx2::gelu(dst, src) };
-        }
-        map8(dst, src, gelu8);
+        widest!(loops, gelu(dst, src) else map8(dst, src, gelu8))
     }
 
     /// `dst = grad ⊙ GELU′(x)`.
     pub fn gelu_backward(dst: &mut [f32], x: &[f32], grad: &[f32]) {
         debug_assert!(dst.len() == x.len() && x.len() == grad.len());
-        #[cfg(target_arch = "x86_64")]
-        if avx2::available() {
-            // SAFETY: the CPU has AVX2 and FMA (checked above).
-            return unsafe { avx2::gelu_backward(dst, x, grad) };
-        }
-        map8(dst, x, gelu_slope8);
-        for (d, g) in dst.iter_mut().zip(grad) {
-            *d *= g;
-        }
+        widest!(
+            loops,
+            gelu_backward(dst, x, grad) else {
+                map8(dst, x, gelu_slope8);
+                for (d, g) in dst.iter_mut().zip(grad) {
+                    *d *= g;
+                }
+            }
+        )
     }
 
     #[cfg(test)]

@@ -477,7 +477,8 @@ pub(crate) mod cpu {
         x.exp()
     }
 
-    /// [`forward_body`] for the rows of groups `groups`, on AVX2 + FMA where the CPU has them.
+    /// [`forward_body`] for the rows of groups `groups`, compiled for the widest vector set in use
+    /// ([`crate::isa::widest`]).
     pub(crate) fn forward(
         qkv: [Rows<'_>; 3],
         bias: Option<Bias<'_>>,
@@ -493,18 +494,16 @@ pub(crate) mod cpu {
                 &mut out[i * o..(i + 1) * o],
                 &mut weights[i * w..(i + 1) * w],
             );
-            #[cfg(target_arch = "x86_64")]
-            if crate::ops::activation::cpu::avx2::available() {
-                // SAFETY: the CPU has AVX2 and FMA (checked above).
-                unsafe { avx2_attention::forward(qkv, bias, g, dims, out, weights, &mut kt) };
-                continue;
-            }
-            forward_body(qkv, bias, g, dims, out, weights, &mut kt, exp);
+            crate::isa::widest!(
+                attention_copies,
+                forward(qkv, bias, g, dims, out, weights, &mut kt)
+                    else forward_body(qkv, bias, g, dims, out, weights, &mut kt, exp)
+            );
         }
     }
 
     /// [`backward_body`] for the rows of groups `groups` (`weights` and the outputs hold those
-    /// groups only), on AVX2 + FMA where the CPU has them.
+    /// groups only), compiled for the widest vector set in use.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn backward(
         qkv: [Rows<'_>; 3],
@@ -530,52 +529,47 @@ pub(crate) mod cpu {
             ];
             let sum = ds_sum.as_deref_mut().map(|s| &mut s[i * ll..(i + 1) * ll]);
             let p = &weights[i * w..(i + 1) * w];
-            #[cfg(target_arch = "x86_64")]
-            if crate::ops::activation::cpu::avx2::available() {
-                // SAFETY: the CPU has AVX2 and FMA (checked above).
-                unsafe {
-                    avx2_attention::backward(qkv, p, grad, g, dims, outs, sum, [&mut ds, &mut vt])
-                };
-                continue;
-            }
-            backward_body(qkv, p, grad, g, dims, outs, sum, [&mut ds, &mut vt]);
+            crate::isa::widest!(
+                attention_copies,
+                backward(qkv, p, grad, g, dims, outs, sum, [&mut ds, &mut vt])
+                    else backward_body(qkv, p, grad, g, dims, outs, sum, [&mut ds, &mut vt])
+            );
         }
     }
 
-    /// The two bodies compiled for AVX2 + FMA, with the activations' vectorisable `exp`.
+    /// The two bodies, one copy per instruction set ([`crate::isa::simd_copies`]), with the
+    /// activations' vectorisable `exp`.
     #[cfg(target_arch = "x86_64")]
-    mod avx2_attention {
+    mod attention_copies {
         use super::{backward_body, forward_body, Bias, Dims};
         use crate::host::Rows;
-        use crate::ops::activation::cpu::avx2::exp_nonpositive;
+        use crate::ops::activation::cpu::scalar::exp_nonpositive;
 
-        #[allow(clippy::too_many_arguments)]
-        #[target_feature(enable = "avx2,fma")]
-        pub(super) unsafe fn forward(
-            qkv: [Rows<'_>; 3],
-            bias: Option<Bias<'_>>,
-            g: usize,
-            dims: Dims,
-            out: &mut [f32],
-            weights: &mut [f32],
-            kt: &mut [f32],
-        ) {
-            forward_body(qkv, bias, g, dims, out, weights, kt, exp_nonpositive)
-        }
+        crate::isa::simd_copies! {
+            fn forward(
+                qkv: [Rows<'_>; 3],
+                bias: Option<Bias<'_>>,
+                g: usize,
+                dims: Dims,
+                out: &mut [f32],
+                weights: &mut [f32],
+                kt: &mut [f32],
+            ) {
+                forward_body(qkv, bias, g, dims, out, weights, kt, exp_nonpositive)
+            }
 
-        #[allow(clippy::too_many_arguments)]
-        #[target_feature(enable = "avx2,fma")]
-        pub(super) unsafe fn backward(
-            qkv: [Rows<'_>; 3],
-            p: &[f32],
-            grad: Rows<'_>,
-            g: usize,
-            dims: Dims,
-            outs: [&mut [f32]; 3],
-            ds_sum: Option<&mut [f32]>,
-            scratch: [&mut [f32]; 2],
-        ) {
-            backward_body(qkv, p, grad, g, dims, outs, ds_sum, scratch)
+            fn backward(
+                qkv: [Rows<'_>; 3],
+                p: &[f32],
+                grad: Rows<'_>,
+                g: usize,
+                dims: Dims,
+                outs: [&mut [f32]; 3],
+                ds_sum: Option<&mut [f32]>,
+                scratch: [&mut [f32]; 2],
+            ) {
+                backward_body(qkv, p, grad, g, dims, outs, ds_sum, scratch)
+            }
         }
     }
 }

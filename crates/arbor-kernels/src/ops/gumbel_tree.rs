@@ -182,7 +182,6 @@ pub(crate) mod cpu {
     use crate::host::Rows;
     use crate::lanes::dot8;
     #[cfg(target_arch = "x86_64")]
-    use crate::ops::activation::cpu::avx2;
     use crate::ops::argmax_tree::cpu::{pair_cost, softmax, Halves};
     use crate::ops::gated_cell::cpu::{
         gated_cell, gated_cell_backward, gated_output, gated_output_backward,
@@ -847,8 +846,8 @@ pub(crate) mod cpu {
     /// share and the selected parent's cell backward (its gate gradient written to
     /// `best_gates`), all into the sentence's own state `st`. `full` is the selected parent's
     /// full `h` gradient, `chosen` the upstream gradient of the chosen parent's row. Its dot
-    /// products and updates are most of the backward's time: compiled for AVX2 + FMA where
-    /// the CPU has them (chosen at run time).
+    /// products and updates are most of the backward's time: compiled for the widest vector
+    /// set in use, AVX-512 or AVX2 + FMA (chosen at run time, [`crate::isa::widest`]).
     fn layer_backward(
         x: &Shared<'_>,
         state: (&Layer, &mut SentenceGrads),
@@ -857,21 +856,26 @@ pub(crate) mod cpu {
         scratch: &mut Scratch,
     ) {
         #[cfg(target_arch = "x86_64")]
-        if avx2::available() {
-            #[target_feature(enable = "avx2,fma")]
-            unsafe fn wide(
-                x: &Shared<'_>,
-                state: (&Layer, &mut SentenceGrads),
-                upstream: (&[f32], &[f32]),
-                best_gates: &mut [f32],
-                scratch: &mut Scratch,
-            ) {
-                layer_backward_body(x, state, upstream, best_gates, scratch)
+        mod layer_copies {
+            use super::{layer_backward_body, Layer, Scratch, SentenceGrads, Shared};
+
+            crate::isa::simd_copies! {
+                fn layer_backward(
+                    x: &Shared<'_>,
+                    state: (&Layer, &mut SentenceGrads),
+                    upstream: (&[f32], &[f32]),
+                    best_gates: &mut [f32],
+                    scratch: &mut Scratch,
+                ) {
+                    layer_backward_body(x, state, upstream, best_gates, scratch)
+                }
             }
-            // SAFETY: the CPU has AVX2 and FMA (checked above).
-            return unsafe { wide(x, state, upstream, best_gates, scratch) };
         }
-        layer_backward_body(x, state, upstream, best_gates, scratch)
+        crate::isa::widest!(
+            layer_copies,
+            layer_backward(x, state, upstream, best_gates, scratch)
+                else layer_backward_body(x, state, upstream, best_gates, scratch)
+        )
     }
 
     /// `⟨g, v⟩` for the local object `g`'s gradient and the object `v`'s saved values (a

@@ -120,14 +120,13 @@ pub(crate) mod reference {
     }
 }
 
-/// The backward row loops over contiguous `f32` memory (AVX2 + FMA at run time).
+/// The backward row loops over contiguous `f32` memory (AVX-512 or AVX2 + FMA at run time).
 // The loops index several equal-length rows at once; indices keep them readable and LLVM
 // vectorises them.
 #[allow(clippy::needless_range_loop)]
 pub(crate) mod cpu {
+    use crate::isa::widest;
     use crate::lanes::{sum8, sum_dot8, sum_sq8};
-    #[cfg(target_arch = "x86_64")]
-    use crate::ops::activation::cpu::avx2;
 
     /// Mean and `1 / sqrt(var + ε)` of one row (two passes).
     #[inline(always)]
@@ -198,33 +197,35 @@ pub(crate) mod cpu {
         }
     }
 
-    /// The layer-norm backward loops compiled for AVX2 + FMA, chosen at run time like sigmoid and
-    /// tanh.
+    /// The layer-norm backward loops, one copy per instruction set
+    /// ([`crate::isa::simd_copies`]), chosen at run time like sigmoid and tanh.
     #[cfg(target_arch = "x86_64")]
-    mod avx2_norm {
-        #[target_feature(enable = "avx2,fma")]
-        pub(super) unsafe fn layer_norm_backward(
-            dx: &mut [f32],
-            stats: &mut [f32],
-            x: &[f32],
-            grad: &[f32],
-            d: usize,
-            gamma: Option<&[f32]>,
-            epsilon: f32,
-        ) {
-            super::layer_norm_backward_body(dx, stats, x, grad, d, gamma, epsilon)
-        }
+    mod norm_copies {
+        use super::{layer_norm_affine_backward_body, layer_norm_backward_body};
 
-        #[target_feature(enable = "avx2,fma")]
-        pub(super) unsafe fn layer_norm_affine_backward(
-            d_gamma: &mut [f32],
-            d_beta: &mut [f32],
-            stats: &[f32],
-            x: &[f32],
-            grad: &[f32],
-            d: usize,
-        ) {
-            super::layer_norm_affine_backward_body(d_gamma, d_beta, stats, x, grad, d)
+        crate::isa::simd_copies! {
+            fn layer_norm_backward(
+                dx: &mut [f32],
+                stats: &mut [f32],
+                x: &[f32],
+                grad: &[f32],
+                d: usize,
+                gamma: Option<&[f32]>,
+                epsilon: f32,
+            ) {
+                layer_norm_backward_body(dx, stats, x, grad, d, gamma, epsilon)
+            }
+
+            fn layer_norm_affine_backward(
+                d_gamma: &mut [f32],
+                d_beta: &mut [f32],
+                stats: &[f32],
+                x: &[f32],
+                grad: &[f32],
+                d: usize,
+            ) {
+                layer_norm_affine_backward_body(d_gamma, d_beta, stats, x, grad, d)
+            }
         }
     }
 
@@ -245,14 +246,11 @@ pub(crate) mod cpu {
             return;
         }
         let epsilon = epsilon as f32;
-        #[cfg(target_arch = "x86_64")]
-        if avx2::available() {
-            // SAFETY: the CPU has AVX2 and FMA (checked above).
-            return unsafe {
-                avx2_norm::layer_norm_backward(dx, stats, x, grad, d, gamma, epsilon)
-            };
-        }
-        layer_norm_backward_body(dx, stats, x, grad, d, gamma, epsilon)
+        widest!(
+            norm_copies,
+            layer_norm_backward(dx, stats, x, grad, d, gamma, epsilon)
+                else layer_norm_backward_body(dx, stats, x, grad, d, gamma, epsilon)
+        )
     }
 
     /// `dγ = Σ_rows g ⊙ x̂` and `dβ = Σ_rows g` of layer normalisation, with each row's
@@ -268,14 +266,11 @@ pub(crate) mod cpu {
         if d == 0 {
             return;
         }
-        #[cfg(target_arch = "x86_64")]
-        if avx2::available() {
-            // SAFETY: the CPU has AVX2 and FMA (checked above).
-            return unsafe {
-                avx2_norm::layer_norm_affine_backward(d_gamma, d_beta, stats, x, grad, d)
-            };
-        }
-        layer_norm_affine_backward_body(d_gamma, d_beta, stats, x, grad, d)
+        widest!(
+            norm_copies,
+            layer_norm_affine_backward(d_gamma, d_beta, stats, x, grad, d)
+                else layer_norm_affine_backward_body(d_gamma, d_beta, stats, x, grad, d)
+        )
     }
 }
 
