@@ -1551,7 +1551,7 @@ pub(crate) mod host {
 
     /// The backward row kernel for `cell` ([`cpu::lstm_step_backward`],
     /// [`cpu::ordered_step_backward`]); `g_d` is the distances' gradient, one per row (unused
-    /// for the LSTM).
+    /// for the LSTM); `scratch` holds `h + 4·chunks` values.
     #[allow(clippy::too_many_arguments)]
     fn step_backward_rows(
         cell: SequenceCell,
