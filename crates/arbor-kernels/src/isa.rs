@@ -1,12 +1,12 @@
 //! Which vector instruction sets the CPU kernels use, decided once per process and in one place.
 //!
-//! - **AVX2 + FMA**: the `#[target_feature(enable = "avx2,fma")]` copies of the loops, on any
-//!   x86-64 CPU that has both.
-//! - **AVX-512F**: the packed products' 512-bit kernel (`packed.rs`) and the `gemm` crate's
-//!   AVX-512 kernels, on a CPU with AVX-512F when the `x86-v4` feature is on (the default in the
-//!   facade and the benchmark). Both follow this one switch, so a build without `x86-v4` (the
-//!   choice docs/bench.md gives for AMD Zen 4, where `gemm`'s AVX-512 products trained the cells
-//!   more slowly) runs no 512-bit code at all.
+//! - **AVX2 + FMA**: the packed products' AVX2 kernel (`packed.rs`) and the `avx2` copies of
+//!   the vectorised loops ([`simd_copies!`]), on any x86-64 CPU that has both.
+//! - **AVX-512F**: the packed products' 512-bit kernel, the `avx512` copies of the loops and the
+//!   `gemm` crate's AVX-512 kernels, on a CPU with AVX-512F when the `x86-v4` feature is on (the
+//!   default in the facade and the benchmark). All follow this one switch, so a build without
+//!   `x86-v4` (the choice docs/bench.md gives for AMD Zen 4, where `gemm`'s AVX-512 products
+//!   trained the cells more slowly) runs no 512-bit code at all.
 
 /// Whether the CPU has AVX2 and FMA (checked once).
 #[cfg(target_arch = "x86_64")]

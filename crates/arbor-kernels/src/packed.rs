@@ -585,7 +585,7 @@ mod tests {
     }
 
     /// The 512-bit kernel is chosen exactly where it runs: with the `x86-v4` feature on a CPU
-    /// with AVX-512F (an emulated one in docs/kernels.md, "AVX-512 in the packed products").
+    /// with AVX-512F (an emulated one in docs/kernels.md, "AVX-512 in arbor's own kernels").
     #[test]
     fn the_kernel_follows_the_cpu_and_the_feature() {
         #[cfg(target_arch = "x86_64")]

@@ -225,7 +225,6 @@ pub(crate) mod cpu {
     /// path.
     #[cfg(target_arch = "x86_64")]
     pub(crate) mod scalar {
-
         /// `e^x` for `x ≤ 0`; 0 below −87.3 (where `e^x` leaves the normal range).
         #[inline(always)]
         pub(crate) fn exp_nonpositive(x: f32) -> f32 {

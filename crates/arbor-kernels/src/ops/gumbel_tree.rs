@@ -181,7 +181,6 @@ pub(crate) fn st_gumbel_tree_backward<B: Backend>(
 pub(crate) mod cpu {
     use crate::host::Rows;
     use crate::lanes::dot8;
-    #[cfg(target_arch = "x86_64")]
     use crate::ops::argmax_tree::cpu::{pair_cost, softmax, Halves};
     use crate::ops::gated_cell::cpu::{
         gated_cell, gated_cell_backward, gated_output, gated_output_backward,

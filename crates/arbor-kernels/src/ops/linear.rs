@@ -17,8 +17,7 @@ pub fn cpu_product_kernels() -> &'static str {
         if crate::isa::avx512() {
             return "gemm AVX-512";
         }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
+        if crate::isa::avx2_fma() {
             return "gemm AVX2/FMA";
         }
     }
