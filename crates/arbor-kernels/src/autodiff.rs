@@ -111,6 +111,7 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
             => ops::layer_norm::autodiff::layer_norm_rows::<B, C>;
         fn lstm_sequence_tracked(
             x: FloatTensor<Self>,
+            given: Option<FloatTensor<Self>>,
             params: [FloatTensor<Self>; 5],
             lengths: &[usize],
             cell: crate::SequenceCell,

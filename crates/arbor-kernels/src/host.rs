@@ -214,6 +214,7 @@ macro_rules! host_backend {
                     => $crate::ops::gated_cell::host::gated_output_backward::<Self>;
                 fn lstm_sequence(
                     x: FloatTensor<Self>,
+                    given: Option<FloatTensor<Self>>,
                     params: [FloatTensor<Self>; 5],
                     lengths: &[usize],
                     cell: $crate::SequenceCell,
@@ -228,7 +229,7 @@ macro_rules! host_backend {
                     lengths: &[usize],
                     cell: $crate::SequenceCell,
                     grad: FloatTensor<Self>,
-                ) -> [FloatTensor<Self>; 6]
+                ) -> $crate::SequenceGrads<Self>
                     => $crate::ops::lstm::host::lstm_sequence_backward::<Self>;
                 fn ordered_cell(
                     gates: FloatTensor<Self>,

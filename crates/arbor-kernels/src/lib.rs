@@ -103,7 +103,7 @@ pub use ops::linear::{cpu_product_kernels, linear, linear_given, linear_pair};
 pub use ops::linear_scan::linear_scan;
 pub use ops::lstm::{
     conv_fast_trees_sequence, fast_trees_sequence, lstm_sequence, lstm_sequence_states,
-    on_lstm_sequence, LstmParams, SequenceCell,
+    on_lstm_sequence, LstmParams, SequenceCell, SequenceGrads,
 };
 pub use ops::memory::{contiguous, zeros};
 pub use ops::ordered_cell::{ordered_cell, ordered_gates};
@@ -455,15 +455,18 @@ pub trait ArborBackend: Backend {
 
     /// [`lstm_sequence`]'s entry point: the autodiff backend records one node (and keeps the
     /// gates for it); every other backend runs [`ArborBackend::lstm_sequence`] without them.
-    /// `params` are `[w, b, u, h0, c0]`.
+    /// `params` are `[w, b, u, h0, c0]`; `given` the pre-activations a cell takes from outside
+    /// the op (`[b, t, G]` with `G = cell.given()`: Conv FastTrees' master gates), `None` for
+    /// the other cells.
     fn lstm_sequence_tracked(
         x: FloatTensor<Self>,
+        given: Option<FloatTensor<Self>>,
         params: [FloatTensor<Self>; 5],
         lengths: &[usize],
         cell: SequenceCell,
         every_c: bool,
     ) -> FloatTensor<Self> {
-        Self::lstm_sequence(x, params, lengths, cell, every_c, false).0
+        Self::lstm_sequence(x, given, params, lengths, cell, every_c, false).0
     }
 
     /// An LSTM-family layer (`cell`) over a sequence; see [`lstm_sequence`] and
@@ -475,18 +478,20 @@ pub trait ArborBackend: Backend {
     /// too; the CPU kernels: the running rows only).
     fn lstm_sequence(
         x: FloatTensor<Self>,
+        given: Option<FloatTensor<Self>>,
         params: [FloatTensor<Self>; 5],
         lengths: &[usize],
         cell: SequenceCell,
         every_c: bool,
         keep_gates: bool,
     ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>) {
-        reference::lstm_sequence::<Self>(x, params, lengths, cell, every_c, keep_gates)
+        reference::lstm_sequence::<Self>(x, given, params, lengths, cell, every_c, keep_gates)
     }
 
     /// The gradients of [`ArborBackend::lstm_sequence`] with respect to `x`, `w`, `b`, `u`,
-    /// `h0` and `c0`, from its input, parameters (`[w, u, h0, c0]`), what it saved and the
-    /// output's gradient. The output itself is not an input: the node does not keep it alive
+    /// `h0` and `c0`, and to `given` for a cell that has such columns, from its input,
+    /// parameters (`[w, u, h0, c0]`), what it saved and the output's gradient (the given
+    /// columns' values are not needed: their gradient is their pre-activations'). The output itself is not an input: the node does not keep it alive
     /// through the backward pass (a whole `[b·t, H]` block), and every layout of `saved` holds
     /// what the steps' `h` are computed from.
     fn lstm_sequence_backward(
@@ -496,7 +501,7 @@ pub trait ArborBackend: Backend {
         lengths: &[usize],
         cell: SequenceCell,
         grad: FloatTensor<Self>,
-    ) -> [FloatTensor<Self>; 6] {
+    ) -> SequenceGrads<Self> {
         reference::lstm_sequence_backward::<Self>(x, params, saved, lengths, cell, grad)
     }
 

@@ -3,6 +3,7 @@
 //! inside the op, backpropagation through time in one backward pass).
 
 use burn::prelude::*;
+use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorPrimitive;
 
 use crate::ArborBackend;
@@ -31,9 +32,9 @@ pub enum SequenceCell {
         chunks: usize,
     },
     /// Conv FastTrees (Pung & Chan): FastTrees whose master gates' pre-activations are computed
-    /// outside the op (from a causal convolution over the whole sequence) and given as the
-    /// first `2C` columns of the op's input; `W` reads the remaining columns and gives the
-    /// last `4H` columns of `pre`, and `U` is `[H, 4H]` as for FastTrees.
+    /// outside the op (from a causal convolution over the whole sequence) and given to it as a
+    /// second input `[batch, time, 2C]`, the first `2C` columns of `pre`; `W` reads the input
+    /// and gives the last `4H` columns of `pre`, and `U` is `[H, 4H]` as for FastTrees.
     ConvFastTrees {
         /// The number of chunks `C` (dividing `H`).
         chunks: usize,
@@ -51,8 +52,9 @@ impl SequenceCell {
         }
     }
 
-    /// The leading columns of `pre` that the op's input gives as they are instead of through
-    /// `W`: the master gates' `2C` pre-activations for Conv FastTrees, none for the others.
+    /// The leading columns of `pre` that the op is given as they are instead of computing them
+    /// through `W`: the master gates' `2C` pre-activations for Conv FastTrees, none for the
+    /// others.
     pub fn given(self) -> usize {
         match self {
             Self::Lstm | Self::OnLstm { .. } | Self::FastTrees { .. } => 0,
@@ -219,6 +221,7 @@ pub fn lstm_sequence<B: ArborBackend>(
     let device = x.device();
     let Some(out) = checked(
         x,
+        None,
         params,
         h0,
         c0.clone(),
@@ -258,7 +261,7 @@ pub fn lstm_sequence_states<B: ArborBackend>(
     let h = params.2.dims()[0];
     // Every step's `h`, then every step's `c` ([`SequenceLayout`]: two contiguous halves).
     let device = x.device();
-    let Some(out) = checked(x, params, h0, c0, lengths, SequenceCell::Lstm, true) else {
+    let Some(out) = checked(x, None, params, h0, c0, lengths, SequenceCell::Lstm, true) else {
         let empty = || Tensor::zeros([batch, t, h], &device);
         return (empty(), empty());
     };
@@ -295,7 +298,15 @@ pub fn on_lstm_sequence<B: ArborBackend>(
     lengths: &[usize],
     chunks: usize,
 ) -> (Tensor<B, 3>, Tensor<B, 2>, Tensor<B, 2>) {
-    ordered(x, params, h0, c0, lengths, SequenceCell::OnLstm { chunks })
+    ordered(
+        x,
+        None,
+        params,
+        h0,
+        c0,
+        lengths,
+        SequenceCell::OnLstm { chunks },
+    )
 }
 
 /// A FastTrees layer over a whole sequence as one op and one autodiff node: as
@@ -317,6 +328,7 @@ pub fn fast_trees_sequence<B: ArborBackend>(
 ) -> (Tensor<B, 3>, Tensor<B, 2>, Tensor<B, 2>) {
     ordered(
         x,
+        None,
         params,
         h0,
         c0,
@@ -358,7 +370,8 @@ pub fn conv_fast_trees_sequence<B: ArborBackend>(
         2 * chunks
     );
     ordered(
-        Tensor::cat(vec![master, x], 2),
+        x,
+        Some(master),
         params,
         h0,
         c0,
@@ -371,6 +384,7 @@ pub fn conv_fast_trees_sequence<B: ArborBackend>(
 /// final `c`, then the distances in `r` rows per example).
 fn ordered<B: ArborBackend>(
     x: Tensor<B, 3>,
+    given: Option<Tensor<B, 3>>,
     params: LstmParams<B>,
     h0: Tensor<B, 2>,
     c0: Tensor<B, 2>,
@@ -380,7 +394,7 @@ fn ordered<B: ArborBackend>(
     let [batch, t, _] = x.dims();
     let h = params.2.dims()[0];
     let device = x.device();
-    let Some(out) = checked(x, params, h0, c0.clone(), lengths, cell, false) else {
+    let Some(out) = checked(x, given, params, h0, c0.clone(), lengths, cell, false) else {
         return (
             Tensor::zeros([batch, t, h], &device),
             c0,
@@ -415,6 +429,7 @@ pub type LstmParams<B> = (Tensor<B, 2>, Tensor<B, 1>, Tensor<B, 2>);
 /// reads a 0 as "keep this dimension").
 fn checked<B: ArborBackend>(
     x: Tensor<B, 3>,
+    given: Option<Tensor<B, 3>>,
     (w, b, u): LstmParams<B>,
     h0: Tensor<B, 2>,
     c0: Tensor<B, 2>,
@@ -424,16 +439,16 @@ fn checked<B: ArborBackend>(
 ) -> Option<Tensor<B, 2>> {
     let [batch, t, d] = x.dims();
     let [h, uw] = u.dims();
-    let (width, chunks, given) = (cell.w_width(h), cell.chunks(), cell.given());
+    let (width, chunks, g) = (cell.w_width(h), cell.chunks(), cell.given());
     assert!(
         cell == SequenceCell::Lstm || (chunks > 0 && h % chunks == 0),
         "{cell:?}: {chunks} chunks do not divide H = {h}"
     );
-    assert!(
-        d >= given,
-        "{cell:?}: x has {d} columns, fewer than the {given} given ones"
+    assert_eq!(
+        given.as_ref().map(|m| m.dims()),
+        (g > 0).then_some([batch, t, g]),
+        "{cell:?}: the given pre-activations must be [{batch}, {t}, {g}] (none without given columns)"
     );
-    let d = d - given;
     assert_eq!(
         uw,
         cell.u_width(h),
@@ -456,6 +471,7 @@ fn checked<B: ArborBackend>(
     Some(Tensor::from_primitive(TensorPrimitive::Float(
         B::lstm_sequence_tracked(
             x.into_primitive().tensor(),
+            given.map(|m| m.into_primitive().tensor()),
             [p(w), b.into_primitive().tensor(), p(u), p(h0), p(c0)],
             lengths,
             cell,
@@ -464,12 +480,22 @@ fn checked<B: ArborBackend>(
     )))
 }
 
+/// The gradients of [`ArborBackend::lstm_sequence_backward`]: `inputs` of `x`, `w`, `b`, `u`,
+/// `h0` and `c0`, in that order, and `given` of the given pre-activations (`[b, t, G]`) for a
+/// cell that takes them ([`SequenceCell::given`]), `None` otherwise.
+pub struct SequenceGrads<B: Backend> {
+    /// The gradients of `x`, `w`, `b`, `u`, `h0` and `c0`.
+    pub inputs: [FloatTensor<B>; 6],
+    /// The given pre-activations' gradient.
+    pub given: Option<FloatTensor<B>>,
+}
+
 /// The recurrence in plain Burn ops, one step per time step.
 pub(crate) mod reference {
     use burn::prelude::*;
     use burn::tensor::ops::FloatTensor;
 
-    use super::{SequenceCell, SequenceLayout};
+    use super::{SequenceCell, SequenceGrads, SequenceLayout};
     use crate::reference::{t2, t3};
 
     /// Row `b`'s state is frozen at step `s` (past its length), as a `[b, 1]` mask; `None` when no
@@ -524,6 +550,7 @@ pub(crate) mod reference {
     /// `[b, t, P + 2H]`.
     pub fn lstm_sequence<B: Backend>(
         x: FloatTensor<B>,
+        given: Option<FloatTensor<B>>,
         [w, bias, u, h0, c0]: [FloatTensor<B>; 5],
         lengths: &[usize],
         cell: SequenceCell,
@@ -536,20 +563,16 @@ pub(crate) mod reference {
             Tensor::<B, 1>::from_primitive(burn::tensor::TensorPrimitive::Float(bias)),
         );
         let [b, t, d] = x.dims();
-        let given = cell.given();
         let width = w.dims()[1];
         let projected = x
-            .clone()
-            .narrow(2, given, d - given)
-            .reshape([b * t, d - given])
+            .reshape([b * t, d])
             .matmul(w)
             .add(bias.unsqueeze_dim(0))
             .reshape([b, t, width]);
-        // The given columns (Conv FastTrees' master gates) first, as they are.
-        let xp = if given == 0 {
-            projected
-        } else {
-            Tensor::cat(vec![x.narrow(2, 0, given), projected], 2)
+        // The given pre-activations (Conv FastTrees' master gates) first, as they are.
+        let xp = match given {
+            None => projected,
+            Some(given) => Tensor::cat(vec![t3::<B>(given), projected], 2),
         };
         let hd = t2::<B>(c0.clone()).dims()[1];
         let e = cell.distances();
@@ -596,8 +619,8 @@ pub(crate) mod reference {
         (out.into_primitive().tensor(), saved)
     }
 
-    /// The gradients of [`lstm_sequence`] with respect to `x`, `w`, `b`, `u`, `h0` and `c0` in
-    /// plain ops: `recurrence_backward`, then the input projection's.
+    /// The gradients of [`lstm_sequence`] with respect to `x`, `w`, `b`, `u`, `h0`, `c0` and the
+    /// given pre-activations in plain ops: `recurrence_backward`, then the input projection's.
     #[allow(clippy::too_many_arguments)]
     pub fn lstm_sequence_backward<B: Backend>(
         x: FloatTensor<B>,
@@ -606,7 +629,7 @@ pub(crate) mod reference {
         lengths: &[usize],
         cell: SequenceCell,
         grad: FloatTensor<B>,
-    ) -> [FloatTensor<B>; 6] {
+    ) -> SequenceGrads<B> {
         let (saved, grad) = (t3::<B>(saved), t2::<B>(grad));
         let [b, t, d] = t3::<B>(x.clone()).dims();
         let hd = t2::<B>(u.clone()).dims()[0];
@@ -619,24 +642,37 @@ pub(crate) mod reference {
             let x = t3::<B>(x);
             let w = t2::<B>(w);
             let p = |t: Tensor<B, 2>| t.into_primitive().tensor();
-            return [
-                x.zeros_like().into_primitive().tensor(),
-                p(w.clone().zeros_like()),
-                // Zeros in `w`'s float type (a constructor's default type may differ).
-                w.sum_dim(0)
-                    .reshape([width - given])
+            // No step reads the given pre-activations: a `[b, 0, G]` block (Burn's `zeros_like`
+            // of `x` keeps its float type; a constructor's default type may differ).
+            let d_given = (given > 0).then(|| {
+                x.clone()
+                    .narrow(2, 0, 1)
                     .zeros_like()
+                    .expand([b, 0, given])
                     .into_primitive()
-                    .tensor(),
-                p(t2::<B>(u).zeros_like()),
-                p(t2::<B>(h0).zeros_like()),
-                if every_c {
-                    p(t2::<B>(c0).zeros_like())
-                } else {
-                    // The output is the final `c` alone.
-                    p(grad)
-                },
-            ];
+                    .tensor()
+            });
+            return SequenceGrads {
+                inputs: [
+                    x.zeros_like().into_primitive().tensor(),
+                    p(w.clone().zeros_like()),
+                    // Zeros in `w`'s float type (a constructor's default type may differ).
+                    w.sum_dim(0)
+                        .reshape([width - given])
+                        .zeros_like()
+                        .into_primitive()
+                        .tensor(),
+                    p(t2::<B>(u).zeros_like()),
+                    p(t2::<B>(h0).zeros_like()),
+                    if every_c {
+                        p(t2::<B>(c0).zeros_like())
+                    } else {
+                        // The output is the final `c` alone.
+                        p(grad)
+                    },
+                ],
+                given: d_given,
+            };
         }
         let gates = saved.clone().narrow(2, 0, width);
         let hc = saved.narrow(2, width, 2 * hd);
@@ -673,30 +709,30 @@ pub(crate) mod reference {
             recurrence_backward::<B>(u, h0, c0, p3(hc), p3(gates), lengths, cell, p3(d_hcd));
         let (x, w, d_xp) = (t3::<B>(x), t2::<B>(w), t3::<B>(d_xp));
         let d_xp = d_xp.reshape([b * t, width]);
-        // The given columns' gradient is theirs in `pre`; the others' goes through `W`.
-        // (Burn's `narrow` refuses an empty range.)
-        let d_given = (given > 0).then(|| d_xp.clone().narrow(1, 0, given));
+        // The given pre-activations' gradient is theirs in `pre`; the others' goes through
+        // `W`. (Burn's `narrow` refuses an empty range.)
+        let d_given = (given > 0).then(|| {
+            d_xp.clone()
+                .narrow(1, 0, given)
+                .reshape([b, t, given])
+                .into_primitive()
+                .tensor()
+        });
         let d_xp = d_xp.narrow(1, given, width - given);
-        let d_x = d_xp.clone().matmul(w.transpose());
-        let d_x = match d_given {
-            Some(d_given) => Tensor::cat(vec![d_given, d_x], 1),
-            None => d_x,
-        }
-        .reshape([b, t, d]);
-        let d_w = x
-            .narrow(2, given, d - given)
-            .reshape([b * t, d - given])
-            .transpose()
-            .matmul(d_xp.clone());
+        let d_x = d_xp.clone().matmul(w.transpose()).reshape([b, t, d]);
+        let d_w = x.reshape([b * t, d]).transpose().matmul(d_xp.clone());
         let d_b = d_xp.sum_dim(0).reshape([width - given]);
-        [
-            d_x.into_primitive().tensor(),
-            d_w.into_primitive().tensor(),
-            d_b.into_primitive().tensor(),
-            d_u,
-            d_h0,
-            d_c0,
-        ]
+        SequenceGrads {
+            inputs: [
+                d_x.into_primitive().tensor(),
+                d_w.into_primitive().tensor(),
+                d_b.into_primitive().tensor(),
+                d_u,
+                d_h0,
+                d_c0,
+            ],
+            given: d_given,
+        }
     }
 
     /// `pre = xp_t + h·U` for `cell` (`U` adds to the last [`SequenceCell::u_width`] columns).
@@ -1263,7 +1299,7 @@ pub(crate) mod host {
     use burn::tensor::ops::FloatTensor;
     use burn::tensor::Shape;
 
-    use super::{cpu, reference, SequenceCell, SequenceLayout};
+    use super::{cpu, reference, SequenceCell, SequenceGrads, SequenceLayout};
     use crate::host::{dims3, HostTensor};
     use crate::ops::linear::host::gemm_slices;
     use crate::packed::PackedRhs;
@@ -1319,6 +1355,7 @@ pub(crate) mod host {
     /// The CPU kernel on `f32` memory, [`reference::lstm_sequence`] otherwise.
     pub(crate) fn lstm_sequence<B: Backend>(
         x: FloatTensor<B>,
+        given: Option<FloatTensor<B>>,
         params: [FloatTensor<B>; 5],
         lengths: &[usize],
         cell: SequenceCell,
@@ -1328,8 +1365,17 @@ pub(crate) mod host {
     where
         FloatTensor<B>: HostTensor,
     {
-        lstm_sequence_f32(&x, &params, lengths, cell, every_c, keep_gates).unwrap_or_else(|| {
-            reference::lstm_sequence::<B>(x, params, lengths, cell, every_c, keep_gates)
+        lstm_sequence_f32(
+            &x,
+            given.as_ref(),
+            &params,
+            lengths,
+            cell,
+            every_c,
+            keep_gates,
+        )
+        .unwrap_or_else(|| {
+            reference::lstm_sequence::<B>(x, given, params, lengths, cell, every_c, keep_gates)
         })
     }
 
@@ -1400,6 +1446,7 @@ pub(crate) mod host {
     /// [`lstm_sequence_backward_f32`] reads.
     fn lstm_sequence_f32<T: HostTensor>(
         x: &T,
+        given_pre: Option<&T>,
         [w, bias, u, h0, c0]: &[T; 5],
         lengths: &[usize],
         cell: SequenceCell,
@@ -1408,9 +1455,18 @@ pub(crate) mod host {
     ) -> Option<(T, Option<T>)> {
         let (xx, ww, bb, uu) = (x.host()?, w.host()?, bias.host()?, u.host()?);
         let (hh0, cc0) = (h0.host()?, c0.host()?);
+        let gg = match given_pre {
+            Some(g) => Some(g.host()?),
+            None => None,
+        };
         let (b, t, d) = dims3(x);
         let h = u.shape()[0];
         let (wd, uw, given) = (cell.width(h), cell.u_width(h), cell.given());
+        assert_eq!(
+            gg.as_ref().map(|g| g.len()),
+            (given > 0).then_some(b * t * given),
+            "{cell:?}: the given pre-activations must be [{b}, {t}, {given}]"
+        );
         let running = Running::new(lengths, b, t);
         let order = &running.order;
         // The state in the running order.
@@ -1442,24 +1498,26 @@ pub(crate) mod host {
         } else {
             vec![0f32; b * wd]
         };
-        // Row `i`'s pre-activations before the products of step `s`: the input's given columns
+        // Row `i`'s pre-activations before the products of step `s`: the given ones
         // (`ConvFastTrees`' master gates), then the bias.
         let prefill = |row: &mut [f32], i: usize, s: usize| {
-            let at = (order[i] * t + s) * d;
-            row[..given].copy_from_slice(&xx[at..at + given]);
+            if let Some(gg) = &gg {
+                let at = (order[i] * t + s) * given;
+                row[..given].copy_from_slice(&gg[at..at + given]);
+            }
             row[given..].copy_from_slice(&bb);
         };
         for (i, row) in pre[..running.at(0) * wd].chunks_exact_mut(wd).enumerate() {
             prefill(row, i, 0);
         }
-        // `W` reads the input's columns after the given ones and writes `pre`'s.
-        let w_packed = PackedRhs::new(&ww, d - given, wd - given, (wd - given, 1));
+        // `W` writes `pre`'s columns after the given ones.
+        let w_packed = PackedRhs::new(&ww, d, wd - given, (wd - given, 1));
         let u_packed = PackedRhs::new(&uu, h, uw, (uw, 1));
         for s in 0..t {
             let n = running.at(s);
             let n_next = if s + 1 < t { running.at(s + 1) } else { 0 };
             running.gather(n, s, t, d, &xx, &mut xs);
-            w_packed.product(n, &mut pre[given..], wd, true, &xs[given..], (d, 1));
+            w_packed.product(n, &mut pre[given..], wd, true, &xs, (d, 1));
             u_packed.product(n, &mut pre[wd - uw..], wd, true, &hs, (h, 1));
             // The running rows, in parallel: the cell's update from `pre` and the state, into
             // the state itself (`hs` was read by the product above; each row's `c` is read
@@ -1540,13 +1598,14 @@ pub(crate) mod host {
         lengths: &[usize],
         cell: SequenceCell,
         grad: FloatTensor<B>,
-    ) -> [FloatTensor<B>; 6]
+    ) -> SequenceGrads<B>
     where
         FloatTensor<B>: HostTensor,
     {
-        lstm_sequence_backward_f32(&x, &params, &saved, lengths, cell, &grad).unwrap_or_else(|| {
-            reference::lstm_sequence_backward::<B>(x, params, saved, lengths, cell, grad)
-        })
+        match lstm_sequence_backward_f32(&x, &params, &saved, lengths, cell, &grad) {
+            Some((inputs, given)) => SequenceGrads { inputs, given },
+            None => reference::lstm_sequence_backward::<B>(x, params, saved, lengths, cell, grad),
+        }
     }
 
     /// The backward row kernel for `cell` ([`cpu::lstm_step_backward`],
@@ -1599,7 +1658,7 @@ pub(crate) mod host {
         lengths: &[usize],
         cell: SequenceCell,
         grad: &T,
-    ) -> Option<[T; 6]> {
+    ) -> Option<([T; 6], Option<T>)> {
         let (xx, ww, uu) = (x.host()?, w.host()?, u.host()?);
         let (hh0, cc0) = (h0.host()?, c0.host()?);
         // What `lstm_sequence_f32` saves (running rows only); any other layout
@@ -1612,7 +1671,7 @@ pub(crate) mod host {
         let h = u.shape()[0];
         let (wd, uw, given) = (cell.width(h), cell.u_width(h), cell.given());
         // `W`'s rows and columns: the input's and `pre`'s after the given ones.
-        let (dw_rows, dw_cols) = (d - given, wd - given);
+        let (dw_rows, dw_cols) = (d, wd - given);
         let layout = OutLayout {
             rows: SequenceLayout::of_output(b, t, h, cell, grad.shape()[0]),
             h,
@@ -1622,6 +1681,7 @@ pub(crate) mod host {
         let order = &running.order;
         let starts = running.step_starts(t);
         let mut d_x = vec![0f32; b * t * d];
+        let mut d_given = vec![0f32; b * t * given];
         let (mut d_w, mut d_u, mut d_b) = (
             vec![0f32; dw_rows * dw_cols],
             vec![0f32; h * uw],
@@ -1738,18 +1798,15 @@ pub(crate) mod host {
             }
             let dp = &d_pre[..n * wd];
             let dp_u = &dp[wd - uw..];
-            // dh_{t−1} += δ_t·Uᵀ and dx_t = δ_t·Wᵀ for the running rows (the given columns'
-            // gradient is theirs in `δ_t`).
+            // dh_{t−1} += δ_t·Uᵀ and dx_t = δ_t·Wᵀ for the running rows; the given
+            // pre-activations' gradient is theirs in `δ_t`.
             ut_packed.product(n, &mut dh, h, true, dp_u, (wd, 1));
-            wt_packed.product(n, &mut dxs[given..], d, false, &dp[given..], (wd, 1));
-            if given > 0 {
-                for (dx_row, dp_row) in dxs.chunks_exact_mut(d).zip(dp.chunks_exact(wd)) {
-                    dx_row[..given].copy_from_slice(&dp_row[..given]);
-                }
-            }
+            wt_packed.product(n, &mut dxs, d, false, &dp[given..], (wd, 1));
             for (i, &r) in order[..n].iter().enumerate() {
                 let at = (r * t + s) * d;
                 d_x[at..at + d].copy_from_slice(&dxs[i * d..(i + 1) * d]);
+                let at = (r * t + s) * given;
+                d_given[at..at + given].copy_from_slice(&dp[i * wd..i * wd + given]);
             }
             // dW += x_tᵀ·δ_t, dU += h_{t−1}ᵀ·δ_t (`[·, n]·[n, ·]`), db += Σ_rows δ_t.
             gemm_slices(
@@ -1757,7 +1814,7 @@ pub(crate) mod host {
                 &mut d_w,
                 dw_cols,
                 true,
-                &xs[given..],
+                &xs,
                 (1, d),
                 &dp[given..],
                 (wd, 1),
@@ -1784,14 +1841,17 @@ pub(crate) mod host {
             d_h0[r * h..(r + 1) * h].copy_from_slice(&dh[i * h..(i + 1) * h]);
             d_c0[r * h..(r + 1) * h].copy_from_slice(&dc[i * h..(i + 1) * h]);
         }
-        Some([
-            T::from_f32(d_x, Shape::new([b, t, d])),
-            T::from_f32(d_w, Shape::new([dw_rows, dw_cols])),
-            T::from_f32(d_b, Shape::new([dw_cols])),
-            T::from_f32(d_u, Shape::new([h, uw])),
-            T::from_f32(d_h0, Shape::new([b, h])),
-            T::from_f32(d_c0, Shape::new([b, h])),
-        ])
+        Some((
+            [
+                T::from_f32(d_x, Shape::new([b, t, d])),
+                T::from_f32(d_w, Shape::new([dw_rows, dw_cols])),
+                T::from_f32(d_b, Shape::new([dw_cols])),
+                T::from_f32(d_u, Shape::new([h, uw])),
+                T::from_f32(d_h0, Shape::new([b, h])),
+                T::from_f32(d_c0, Shape::new([b, h])),
+            ],
+            (given > 0).then(|| T::from_f32(d_given, Shape::new([b, t, given]))),
+        ))
     }
 }
 
@@ -1804,7 +1864,7 @@ pub(crate) mod autodiff {
     use burn::backend::autodiff::Autodiff;
     use burn::tensor::ops::FloatTensor;
 
-    use super::SequenceCell;
+    use super::{SequenceCell, SequenceGrads};
     use crate::autodiff::backward_with;
     use crate::ArborBackend;
 
@@ -1813,9 +1873,15 @@ pub(crate) mod autodiff {
     #[derive(Debug)]
     struct LstmSequence;
 
+    /// As [`LstmSequence`], with the given pre-activations (Conv FastTrees' master gates) as a
+    /// seventh parent.
+    #[derive(Debug)]
+    struct LstmSequenceGiven;
+
     /// `x`, then `w`, `u`, `h0`, `c0`, what the forward saved (the activated gates and `c`),
     /// the lengths and the cell. Not the output: whatever reads it keeps it alive as long as
-    /// it needs it, and no longer.
+    /// it needs it, and no longer; nor the given pre-activations, whose gradient does not
+    /// read them.
     type LstmSequenceState<B> = (
         FloatTensor<B>,
         [FloatTensor<B>; 4],
@@ -1824,20 +1890,42 @@ pub(crate) mod autodiff {
         SequenceCell,
     );
 
+    /// The op's backward pass from its state.
+    fn grads<B: ArborBackend>(
+        (x, params, saved, lengths, cell): LstmSequenceState<B>,
+        grad: FloatTensor<B>,
+    ) -> SequenceGrads<B> {
+        B::lstm_sequence_backward(x, params, saved, &lengths, cell, grad)
+    }
+
     impl<B: ArborBackend> Backward<B, 6> for LstmSequence {
         type State = LstmSequenceState<B>;
 
         fn backward(self, ops: Ops<Self::State, 6>, grads: &mut Gradients, _: &mut Checkpointer) {
-            backward_with::<B, _, 6, _>(ops, grads, |(x, params, saved, lengths, cell), grad| {
-                B::lstm_sequence_backward(x, params, saved, &lengths, cell, grad)
+            backward_with::<B, _, 6, _>(ops, grads, |state, grad| {
+                self::grads::<B>(state, grad).inputs
+            });
+        }
+    }
+
+    impl<B: ArborBackend> Backward<B, 7> for LstmSequenceGiven {
+        type State = LstmSequenceState<B>;
+
+        fn backward(self, ops: Ops<Self::State, 7>, grads: &mut Gradients, _: &mut Checkpointer) {
+            backward_with::<B, _, 7, _>(ops, grads, |state, grad| {
+                let SequenceGrads { inputs, given } = self::grads::<B>(state, grad);
+                // The backward of a cell with given columns returns their gradient.
+                inputs.into_iter().chain(given)
             });
         }
     }
 
     /// `lstm_sequence` as one node that keeps the activated gates (the inner backend's
-    /// `lstm_sequence` without them when nothing is tracked).
+    /// `lstm_sequence` without them when nothing is tracked); the given pre-activations, when
+    /// the cell has them, are the node's seventh parent.
     pub(crate) fn lstm_sequence_tracked<B: ArborBackend, C: CheckpointStrategy>(
         x: FloatTensor<Autodiff<B, C>>,
+        given: Option<FloatTensor<Autodiff<B, C>>>,
         [w, bias, u, h0, c0]: [FloatTensor<Autodiff<B, C>>; 5],
         lengths: &[usize],
         cell: SequenceCell,
@@ -1859,17 +1947,46 @@ pub(crate) mod autodiff {
             h0.primitive,
             c0.primitive,
         ];
-        match LstmSequence.prepare::<C>(nodes).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => {
-                let (out, gates) =
-                    B::lstm_sequence(x.clone(), params.clone(), lengths, cell, every_c, true);
+        // The forward on the inner backend, with the state the backward reads when tracked.
+        let run = |keep: bool| {
+            let (out, gates) = B::lstm_sequence(
+                x.clone(),
+                given.as_ref().map(|g| g.primitive.clone()),
+                params.clone(),
+                lengths,
+                cell,
+                every_c,
+                keep,
+            );
+            let state = keep.then(|| {
                 let gates = gates.expect("lstm_sequence keeps the gates when asked");
-                let [w, _, u, h0, c0] = params;
-                let state = (x, [w, u, h0, c0], gates, lengths.to_vec(), cell);
-                prep.finish(state, out)
-            }
-            OpsKind::UnTracked(prep) => {
-                prep.finish(B::lstm_sequence(x, params, lengths, cell, every_c, false).0)
+                let [w, _, u, h0, c0] = params.clone();
+                (x.clone(), [w, u, h0, c0], gates, lengths.to_vec(), cell)
+            });
+            (out, state)
+        };
+        match &given {
+            None => match LstmSequence.prepare::<C>(nodes).compute_bound().stateful() {
+                OpsKind::Tracked(prep) => {
+                    let (out, state) = run(true);
+                    prep.finish(state.expect("kept"), out)
+                }
+                OpsKind::UnTracked(prep) => prep.finish(run(false).0),
+            },
+            Some(g) => {
+                let [n0, n1, n2, n3, n4, n5] = nodes;
+                let nodes = [n0, n1, n2, n3, n4, n5, g.node.clone()];
+                match LstmSequenceGiven
+                    .prepare::<C>(nodes)
+                    .compute_bound()
+                    .stateful()
+                {
+                    OpsKind::Tracked(prep) => {
+                        let (out, state) = run(true);
+                        prep.finish(state.expect("kept"), out)
+                    }
+                    OpsKind::UnTracked(prep) => prep.finish(run(false).0),
+                }
             }
         }
     }

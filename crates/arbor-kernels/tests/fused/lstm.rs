@@ -69,8 +69,12 @@ fn lstm<B: ArborBackend>(
     );
     if !fused {
         let p2 = |t: Tensor<B, 2>| t.into_primitive().tensor();
+        // The given pre-activations are `x`'s first columns.
+        let g = cell.given();
+        let given = (g > 0).then(|| x.clone().narrow(2, 0, g).into_primitive().tensor());
         let (out, _) = reference::lstm_sequence::<B>(
-            x.into_primitive().tensor(),
+            x.narrow(2, g, d).into_primitive().tensor(),
+            given,
             [p2(w), bias.into_primitive().tensor(), p2(u), p2(h0), p2(c0)],
             lengths,
             cell,
