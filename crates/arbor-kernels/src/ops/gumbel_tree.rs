@@ -237,8 +237,10 @@ pub(crate) mod cpu {
         /// Every object's projections `h·W_l`, `h·W_r` (no bias) `[objects, 5D]`.
         proj_l: Vec<f32>,
         proj_r: Vec<f32>,
-        /// Every candidate's gate pre-activations `[candidates, 5D]` and children (object ids).
-        gates: Vec<f32>,
+        /// The composition's bias `[5D]`, if it has one.
+        bias: Option<Vec<f32>>,
+        /// Every candidate's children (object ids); its gate pre-activations are theirs
+        /// projected plus the bias ([`candidate_gates`]).
         children: Vec<(u32, u32)>,
         /// Per layer, its incomplete sentences.
         layers: Vec<Vec<Layer>>,
@@ -300,9 +302,27 @@ pub(crate) mod cpu {
         }
     }
 
+    /// Candidate `ci`'s gate pre-activations `[5D]` into `gates`: its children's saved
+    /// projections and the bias, summed as [`compose`] summed them (so the same values, bit for
+    /// bit). Recomputed where the backward needs them rather than saved: a `[candidates, 5D]`
+    /// block less to keep, for two additions per value.
+    fn candidate_gates(s: &Saved, ci: usize, gates: &mut [f32]) {
+        let w = 5 * s.d;
+        let (l, r) = s.children[ci];
+        let (l, r) = (l as usize, r as usize);
+        let (pl, pr) = (&s.proj_l[l * w..(l + 1) * w], &s.proj_r[r * w..(r + 1) * w]);
+        for ((g, &a), &b) in gates.iter_mut().zip(pl).zip(pr) {
+            *g = a + b;
+        }
+        if let Some(bias) = &s.bias {
+            add(gates, bias);
+        }
+    }
+
     /// Candidate `ci`'s cell backward for upstream gradients `dh` (of its `h`) and `dc` (of its
     /// `c`): its gate gradient `d_gates` `[5D]` and its children's `c` gradients `dcl`, `dcr`
-    /// (`dc_tot` `[D]`: scratch for the cell's whole `c` gradient, every element written).
+    /// (`dc_tot` `[D]` and `gates` `[5D]`: scratch for the cell's whole `c` gradient and its
+    /// gate pre-activations, every element written).
     #[allow(clippy::too_many_arguments)]
     fn cell_backward(
         s: &Saved,
@@ -310,14 +330,14 @@ pub(crate) mod cpu {
         dh: &[f32],
         dc: &[f32],
         d_gates: &mut [f32],
-        dcl: &mut [f32],
-        dcr: &mut [f32],
+        (dcl, dcr): (&mut [f32], &mut [f32]),
         dc_tot: &mut [f32],
+        gates: &mut [f32],
     ) {
         let d = s.d;
-        let w = 5 * d;
         let u = s.leaves + ci;
-        let gates = &s.gates[ci * w..(ci + 1) * w];
+        candidate_gates(s, ci, gates);
+        let gates = &*gates;
         d_gates.fill(0.0);
         gated_output_backward(
             gates,
@@ -399,7 +419,7 @@ pub(crate) mod cpu {
             c,
             proj_l,
             proj_r,
-            gates: Vec::with_capacity(candidates * w),
+            bias: x.bias.map(<[f32]>::to_vec),
             children: Vec::with_capacity(candidates),
             layers: Vec::with_capacity(layers),
             roots: Vec::with_capacity(batch),
@@ -553,7 +573,6 @@ pub(crate) mod cpu {
             score.push(dot(&hn[i * d..(i + 1) * d], x.query) / scale);
         }
         project(halves, &hn, m, d, &mut s.proj_l, &mut s.proj_r);
-        s.gates.extend_from_slice(&g);
         s.children.extend(todo.iter().map(|&(_, _, l, r)| (l, r)));
         s.h.extend_from_slice(&hn);
         s.c.extend_from_slice(&cn);
@@ -646,7 +665,7 @@ pub(crate) mod cpu {
                     let [go, co] = o else {
                         unreachable!("two outputs")
                     };
-                    let mut dc_tot = vec![0f32; d];
+                    let (mut dc_tot, mut gates) = (vec![0f32; d], vec![0f32; w]);
                     for (i, ci) in r.enumerate() {
                         let (dl, dr) = co[i * 2 * d..(i + 1) * 2 * d].split_at_mut(d);
                         cell_backward(
@@ -655,9 +674,9 @@ pub(crate) mod cpu {
                             &q,
                             &zero,
                             &mut go[i * w..(i + 1) * w],
-                            dl,
-                            dr,
+                            (dl, dr),
                             &mut dc_tot,
+                            &mut gates,
                         );
                     }
                 },
@@ -818,6 +837,8 @@ pub(crate) mod cpu {
         dcl: Vec<f32>,
         dcr: Vec<f32>,
         dc_tot: Vec<f32>,
+        /// A candidate's gate pre-activations, `[5D]`.
+        gates: Vec<f32>,
     }
 
     impl Scratch {
@@ -827,6 +848,7 @@ pub(crate) mod cpu {
                 dcl: vec![0f32; d],
                 dcr: vec![0f32; d],
                 dc_tot: vec![0f32; d],
+                gates: vec![0f32; 5 * d],
             }
         }
     }
@@ -919,6 +941,7 @@ pub(crate) mod cpu {
             dcl,
             dcr,
             dc_tot,
+            gates,
         } = scratch;
         ds.clear();
         ds.resize(k, 0f32);
@@ -959,9 +982,9 @@ pub(crate) mod cpu {
                     full,
                     &st.dc[p * d..(p + 1) * d],
                     best_gates,
-                    dcl,
-                    dcr,
+                    (dcl, dcr),
                     dc_tot,
+                    gates,
                 );
                 add(&mut st.pp[l * w..(l + 1) * w], best_gates);
                 add(&mut st.qq[r * w..(r + 1) * w], best_gates);
