@@ -13,6 +13,8 @@ use burn::tensor::ops::FloatTensor;
 use crate::{ops, Activation, ArborBackend, GateLayout};
 
 impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
+    const HOST_MEMORY: bool = B::HOST_MEMORY;
+
     crate::delegate! {
         fn gated_cell(
             gates: FloatTensor<Self>,

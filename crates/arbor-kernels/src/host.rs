@@ -185,6 +185,8 @@ pub(crate) fn dims3<T: TensorMetadata>(a: &T) -> (usize, usize, usize) {
 macro_rules! host_backend {
     ($($header:tt)*) => {
         $($header)* {
+            const HOST_MEMORY: bool = true;
+
             $crate::delegate! {
                 fn gated_cell(
                     gates: FloatTensor<Self>,

@@ -123,6 +123,13 @@ use burn::tensor::Shape;
 /// any rank whose last dimension holds the features; gates are `[..., blocks·H]`, states
 /// `[..., H]`, with equal leading dimensions.
 pub trait ArborBackend: Backend {
+    /// Whether the backend's tensors live in host memory and its ops run to completion before
+    /// they return (arbor's CPU backends), so that reading a few values back costs a copy and
+    /// no device synchronisation. Code that keeps its shapes independent of the data only to
+    /// avoid reading back inside a training step (R2D2's pruned chart) may read small values
+    /// where this holds. `false` (the default, and CUDA's): a read may wait for the device.
+    const HOST_MEMORY: bool = false;
+
     /// `c = σ(i) ⊙ tanh(g) + Σ_k σ(f_k) ⊙ c_k`; see [`gated_cell`].
     fn gated_cell(
         gates: FloatTensor<Self>,

@@ -44,23 +44,53 @@ fn composition_calls_grow_linearly() {
                 .filter(|&span| chart.has_cell(0, span))
                 .count();
             assert_eq!(c, (rows + kept * window) as u64, "n {n} m {window}");
-            // Training composes min(m + 1, a' − m) candidates per merge whatever FIND picks.
-            let mut sampler = GumbelSampler::seeded(n as u64);
-            let leaves = tensor::<Fx, 3>([1, n, d], 1.0, n as u64);
-            let train = Chart::build(
-                &f,
-                leaves,
-                &[n],
-                None,
-                &config,
-                Decisions::Sample(&mut sampler),
-            );
+            // Training without reads (a device's way) composes min(m + 1, a' − m) candidates
+            // per merge whatever FIND picks.
+            let train = |reads: bool| {
+                let mut sampler = GumbelSampler::seeded(n as u64);
+                let leaves = tensor::<Fx, 3>([1, n, d], 1.0, n as u64);
+                let decisions = Decisions::Sample(&mut sampler);
+                if reads {
+                    Chart::build(&f, leaves, &[n], None, &config, decisions)
+                } else {
+                    Chart::build_without_reads(&f, leaves, &[n], None, &config, decisions)
+                }
+            };
+            let padded = train(false);
             let candidates: usize = (window + 1..n).map(|a| (window + 1).min(a - window)).sum();
             assert_eq!(
-                train.stats.compositions,
+                padded.stats.compositions,
                 (rows + candidates * window) as u64,
-                "n {n} m {window}: training"
+                "n {n} m {window}: training without reads"
             );
+            // Training on a CPU backend (Flex keeps its tensors in host memory) reads the
+            // merge positions, as evaluation does, and composes exactly the new cells.
+            let exact = train(true);
+            let kept: usize = (0..n)
+                .flat_map(|i| (i + window + 1..n).map(move |j| (i, j)))
+                .filter(|&span| exact.has_cell(0, span))
+                .count();
+            assert_eq!(
+                exact.stats.compositions,
+                (rows + kept * window) as u64,
+                "n {n} m {window}: training on the host"
+            );
+            // The same chart either way: with noiseless samples (the decisions of argmax), the
+            // same trees as evaluation.
+            let quiet = |reads: bool| {
+                let mut sampler = GumbelSampler::seeded(0).without_noise();
+                let leaves = tensor::<Fx, 3>([1, n, d], 1.0, n as u64);
+                let decisions = Decisions::Sample(&mut sampler);
+                if reads {
+                    Chart::build(&f, leaves, &[n], None, &config, decisions)
+                } else {
+                    Chart::build_without_reads(&f, leaves, &[n], None, &config, decisions)
+                }
+            };
+            let (exact, padded) = (quiet(true), quiet(false));
+            assert_eq!(exact.trees(), chart.trees(), "n {n} m {window}");
+            assert_eq!(padded.trees(), chart.trees(), "n {n} m {window}");
+            assert_eq!(exact.stats.compositions, c, "n {n} m {window}");
             assert_eq!(
                 chart.stats.calls,
                 (n - 1) as u64,

@@ -201,11 +201,11 @@ fn pruning_walk_through_with_chosen_scores_m2() {
     // Rows 2 and 3: 5·1 + 4·2 = 13; step 1: (0,3) 2 splits; step 2: (0,4), (2,5) 2 each;
     // step 3: the root, 2 splits.
     assert_eq!(chart.stats.compositions, 13 + 2 + 4 + 2);
-    // Training reads nothing back, so a step composes every top-row cell that could hold the
+    // Training without reads (a device's way) composes every top-row cell that could hold the
     // merged terminal, min(m + 1, a' − m) for a' terminals after the merge, and keeps the new
     // ones: step 1 (a' = 5) 3 cells, step 2 (a' = 4) 2, step 3 (a' = 3) 1.
     let mut sampler = GumbelSampler::seeded(0);
-    let train = Chart::build(
+    let train = Chart::build_without_reads(
         &stub(),
         span_leaves(6),
         &[6],
@@ -215,6 +215,19 @@ fn pruning_walk_through_with_chosen_scores_m2() {
     );
     assert_eq!(train.stats.compositions, 13 + (3 + 2 + 1) * 2);
     assert_eq!(train.stats.calls, 2 + 3);
+    // Training on a CPU backend reads the merge positions and composes what evaluation does
+    // (noiseless samples: evaluation's decisions, so its tree too).
+    let mut sampler = GumbelSampler::seeded(0).without_noise();
+    let train = Chart::build(
+        &stub(),
+        span_leaves(6),
+        &[6],
+        None,
+        &config,
+        Decisions::Sample(&mut sampler),
+    );
+    assert_eq!(train.stats.compositions, 13 + 2 + 4 + 2);
+    assert_eq!(train.trees(), chart.trees());
     assert_eq!(chart.stats.calls, 2 + 3);
 }
 

@@ -1,8 +1,9 @@
 //! R2D2's differentiable CKY chart with pruned tree induction (docs/models.md §4; Hu et al. 2021,
 //! eq. 1–5 and Algorithms 1–2), built on the device.
 //!
-//! In training, nothing in [`Chart::build`] reads a tensor back to the host (docs/r2d2.md, "The
-//! chart on the device"; evaluation reads the merge positions, see below):
+//! In training on a device (CUDA), nothing in [`Chart::build`] reads a tensor back to the host
+//! (docs/r2d2.md, "The chart on the device"; evaluation, and training on the CPU backends,
+//! read the merge positions, see below):
 //!
 //! - The CKY rows up to `m + 1` tokens have a structure the host knows from the lengths alone;
 //!   their children are gathered with uploaded indices.
@@ -15,7 +16,8 @@
 //!   `a'` terminals; the ones that fall outside the sentence are computed and discarded), so
 //!   the shapes never depend on the data. Evaluation reads the merge positions back (one small
 //!   read per step) and composes exactly the new cells, unless built with
-//!   [`Chart::build_without_reads`].
+//!   [`Chart::build_without_reads`]; so does training where the tensors live in host memory
+//!   (`ArborBackend::HOST_MEMORY`), as the read then waits for no device.
 //! - Every composed cell is also recorded (its span, splits, scores and choice, as tensors), and
 //!   the longest cell starting and ending at each position is kept on the device for the roots
 //!   and the LM contexts.
@@ -107,10 +109,11 @@ arbor_cells::value_enum_names!(TreeRule, "tree rule");
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChartStats {
     /// Number of `(left, right)` pairs composed (one per split of every computed cell). In
-    /// training a pruned step composes `min(m + 1, a' − m)` top-row cells per unfinished
-    /// sentence (`a'` terminals after the merge), `m` splits each, although between 1 and
-    /// that many are new (the rest are discarded): the step's shape may not depend on which
-    /// pair FIND picks. Evaluation composes only the new ones.
+    /// training on a device (and with [`Chart::build_without_reads`]) a pruned step composes
+    /// `min(m + 1, a' − m)` top-row cells per unfinished sentence (`a'` terminals after the
+    /// merge), `m` splits each, although between 1 and that many are new (the rest are
+    /// discarded): the step's shape may not depend on which pair FIND picks. Evaluation, and
+    /// training on the CPU backends, compose only the new ones.
     pub compositions: u64,
     /// Number of calls to the composition function (batched steps).
     pub calls: u64,
@@ -175,9 +178,13 @@ pub struct Chart<B: Backend> {
 }
 
 impl<B: ArborBackend> Chart<B> {
-    /// Builds the charts of a batch of sentences. In training ([`Decisions::Sample`]) nothing
-    /// is read back from the device; evaluation reads each pruned step's merge positions (one
-    /// small read per step) to compose only the new cells.
+    /// Builds the charts of a batch of sentences. Evaluation reads each pruned step's merge
+    /// positions (one small read per step) to compose only the new cells; so does training on
+    /// a backend whose tensors live in host memory ([`ArborBackend::HOST_MEMORY`]: the CPU
+    /// backends, where the read is a copy of one integer per merging sentence). In training on
+    /// any other backend (CUDA) nothing is read back from the device: each pruned step
+    /// composes every top-row cell the merge could create and discards those it did not
+    /// ([`Chart::build_without_reads`]). The chart is the same either way.
     ///
     /// Training mode ([`Decisions::Sample`]) selects each cell's split with straight-through
     /// Gumbel-softmax over `log p̃_ijk` (eq. 2); evaluation ([`Decisions::Argmax`]) takes the
@@ -202,7 +209,7 @@ impl<B: ArborBackend> Chart<B> {
         config: &ChartConfig,
         decisions: Decisions<'_>,
     ) -> Chart<B> {
-        let exact = decisions.is_argmax();
+        let exact = decisions.is_argmax() || B::HOST_MEMORY;
         Self::build_with(compose, leaves, lengths, word_ids, config, decisions, exact)
     }
 

@@ -1,8 +1,8 @@
 //! One pruned step on the device table (Algorithm 1, lines 5–9): FIND picks each sentence's
 //! bigram (`Chart::find`, in `table`), the merge drops its right terminal's slot, the top-row cells that
 //! hold the new terminal are composed, and the table is rebuilt over the terminals after the
-//! merge. The shapes depend on the lengths only, unless evaluation reads the merge positions
-//! back (see the module docs of `chart`).
+//! merge. The shapes depend on the lengths only, unless the merge positions are read back
+//! (evaluation, and training on the CPU backends; see the module docs of `chart`).
 
 use arbor_cells::ArborBackend;
 use burn::prelude::*;
@@ -174,10 +174,11 @@ impl<B: ArborBackend> Chart<B> {
     ///
     /// The top-row cells over terminals s..=s+m that hold the new terminal, s in
     /// [max(0, u − m), min(u, a' − m − 1)] for a' terminals after the merge: at most
-    /// k = min(m + 1, a' − m) of them, which the host knows. In training each sentence
-    /// composes k cells from s = max(0, u − m) on (those past the interval are discarded),
-    /// so that nothing is read back. Evaluation (`exact`) reads the merge positions (one
-    /// read per step; the trees read the chart anyway) and composes exactly the interval.
+    /// k = min(m + 1, a' − m) of them, which the host knows. Without `exact` (training on a
+    /// device) each sentence composes k cells from s = max(0, u − m) on (those past the
+    /// interval are discarded), so that nothing is read back. With `exact` (evaluation, and
+    /// training on the CPU backends) it reads the merge positions (one read per step; the
+    /// trees read the chart anyway) and composes exactly the interval.
     fn new_cell_counts(
         u_p: &Tensor<B, 1, Int>,
         m: usize,
