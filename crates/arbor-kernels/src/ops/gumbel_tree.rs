@@ -647,7 +647,12 @@ pub(crate) mod cpu {
                 }
             })
             .collect();
-        let mut g_total = vec![0f32; cands * w];
+        // The selected parents' own gate gradients, one row per merge, and each candidate's
+        // row there (a candidate is selected at most once). After the layers they join the
+        // score shares in `gq`'s memory as every candidate's summed gate gradient: no
+        // `[candidates, 5D]` block beside `gq`.
+        let mut chosen: Vec<f32> = Vec::with_capacity(s.roots.len() * s.n.saturating_sub(1) * w);
+        let mut chosen_at = vec![u32::MAX; cands];
         // Every candidate's cell backward for an upstream `h` gradient of `q / √D` (and none
         // for `c`): its gate gradient `gq` and its children's `c` gradients `cq` (left, right).
         // A layer's score gradient `dlogit` then reaches the candidate's children as `dlogit`
@@ -749,7 +754,9 @@ pub(crate) mod cpu {
             });
             for (rec, bg) in records.iter().zip(best_gates.chunks_exact(w)) {
                 let ci = rec.cands[rec.best] as usize - leaves;
-                add(&mut g_total[ci * w..(ci + 1) * w], bg);
+                debug_assert_eq!(chosen_at[ci], u32::MAX, "a candidate is selected once");
+                chosen_at[ci] = (chosen.len() / w) as u32;
+                chosen.extend_from_slice(bg);
             }
         }
         let mut dlogit = vec![0f32; cands];
@@ -758,14 +765,22 @@ pub(crate) mod cpu {
             let b = owner[leaves + ci] as usize;
             dlogit[ci] = states[b].dlogit_sum[lo(u) - s.lengths[b]];
         }
-        for (ci, &dl) in dlogit.iter().enumerate() {
-            axpy(
-                &mut g_total[ci * w..(ci + 1) * w],
-                dl,
-                &gq[ci * w..(ci + 1) * w],
-            );
+        // Every candidate's gate gradient summed over the layers, `G = (selected's own) +
+        // dlogit·gq`, over `gq` in place (added in that order: the selected row first, as a
+        // zeroed sum would have it).
+        let mut g_total = gq;
+        for (ci, (&dl, row)) in dlogit.iter().zip(g_total.chunks_exact_mut(w)).enumerate() {
+            match chosen_at[ci] {
+                u32::MAX => row.iter_mut().for_each(|g| *g *= dl),
+                at => {
+                    let own = &chosen[at as usize * w..(at as usize + 1) * w];
+                    for (g, &o) in row.iter_mut().zip(own) {
+                        *g = o + dl * *g;
+                    }
+                }
+            }
         }
-        drop(gq);
+        drop(chosen);
         drop(cq);
         // The leaves: `dh + P·W_lᵀ + Q·W_rᵀ` in two products over all of them (gathered: one
         // product per sentence costs more in calls than in arithmetic at short lengths).
