@@ -427,6 +427,7 @@ pub type LstmParams<B> = (Tensor<B, 2>, Tensor<B, 1>, Tensor<B, 2>);
 /// when there is no step or no example (nothing to run: the per-step outputs are empty and the
 /// final `c` is `c0`; Burn can neither narrow nor reshape to an empty block, as its `reshape`
 /// reads a 0 as "keep this dimension").
+#[allow(clippy::too_many_arguments)]
 fn checked<B: ArborBackend>(
     x: Tensor<B, 3>,
     given: Option<Tensor<B, 3>>,
