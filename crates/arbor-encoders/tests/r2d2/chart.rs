@@ -46,8 +46,14 @@ fn composition_calls_grow_linearly() {
             assert_eq!(c, (rows + kept * window) as u64, "n {n} m {window}");
             // Training without reads (a device's way) composes min(m + 1, a' − m) candidates
             // per merge whatever FIND picks.
-            let train = |reads: bool| {
-                let mut sampler = GumbelSampler::seeded(n as u64);
+            // A training chart: with or without reads, with Gumbel noise or without.
+            let train_with = |reads: bool, noise: bool| {
+                let sampler = GumbelSampler::seeded(n as u64);
+                let mut sampler = if noise {
+                    sampler
+                } else {
+                    sampler.without_noise()
+                };
                 let leaves = tensor::<Fx, 3>([1, n, d], 1.0, n as u64);
                 let decisions = Decisions::Sample(&mut sampler);
                 if reads {
@@ -56,6 +62,7 @@ fn composition_calls_grow_linearly() {
                     Chart::build_without_reads(&f, leaves, &[n], None, &config, decisions)
                 }
             };
+            let train = |reads: bool| train_with(reads, true);
             let padded = train(false);
             let candidates: usize = (window + 1..n).map(|a| (window + 1).min(a - window)).sum();
             assert_eq!(
@@ -77,17 +84,7 @@ fn composition_calls_grow_linearly() {
             );
             // The same chart either way: with noiseless samples (the decisions of argmax), the
             // same trees as evaluation.
-            let quiet = |reads: bool| {
-                let mut sampler = GumbelSampler::seeded(0).without_noise();
-                let leaves = tensor::<Fx, 3>([1, n, d], 1.0, n as u64);
-                let decisions = Decisions::Sample(&mut sampler);
-                if reads {
-                    Chart::build(&f, leaves, &[n], None, &config, decisions)
-                } else {
-                    Chart::build_without_reads(&f, leaves, &[n], None, &config, decisions)
-                }
-            };
-            let (exact, padded) = (quiet(true), quiet(false));
+            let (exact, padded) = (train_with(true, false), train_with(false, false));
             assert_eq!(exact.trees(), chart.trees(), "n {n} m {window}");
             assert_eq!(padded.trees(), chart.trees(), "n {n} m {window}");
             assert_eq!(exact.stats.compositions, c, "n {n} m {window}");

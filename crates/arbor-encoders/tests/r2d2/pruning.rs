@@ -204,28 +204,22 @@ fn pruning_walk_through_with_chosen_scores_m2() {
     // Training without reads (a device's way) composes every top-row cell that could hold the
     // merged terminal, min(m + 1, a' − m) for a' terminals after the merge, and keeps the new
     // ones: step 1 (a' = 5) 3 cells, step 2 (a' = 4) 2, step 3 (a' = 3) 1.
-    let mut sampler = GumbelSampler::seeded(0);
-    let train = Chart::build_without_reads(
-        &stub(),
-        span_leaves(6),
-        &[6],
-        None,
-        &config,
-        Decisions::Sample(&mut sampler),
-    );
-    assert_eq!(train.stats.compositions, 13 + (3 + 2 + 1) * 2);
-    assert_eq!(train.stats.calls, 2 + 3);
+    let train = |reads: bool| {
+        let mut sampler = GumbelSampler::seeded(0).without_noise();
+        let decisions = Decisions::Sample(&mut sampler);
+        let (f, leaves) = (stub(), span_leaves(6));
+        if reads {
+            Chart::build(&f, leaves, &[6], None, &config, decisions)
+        } else {
+            Chart::build_without_reads(&f, leaves, &[6], None, &config, decisions)
+        }
+    };
+    let padded = train(false);
+    assert_eq!(padded.stats.compositions, 13 + (3 + 2 + 1) * 2);
+    assert_eq!(padded.stats.calls, 2 + 3);
     // Training on a CPU backend reads the merge positions and composes what evaluation does
     // (noiseless samples: evaluation's decisions, so its tree too).
-    let mut sampler = GumbelSampler::seeded(0).without_noise();
-    let train = Chart::build(
-        &stub(),
-        span_leaves(6),
-        &[6],
-        None,
-        &config,
-        Decisions::Sample(&mut sampler),
-    );
+    let train = train(true);
     assert_eq!(train.stats.compositions, 13 + 2 + 4 + 2);
     assert_eq!(train.trees(), chart.trees());
     assert_eq!(chart.stats.calls, 2 + 3);
