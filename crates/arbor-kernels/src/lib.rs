@@ -498,9 +498,10 @@ pub trait ArborBackend: Backend {
     /// The gradients of [`ArborBackend::lstm_sequence`] with respect to `x`, `w`, `b`, `u`,
     /// `h0` and `c0`, and to `given` for a cell that has such columns, from its input,
     /// parameters (`[w, u, h0, c0]`), what it saved and the output's gradient (the given
-    /// columns' values are not needed: their gradient is their pre-activations'). The output itself is not an input: the node does not keep it alive
-    /// through the backward pass (a whole `[b·t, H]` block), and every layout of `saved` holds
-    /// what the steps' `h` are computed from.
+    /// columns' values are not needed: their gradient is their pre-activations'). The output
+    /// itself is not an input: the node does not keep it alive through the backward pass (a
+    /// whole `[b·t, H]` block), and every layout of `saved` holds what the steps' `h` are
+    /// computed from.
     fn lstm_sequence_backward(
         x: FloatTensor<Self>,
         params: [FloatTensor<Self>; 4],

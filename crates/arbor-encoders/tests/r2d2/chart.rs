@@ -44,8 +44,6 @@ fn composition_calls_grow_linearly() {
                 .filter(|&span| chart.has_cell(0, span))
                 .count();
             assert_eq!(c, (rows + kept * window) as u64, "n {n} m {window}");
-            // Training without reads (a device's way) composes min(m + 1, a' − m) candidates
-            // per merge whatever FIND picks.
             // A training chart: with or without reads, with Gumbel noise or without.
             let train_with = |reads: bool, noise: bool| {
                 let sampler = GumbelSampler::seeded(n as u64);
@@ -63,6 +61,8 @@ fn composition_calls_grow_linearly() {
                 }
             };
             let train = |reads: bool| train_with(reads, true);
+            // Training without reads (a device's way) composes min(m + 1, a' − m) candidates
+            // per merge whatever FIND picks.
             let padded = train(false);
             let candidates: usize = (window + 1..n).map(|a| (window + 1).min(a - window)).sum();
             assert_eq!(

@@ -362,13 +362,7 @@ pub fn conv_fast_trees_sequence<B: ArborBackend>(
     lengths: &[usize],
     chunks: usize,
 ) -> (Tensor<B, 3>, Tensor<B, 2>, Tensor<B, 2>) {
-    let [batch, t, _] = x.dims();
-    assert_eq!(
-        master.dims(),
-        [batch, t, 2 * chunks],
-        "conv_fast_trees_sequence: master must be [{batch}, {t}, {}]",
-        2 * chunks
-    );
+    // `checked` refuses a `master` of another shape than `[batch, time, 2C]`.
     ordered(
         x,
         Some(master),
