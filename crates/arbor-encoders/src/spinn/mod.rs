@@ -170,12 +170,13 @@ pub struct SpinnConfig {
 /// **Buffer.** Word vectors go through a learned projection to `[h; c]` (width `2D`).
 ///
 /// **Thin stack.** The stack is one device array of written rows, `[(T+1)·B, 2D]` in step-major
-/// order (row `p` of example `b` at index `p·B + b`; row 0 is all zeros and stands for "no item").
-/// Step `t` (1-based) writes row `t` of every example exactly once: the buffer top for a
-/// SHIFT, `TreeLSTM(left = second, right = top, e = tracking h)` for a REDUCE, chosen per
-/// example by a mask. The stack's live items are only row pointers, kept per example on the host
-/// in a [`PointerQueue`]; the top two rows and the buffer top are read with one batched
-/// `select` each, and gradients flow back through those reads. No stack is ever copied.
+/// blocks of `B` rows (block 0 is all zeros and stands for "no item"). Step `t` (1-based) writes
+/// block `t`: first `TreeLSTM(left = second, right = top, e = tracking h)` of the examples that
+/// REDUCE, then the buffer tops of the examples that SHIFT; a SKIP writes nothing. The stack's
+/// live items are only row pointers, kept per example on the host in a [`PointerQueue`], with
+/// each written row's slot in its block; the reads are batched `select`s (the tracker's of every
+/// example, the composition's of its children only), and gradients flow back through them. No
+/// stack is ever copied.
 ///
 /// **Tracking** (PI, full). Before each step an LSTM reads `[h(top); h(second); h(buffer top)]`
 /// (zeros for missing items) and its new `h` is the composition's external input `e`. It only
@@ -406,8 +407,12 @@ impl<B: ArborBackend> Spinn<B> {
         let buffer =
             arbor_cells::linear_rows(&self.projection, embeddings).reshape([batch * time, 2 * d]);
 
-        // The thin stack: [(steps+1)·batch, 2D], step-major; row 0 stays zeros.
+        // The thin stack: [(steps+1)·batch, 2D], step-major; rows 0..batch stay zeros. Where
+        // example `b`'s row of step `p` lies within its block: `slot[p·batch + b]` (step 0's
+        // slots are the identity, so "no item" reads a zero row).
         let mut stack = arbor_cells::kernels::zeros::<B, 2>([(steps + 1) * batch, 2 * d], &device);
+        let mut slot: Vec<usize> = (0..batch).collect();
+        slot.resize((steps + 1) * batch, 0);
         let mut queues: Vec<PointerQueue> = lengths.iter().map(|&n| PointerQueue::new(n)).collect();
         let mut followed: Vec<Vec<Transition>> = lengths
             .iter()
@@ -429,32 +434,12 @@ impl<B: ArborBackend> Spinn<B> {
             |v: Vec<bool>| Tensor::<B, 2, Bool>::from_data(TensorData::new(v, [batch, 1]), &device);
 
         for t in 1..=steps {
-            // The reads of this step, from each example's pointers (row 0 = zeros).
+            // The reads of this step, from each example's pointers (step 0 = a zero row).
             let reads: Vec<Reads> = queues.iter().map(PointerQueue::reads).collect();
-            let row_of = |p: Option<usize>, b: usize| p.unwrap_or(0) * batch + b;
-            // Top and second in one read, so that the stack gets one gradient per step.
-            let rows: Vec<usize> = (reads.iter().enumerate().map(|(b, r)| row_of(r.top, b)))
-                .chain(reads.iter().enumerate().map(|(b, r)| row_of(r.second, b)))
-                .collect();
-            let pair = arbor_cells::kernels::select_rows(stack.clone(), &rows);
-            let top = arbor_cells::kernels::narrow(pair.clone(), 0, 0, batch);
-            let second = arbor_cells::kernels::narrow(pair, 0, batch, batch);
-            // An empty buffer reads row 0 (any row), then zeros through the mask.
-            let buffer_rows: Vec<usize> = reads
-                .iter()
-                .enumerate()
-                .map(|(b, r)| r.buffer.map_or(0, |w| b * time + w))
-                .collect();
-            let buf_top = arbor_cells::kernels::select_rows(buffer.clone(), &buffer_rows);
-            let empty: Vec<bool> = reads.iter().map(|r| r.buffer.is_none()).collect();
-            let buf_top = if empty.contains(&true) {
-                buf_top.mask_fill(mask(empty).expand([batch, 2 * d]), 0.0)
-            } else {
-                buf_top
+            let row_of = |p: Option<usize>, b: usize| {
+                let p = p.unwrap_or(0);
+                p * batch + slot[p * batch + b]
             };
-            let (top_rows, second_rows) = (top.clone(), second.clone());
-            let top = LstmState::split(top);
-            let second = LstmState::split(second);
 
             // Which examples take a real step (known before the classifier: unfinished ones).
             let active: Vec<bool> = match &plan {
@@ -462,16 +447,40 @@ impl<B: ArborBackend> Spinn<B> {
                 Plan::Own => queues.iter().map(|q| !q.is_done()).collect(),
             };
 
-            // Tracking LSTM (eq. of §3.2): input [h(top); h(second); h(buffer top)].
+            // Tracking LSTM (eq. of §3.2): input [h(top); h(second); h(buffer top)] of every
+            // example (zeros for missing items).
             let mut e = None;
             // The classifier's input: the tracking h, or [h; c].
             let mut classifier_in = None;
             if let (Some(cell), Some(state)) = (&self.tracker, tracking.take()) {
+                // Top and second in one read, so that the stack gets one gradient per read.
+                let rows: Vec<usize> = (reads.iter().enumerate().map(|(b, r)| row_of(r.top, b)))
+                    .chain(reads.iter().enumerate().map(|(b, r)| row_of(r.second, b)))
+                    .collect();
+                let pair = arbor_cells::kernels::select_rows(stack.clone(), &rows);
+                // An empty buffer reads row 0 (any row), then zeros through the mask.
+                let buffer_rows: Vec<usize> = reads
+                    .iter()
+                    .enumerate()
+                    .map(|(b, r)| r.buffer.map_or(0, |w| b * time + w))
+                    .collect();
+                let buf_h = arbor_cells::kernels::narrow(
+                    arbor_cells::kernels::select_rows(buffer.clone(), &buffer_rows),
+                    1,
+                    0,
+                    d,
+                );
+                let empty: Vec<bool> = reads.iter().map(|r| r.buffer.is_none()).collect();
+                let buf_h = if empty.contains(&true) {
+                    buf_h.mask_fill(mask(empty).expand([batch, d]), 0.0)
+                } else {
+                    buf_h
+                };
                 let x = Tensor::cat(
                     vec![
-                        top.h.clone(),
-                        second.h.clone(),
-                        buf_top.clone().narrow(1, 0, d),
+                        LstmState::split(arbor_cells::kernels::narrow(pair.clone(), 0, 0, batch)).h,
+                        LstmState::split(arbor_cells::kernels::narrow(pair, 0, batch, batch)).h,
+                        buf_h,
                     ],
                     1,
                 );
@@ -529,38 +538,55 @@ impl<B: ArborBackend> Spinn<B> {
                 }
             }
 
-            // Compose only for the examples that REDUCE at this step (one batched call), then
-            // write one row per example: the composed node for a REDUCE, the buffer top
-            // otherwise (a SKIP row is never read).
+            // This step's block of the stack: the REDUCEing examples' composed nodes first, then
+            // the SHIFTing examples' buffer tops; a SKIP writes nothing (its row is never read).
+            // Each part is read and written for its own examples only, with no per-example mask
+            // and no reordering copy.
             let reducing: Vec<usize> = (0..batch)
                 .filter(|&b| ops[b] == Transition::Reduce)
                 .collect();
-            let row = if reducing.is_empty() {
-                buf_top
-            } else {
+            let shifting: Vec<usize> = (0..batch)
+                .filter(|&b| ops[b] == Transition::Shift)
+                .collect();
+            let block = t * batch;
+            if !reducing.is_empty() {
                 let r = reducing.len();
-                let pick = Tensor::<B, 1, Int>::from_data(
-                    TensorData::new(reducing.iter().map(|&b| b as i64).collect(), [r]),
-                    &device,
-                );
+                // Left (second) and right (top) children in one read.
+                let rows: Vec<usize> = (reducing.iter().map(|&b| row_of(reads[b].second, b)))
+                    .chain(reducing.iter().map(|&b| row_of(reads[b].top, b)))
+                    .collect();
+                let children = arbor_cells::kernels::select_rows(stack.clone(), &rows);
+                let pick = || {
+                    Tensor::<B, 1, Int>::from_data(
+                        TensorData::new(reducing.iter().map(|&b| b as i64).collect(), [r]),
+                        &device,
+                    )
+                };
                 let reduced = self
                     .composition
                     .forward(
-                        LstmState::split(second_rows.select(0, pick.clone())),
-                        LstmState::split(top_rows.select(0, pick.clone())),
-                        e.map(|e| e.select(0, pick)),
+                        LstmState::split(arbor_cells::kernels::narrow(children.clone(), 0, 0, r)),
+                        LstmState::split(arbor_cells::kernels::narrow(children, 0, r, r)),
+                        e.map(|e| e.select(0, pick())),
                     )
                     .concat();
-                // Rows of [buffer tops; composed nodes], picked back into batch order.
-                let mut order: Vec<i64> = (0..batch as i64).collect();
+                stack = arbor_cells::kernels::write_rows(stack, block, reduced);
                 for (j, &b) in reducing.iter().enumerate() {
-                    order[b] = (batch + j) as i64;
+                    slot[block + b] = j;
                 }
-                Tensor::cat(vec![buf_top, reduced], 0).select(0, index(order))
-            };
-            drop((top, second));
-            // One step's rows, written into the stack's own memory (no copy of the stack).
-            stack = arbor_cells::kernels::write_rows(stack, t * batch, row);
+            }
+            if !shifting.is_empty() {
+                // A SHIFT always has a buffer top.
+                let rows: Vec<usize> = shifting
+                    .iter()
+                    .map(|&b| b * time + reads[b].buffer.unwrap_or(0))
+                    .collect();
+                let tops = arbor_cells::kernels::select_rows(buffer.clone(), &rows);
+                stack = arbor_cells::kernels::write_rows(stack, block + reducing.len(), tops);
+                for (j, &b) in shifting.iter().enumerate() {
+                    slot[block + b] = reducing.len() + j;
+                }
+            }
 
             for (b, (q, op)) in queues.iter_mut().zip(&ops).enumerate() {
                 // The plan is valid (checked, repaired or enforced), so this cannot fail.
@@ -573,7 +599,10 @@ impl<B: ArborBackend> Spinn<B> {
         let roots: Vec<i64> = queues
             .iter()
             .enumerate()
-            .map(|(b, q)| (q.queue().last().copied().unwrap_or(0) * batch + b) as i64)
+            .map(|(b, q)| {
+                let p = q.queue().last().copied().unwrap_or(0);
+                (p * batch + slot[p * batch + b]) as i64
+            })
             .collect();
         let root = LstmState::split(stack.select(0, index(roots)));
 

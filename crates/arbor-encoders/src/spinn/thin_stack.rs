@@ -2,8 +2,9 @@
 //! queue of row pointers, the validity rule, and checks of given transition sequences.
 //!
 //! The stack *contents* live on the device as one array of written rows (see
-//! [`Spinn`](super::Spinn)); step `t` (1-based) writes row `t` for every example. What an
-//! example's stack holds is only the list of row numbers in its [`PointerQueue`]. This module is
+//! [`Spinn`](super::Spinn)); step `t` (1-based) writes row `t` of every example that SHIFTs or
+//! REDUCEs. What an example's stack holds is only the list of row numbers in its
+//! [`PointerQueue`]. This module is
 //! pure bookkeeping, used by the encoder and by [`trace`], so the pointer arithmetic can be
 //! tested on its own.
 
