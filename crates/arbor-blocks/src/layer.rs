@@ -173,7 +173,9 @@ impl<B: ArborBackend> TransformerLayer<B> {
         // `PositionWiseFeedForward::forward`, with each Linear as one fused op.
         let pwff = &self.pwff;
         let inner = arbor_cells::linear_rows(&pwff.linear_inner, ffn_in.reshape([batch * time, d]));
-        let inner = pwff.dropout.forward(pwff.activation.forward(inner));
+        let inner = pwff
+            .dropout
+            .forward(arbor_cells::activation(&pwff.activation, inner));
         let ffn = arbor_cells::linear_rows(&pwff.linear_outer, inner).reshape([batch, time, d]);
         let mut y = h + self.dropout.forward(ffn);
         if !self.norm_first {

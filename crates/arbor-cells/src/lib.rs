@@ -51,7 +51,8 @@ pub use fast_trees::{FastTreesCell, FastTreesCellConfig};
 pub use faster_fast_trees::{FasterFastTreesCell, FasterFastTreesCellConfig};
 pub use gumbel::{argmax_select, masked_softmax, st_gumbel_softmax, GumbelSampler, Selection};
 pub use linear::{
-    conv1d_over_time, layer_norm, layer_norm_epsilon, linear_columns, linear_pair_rows, linear_rows,
+    activation, conv1d_over_time, layer_norm, layer_norm_epsilon, linear_columns, linear_pair_rows,
+    linear_rows,
 };
 pub use lstm::{LstmCell, LstmCellConfig};
 pub use master::{syntactic_distance, MasterGates};

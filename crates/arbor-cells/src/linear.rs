@@ -168,6 +168,29 @@ pub fn layer_norm<B: ArborBackend, const D: usize>(
     }
 }
 
+/// `act.forward(x)`, through a fused kernel where arbor has one: ReLU
+/// ([`arbor_kernels::relu`]: on the CPU backends its loop runs on rayon's pool, where Flex's runs
+/// on the calling thread alone), the exact GELU ([`arbor_kernels::gelu`], whose gradient is the
+/// exact derivative; Burn 0.21 differentiates the tanh approximation), sigmoid and tanh. Every
+/// other activation, and the tanh-approximate GELU, takes Burn's own forward pass.
+///
+/// # Shapes
+/// - `x`, output: any shape
+pub fn activation<B: ArborBackend, const D: usize>(
+    act: &burn::nn::activation::Activation<B>,
+    x: Tensor<B, D>,
+) -> Tensor<B, D> {
+    use burn::nn::activation::Activation;
+    match act {
+        Activation::Relu(_) => arbor_kernels::relu(x),
+        Activation::Gelu(g) if !g.approximate => arbor_kernels::gelu(x),
+        Activation::Sigmoid(_) => arbor_kernels::sigmoid(x),
+        Activation::Tanh(_) => arbor_kernels::tanh(x),
+        // Burn's own enum of activations (not a kind of arbor's): the rest keep Burn's forward.
+        other => other.forward(x),
+    }
+}
+
 /// A built `LayerNorm`'s `ε`, read from its display (`LayerNorm {d_model: 6, epsilon:
 /// 0.00001, …}`; Rust prints an `f64` so that it parses back to the same value): Burn 0.21
 /// keeps the field private and has no getter. `None` if the display has no such entry.

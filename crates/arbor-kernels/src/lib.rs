@@ -92,7 +92,7 @@ mod testing;
 #[cfg(feature = "cuda")]
 mod cuda;
 
-pub use ops::activation::{gelu, sigmoid, tanh, Activation};
+pub use ops::activation::{gelu, relu, sigmoid, tanh, Activation};
 pub use ops::adjacent::adjacent_pairs;
 pub use ops::argmax_tree::{argmax_tree, ArgmaxTreeParts, TreePass};
 pub use ops::attention::{grouped_attention, AttentionSpec};

@@ -1,5 +1,5 @@
-//! The activations alone: `sigmoid`, `tanh` and the exact GELU, any shape, one op and one
-//! autodiff node each; also the SIMD sigmoid and tanh every gated kernel is built on.
+//! The activations alone: `sigmoid`, `tanh`, the exact GELU and ReLU, any shape, one op and
+//! one autodiff node each; also the SIMD sigmoid and tanh every gated kernel is built on.
 //!
 //! The CPU loops compute sigmoid and tanh eight lanes at a time with `wide`'s vectorised `exp`
 //! (the backends' elementwise ops call scalar libm `expf`/`tanhf`). Both are written around
@@ -10,7 +10,8 @@ use burn::tensor::TensorPrimitive;
 
 use crate::ArborBackend;
 
-/// An elementwise activation with a fused kernel: see [`sigmoid`], [`tanh`] and [`gelu`].
+/// An elementwise activation with a fused kernel: see [`sigmoid`], [`tanh`], [`gelu`] and
+/// [`relu`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
     /// The logistic sigmoid `σ(x) = 1 / (1 + e^{−x})`.
@@ -19,11 +20,15 @@ pub enum Activation {
     Tanh,
     /// The exact GELU `x·Φ(x) = x·(1 + erf(x/√2))/2` (Hendrycks & Gimpel 2016), as Burn's `gelu`.
     Gelu,
+    /// `max(x, 0)`, as Burn's `relu`; NaN stays NaN (as PyTorch and Burn's generic `relu`;
+    /// Flex's own gives 0); the gradient at 0 is 0.
+    Relu,
 }
 
 impl Activation {
     /// Whether the gradient is computed from the input `x` (GELU) rather than from the
-    /// output `y` (sigmoid, tanh): what the autodiff node keeps for the backward pass.
+    /// output `y` (sigmoid, tanh, ReLU: `y > 0` exactly where `x > 0`): what the autodiff node
+    /// keeps for the backward pass.
     pub fn backward_from_input(self) -> bool {
         matches!(self, Activation::Gelu)
     }
@@ -57,6 +62,16 @@ pub fn gelu<B: ArborBackend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     activate(x, Activation::Gelu)
 }
 
+/// `max(x, 0)` elementwise (Burn's `relu`), one op (and one autodiff node). On the CPU backends
+/// its loop runs on rayon's pool, where Flex's runs on the calling thread alone (the
+/// Transformer's feed-forward activation).
+///
+/// # Shapes
+/// - `x`, output: any shape
+pub fn relu<B: ArborBackend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    activate(x, Activation::Relu)
+}
+
 fn activate<B: ArborBackend, const D: usize>(x: Tensor<B, D>, act: Activation) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(B::activation(
         x.into_primitive().tensor(),
@@ -67,7 +82,7 @@ fn activate<B: ArborBackend, const D: usize>(x: Tensor<B, D>, act: Activation) -
 /// The activations in plain Burn ops.
 pub(crate) mod reference {
     use burn::prelude::*;
-    use burn::tensor::activation::{gelu, sigmoid, tanh};
+    use burn::tensor::activation::{gelu, relu, sigmoid, tanh};
     use burn::tensor::ops::FloatTensor;
     use burn::tensor::TensorMetadata;
 
@@ -87,12 +102,13 @@ pub(crate) mod reference {
             Activation::Sigmoid => sigmoid(x),
             Activation::Tanh => tanh(x),
             Activation::Gelu => gelu(x),
+            Activation::Relu => relu(x),
         };
         unrows::<B>(y, shape)
     }
 
-    /// The gradient of [`activation`] from its output `y` (sigmoid, tanh) or its input (GELU:
-    /// `Φ(x) + x·φ(x)`).
+    /// The gradient of [`activation`] from its output `y` (sigmoid, tanh, ReLU) or its input
+    /// (GELU: `Φ(x) + x·φ(x)`).
     pub fn activation_backward<B: Backend>(
         y: FloatTensor<B>,
         grad: FloatTensor<B>,
@@ -103,6 +119,10 @@ pub(crate) mod reference {
         let slope = match act {
             Activation::Sigmoid => y.clone().mul(y.neg().add_scalar(1.0)),
             Activation::Tanh => y.clone().mul(y).neg().add_scalar(1.0),
+            // Burn's `relu_backward`: the gradient passes where `y ≤ 0` is false (NaN included).
+            Activation::Relu => {
+                return unrows::<B>(g.mask_fill(y.lower_equal_elem(0.0), 0.0), shape)
+            }
             Activation::Gelu => {
                 let x = y;
                 let cdf = x
@@ -213,6 +233,14 @@ pub(crate) mod cpu {
     /// `dst = tanh(src)`.
     pub fn tanh(dst: &mut [f32], src: &[f32]) {
         widest!(loops, tanh(dst, src) else map8(dst, src, tanh8))
+    }
+
+    /// `dst = max(src, 0)`, NaN kept (zero exactly where `x ≤ 0`, as Burn's generic `relu`); a
+    /// compare and a select per lane, which the compiler vectorises for the target it builds for.
+    pub fn relu(dst: &mut [f32], src: &[f32]) {
+        for (d, &x) in dst.iter_mut().zip(src) {
+            *d = if x <= 0.0 { 0.0 } else { x };
+        }
     }
 
     /// Sigmoid, tanh and GELU (forward, and its backward with the gradient's product in the
@@ -594,7 +622,31 @@ pub(crate) mod host {
     where
         FloatTensor<B>: HostTensor,
     {
+        if act == Activation::Relu {
+            return match relu_in_place(x) {
+                Ok(y) => y,
+                Err(x) => {
+                    activation_f32(&x, act).unwrap_or_else(|| reference::activation::<B>(x, act))
+                }
+            };
+        }
         activation_f32(&x, act).unwrap_or_else(|| reference::activation::<B>(x, act))
+    }
+
+    /// ReLU written over `x`'s own memory, when no other tensor shares it (the Transformer's
+    /// feed-forward product, which nothing else reads): no output buffer to zero or fill.
+    /// Gives `x` back otherwise.
+    fn relu_in_place<T: HostTensor>(mut x: T) -> Result<T, T> {
+        let Some(data) = x.host_mut() else {
+            return Err(x);
+        };
+        par::rows(data.len(), 1, vec![(data, 1)], &|_, o| {
+            // A store on every element (a select, which vectorises), not a branch around it.
+            for v in o[0].iter_mut() {
+                *v = if *v <= 0.0 { 0.0 } else { *v };
+            }
+        });
+        Ok(x)
     }
 
     fn activation_f32<T: HostTensor>(x: &T, act: Activation) -> Option<T> {
@@ -607,6 +659,7 @@ pub(crate) mod host {
                 Activation::Sigmoid => cpu::sigmoid(o[0], src),
                 Activation::Tanh => cpu::tanh(o[0], src),
                 Activation::Gelu => cpu::gelu(o[0], src),
+                Activation::Relu => cpu::relu(o[0], src),
             }
         });
         Some(T::from_f32(out, shape))
@@ -644,6 +697,12 @@ pub(crate) mod host {
                 }
                 // `y` is the input here (Activation::backward_from_input).
                 Activation::Gelu => cpu::gelu_backward(o[0], y, g),
+                Activation::Relu => {
+                    for ((o, &y), &g) in o[0].iter_mut().zip(y).zip(g) {
+                        // As Burn's `relu_backward`: zero where `y ≤ 0` (a NaN passes `g`).
+                        *o = if y <= 0.0 { 0.0 } else { g };
+                    }
+                }
             }
         });
         Some(T::from_f32(out, shape))

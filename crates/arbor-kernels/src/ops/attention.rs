@@ -478,7 +478,8 @@ pub(crate) mod cpu {
     }
 
     /// [`forward_body`] for the rows of groups `groups`, compiled for the widest vector set in use
-    /// ([`crate::isa::widest`]).
+    /// ([`crate::isa::widest`]). `weights` receives those groups' softmax weights, or is empty
+    /// when nobody keeps them.
     pub(crate) fn forward(
         qkv: [Rows<'_>; 3],
         bias: Option<Bias<'_>>,
@@ -489,11 +490,19 @@ pub(crate) mod cpu {
     ) {
         let (o, w) = (dims.l * dims.d, dims.heads * dims.l * dims.l);
         let mut kt = vec![0f32; dims.d / dims.heads * dims.l];
+        // No `weights` to fill: one group's scratch, every element written before it is read.
+        let mut scratch = if weights.is_empty() {
+            vec![0f32; w]
+        } else {
+            Vec::new()
+        };
         for (i, g) in groups.enumerate() {
-            let (out, weights) = (
-                &mut out[i * o..(i + 1) * o],
-                &mut weights[i * w..(i + 1) * w],
-            );
+            let out = &mut out[i * o..(i + 1) * o];
+            let weights = if scratch.is_empty() {
+                &mut weights[i * w..(i + 1) * w]
+            } else {
+                &mut scratch[..]
+            };
             crate::isa::widest!(
                 attention_copies,
                 forward(qkv, bias, g, dims, out, weights, &mut kt)
@@ -642,11 +651,15 @@ pub(crate) mod host {
         };
         let (o, w) = (l * d, spec.heads * l * l);
         let mut out = vec![0f32; n * o];
-        let mut weights = vec![0f32; n * w];
+        // Every group's softmax weights only where the backward pass keeps them; otherwise each
+        // parallel range reuses one group's worth of its own (no `[n, heads, l, l]` buffer zeroed
+        // on the calling thread).
+        let mut weights = if keep { vec![0f32; n * w] } else { Vec::new() };
+        let kept = if keep { w } else { 0 };
         par::rows(
             n,
             group_cost(dims),
-            vec![(&mut out, o), (&mut weights, w)],
+            vec![(&mut out, o), (&mut weights, kept)],
             &|r, outs| {
                 let [out, weights] = outs else {
                     unreachable!("two outputs")
