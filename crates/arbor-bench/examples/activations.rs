@@ -1,5 +1,6 @@
-//! Times arbor's fused sigmoid and tanh on 4 M floats (`[512, 8192]`, uniform in ±6), best of
-//! 5 rounds of 20 calls: `cargo run --release -p arbor-bench --example activations`.
+//! Times arbor's fused sigmoid, tanh, GELU and ReLU on 4 M floats (`[512, 8192]`, uniform in
+//! ±6), best of 5 rounds of 20 calls: `cargo run --release -p arbor-bench --example
+//! activations` (`RAYON_NUM_THREADS=1` for one thread).
 use burn::backend::flex::Flex;
 use burn::tensor::{Distribution, Tensor};
 fn main() {
@@ -11,6 +12,8 @@ fn main() {
             arbor_cells::kernels::sigmoid::<Flex, 2> as fn(_) -> _,
         ),
         ("tanh", arbor_cells::kernels::tanh::<Flex, 2>),
+        ("gelu", arbor_cells::kernels::gelu::<Flex, 2>),
+        ("relu", arbor_cells::kernels::relu::<Flex, 2>),
     ] {
         let _ = f(x.clone());
         let mut best = f64::MAX;

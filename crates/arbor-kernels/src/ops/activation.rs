@@ -265,12 +265,16 @@ pub(crate) mod cpu {
             let x = x.max(-87.336_54);
             let k = (x * LOG2E + 0.5).floor();
             let r = k.mul_add(-LN2_LO, k.mul_add(-LN2_HI, x));
-            let mut p = 1.987_569_1e-4_f32;
-            p = p.mul_add(r, 1.398_199_9e-3);
-            p = p.mul_add(r, 8.333_452e-3);
-            p = p.mul_add(r, 4.166_579_6e-2);
-            p = p.mul_add(r, 1.666_666_5e-1);
-            p = p.mul_add(r, 0.5);
+            // Cephes' polynomial by Estrin's scheme (pairs, then `r²`, `r⁴`): two dependent
+            // multiply-adds after `r⁴` where Horner's rule chains five, so the loops are less
+            // bound by latency (`--example activations`, one thread, 4 M floats, interleaved:
+            // GELU 17.8–17.9 → 15.4–15.6 ms, sigmoid 11.9–12.1 → 11.7, tanh 12.5 → 12.1–12.2; the
+            // same scheme for `erf`'s polynomial made GELU slower, 19.1, and is not used).
+            let r2 = r * r;
+            let p01 = 1.666_666_5e-1f32.mul_add(r, 0.5);
+            let p23 = 8.333_452e-3f32.mul_add(r, 4.166_579_6e-2);
+            let p45 = 1.987_569_1e-4f32.mul_add(r, 1.398_199_9e-3);
+            let p = (r2 * r2).mul_add(p45, r2.mul_add(p23, p01));
             let e = (p * r).mul_add(r, r) + 1.0;
             // `k as i32` saturates and maps NaN to 0, which the compiler does lane by lane with
             // scalar compares; `k` is a small finite integer here, so the plain conversion is exact
