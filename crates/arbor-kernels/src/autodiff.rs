@@ -70,6 +70,25 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
             rows: FloatTensor<Self>,
         ) -> FloatTensor<Self>
             => ops::rows::autodiff::write_rows::<B, C>;
+        fn thin_stack_new(
+            rows: usize,
+            width: usize,
+            device: &Device<Self>,
+        ) -> (FloatTensor<Self>, Option<crate::StackSide>)
+            => ops::thin_stack::autodiff::thin_stack_new::<B, C>;
+        fn thin_stack_write(
+            stack: FloatTensor<Self>,
+            side: Option<&crate::StackSide>,
+            start: usize,
+            rows: FloatTensor<Self>,
+        ) -> FloatTensor<Self>
+            => ops::thin_stack::autodiff::thin_stack_write::<B, C>;
+        fn thin_stack_read(
+            stack: FloatTensor<Self>,
+            side: Option<&crate::StackSide>,
+            rows: &[usize],
+        ) -> FloatTensor<Self>
+            => ops::thin_stack::autodiff::thin_stack_read::<B, C>;
         fn adjacent_pairs(x: FloatTensor<Self>) -> FloatTensor<Self>
             => ops::adjacent::autodiff::adjacent_pairs::<B, C>;
         fn causal_windows(x: FloatTensor<Self>, k: usize) -> FloatTensor<Self>

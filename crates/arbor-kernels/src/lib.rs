@@ -109,6 +109,7 @@ pub use ops::memory::{contiguous, zeros};
 pub use ops::ordered_cell::{ordered_cell, ordered_gates};
 pub use ops::rows::{narrow, select_rows, write_rows};
 pub use ops::select_mix::{merge_place, select_mix, select_mix_adjacent};
+pub use ops::thin_stack::{StackSide, ThinStack};
 pub use ops::window::causal_windows;
 
 use burn::prelude::*;
@@ -458,6 +459,41 @@ pub trait ArborBackend: Backend {
     /// A tensor of zeros of the default float type; see [`zeros`].
     fn zeros(shape: Shape, device: &Device<Self>) -> FloatTensor<Self> {
         reference::zeros::<Self>(shape, device)
+    }
+
+    /// A new [`ThinStack`] of `rows` zero rows of width `width`: the tensor that stands for it
+    /// in the graph, and its host rows where it keeps them. The default is the whole stack as
+    /// one zero tensor and no host side; the autodiff backend over a CPU backend keeps the rows
+    /// on the host and a one-element token in the graph.
+    fn thin_stack_new(
+        rows: usize,
+        width: usize,
+        device: &Device<Self>,
+    ) -> (FloatTensor<Self>, Option<StackSide>) {
+        (Self::zeros(Shape::new([rows, width]), device), None)
+    }
+
+    /// [`ThinStack::write`]'s entry point: by default [`ArborBackend::write_rows`] on the stack
+    /// tensor (`side` is `None` there).
+    fn thin_stack_write(
+        stack: FloatTensor<Self>,
+        side: Option<&StackSide>,
+        start: usize,
+        rows: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let _ = side;
+        Self::write_rows(stack, start, rows)
+    }
+
+    /// [`ThinStack::read`]'s entry point: by default [`ArborBackend::select_rows`] on the stack
+    /// tensor (`side` is `None` there).
+    fn thin_stack_read(
+        stack: FloatTensor<Self>,
+        side: Option<&StackSide>,
+        rows: &[usize],
+    ) -> FloatTensor<Self> {
+        let _ = side;
+        Self::select_rows(stack, rows)
     }
 
     /// [`lstm_sequence`]'s entry point: the autodiff backend records one node (and keeps the

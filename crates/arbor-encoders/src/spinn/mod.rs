@@ -174,9 +174,9 @@ pub struct SpinnConfig {
 /// block `t`: first `TreeLSTM(left = second, right = top, e = tracking h)` of the examples that
 /// REDUCE, then the buffer tops of the examples that SHIFT; a SKIP writes nothing. The stack's
 /// live items are only row pointers, kept per example on the host in a [`PointerQueue`], with
-/// each written row's slot in its block; the reads are batched `select`s (the tracker's of every
-/// example, the composition's of its children only), and gradients flow back through them. No
-/// stack is ever copied.
+/// each written row's slot in its block; the reads are batched row reads (the tracker's of every
+/// example, the composition's of its children only), and gradients flow back through them
+/// ([`arbor_kernels::ThinStack`]). No stack is ever copied.
 ///
 /// **Tracking** (PI, full). Before each step an LSTM reads `[h(top); h(second); h(buffer top)]`
 /// (zeros for missing items) and its new `h` is the composition's external input `e`. It only
@@ -410,7 +410,8 @@ impl<B: ArborBackend> Spinn<B> {
         // The thin stack: [(steps+1)·batch, 2D], step-major; rows 0..batch stay zeros. Where
         // example `b`'s row of step `p` lies within its block: `slot[p·batch + b]` (step 0's
         // slots are the identity, so "no item" reads a zero row).
-        let mut stack = arbor_cells::kernels::zeros::<B, 2>([(steps + 1) * batch, 2 * d], &device);
+        let mut stack =
+            arbor_cells::kernels::ThinStack::<B>::zeros((steps + 1) * batch, 2 * d, &device);
         let mut slot: Vec<usize> = (0..batch).collect();
         slot.resize((steps + 1) * batch, 0);
         let mut queues: Vec<PointerQueue> = lengths.iter().map(|&n| PointerQueue::new(n)).collect();
@@ -428,8 +429,6 @@ impl<B: ArborBackend> Spinn<B> {
         let mut gold_ids: Vec<i64> = Vec::new();
         let mut gold_rows: Vec<i64> = Vec::new();
 
-        let index =
-            |v: Vec<i64>| Tensor::<B, 1, Int>::from_data(TensorData::new(v, [batch]), &device);
         let mask =
             |v: Vec<bool>| Tensor::<B, 2, Bool>::from_data(TensorData::new(v, [batch, 1]), &device);
 
@@ -457,7 +456,7 @@ impl<B: ArborBackend> Spinn<B> {
                 let rows: Vec<usize> = (reads.iter().enumerate().map(|(b, r)| row_of(r.top, b)))
                     .chain(reads.iter().enumerate().map(|(b, r)| row_of(r.second, b)))
                     .collect();
-                let pair = arbor_cells::kernels::select_rows(stack.clone(), &rows);
+                let pair = stack.read(&rows);
                 // An empty buffer reads row 0 (any row), then zeros through the mask.
                 let buffer_rows: Vec<usize> = reads
                     .iter()
@@ -555,7 +554,7 @@ impl<B: ArborBackend> Spinn<B> {
                 let rows: Vec<usize> = (reducing.iter().map(|&b| row_of(reads[b].second, b)))
                     .chain(reducing.iter().map(|&b| row_of(reads[b].top, b)))
                     .collect();
-                let children = arbor_cells::kernels::select_rows(stack.clone(), &rows);
+                let children = stack.read(&rows);
                 let pick = || {
                     Tensor::<B, 1, Int>::from_data(
                         TensorData::new(reducing.iter().map(|&b| b as i64).collect(), [r]),
@@ -570,7 +569,7 @@ impl<B: ArborBackend> Spinn<B> {
                         e.map(|e| e.select(0, pick())),
                     )
                     .concat();
-                stack = arbor_cells::kernels::write_rows(stack, block, reduced);
+                stack = stack.write(block, reduced);
                 for (j, &b) in reducing.iter().enumerate() {
                     slot[block + b] = j;
                 }
@@ -582,7 +581,7 @@ impl<B: ArborBackend> Spinn<B> {
                     .map(|&b| b * time + reads[b].buffer.unwrap_or(0))
                     .collect();
                 let tops = arbor_cells::kernels::select_rows(buffer.clone(), &rows);
-                stack = arbor_cells::kernels::write_rows(stack, block + reducing.len(), tops);
+                stack = stack.write(block + reducing.len(), tops);
                 for (j, &b) in shifting.iter().enumerate() {
                     slot[block + b] = reducing.len() + j;
                 }
@@ -596,15 +595,15 @@ impl<B: ArborBackend> Spinn<B> {
             }
         }
 
-        let roots: Vec<i64> = queues
+        let roots: Vec<usize> = queues
             .iter()
             .enumerate()
             .map(|(b, q)| {
                 let p = q.queue().last().copied().unwrap_or(0);
-                (p * batch + slot[p * batch + b]) as i64
+                p * batch + slot[p * batch + b]
             })
             .collect();
-        let root = LstmState::split(stack.select(0, index(roots)));
+        let root = LstmState::split(stack.read(&roots));
 
         let transition_loss = (!gold_rows.is_empty()).then(|| {
             let k = gold_rows.len();

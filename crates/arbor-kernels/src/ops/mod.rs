@@ -27,4 +27,5 @@ pub(crate) mod memory;
 pub(crate) mod ordered_cell;
 pub(crate) mod rows;
 pub(crate) mod select_mix;
+pub(crate) mod thin_stack;
 pub(crate) mod window;

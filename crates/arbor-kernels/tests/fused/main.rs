@@ -13,4 +13,5 @@ mod ordered_cell;
 mod rows;
 mod select_mix;
 mod support;
+mod thin_stack;
 mod window;

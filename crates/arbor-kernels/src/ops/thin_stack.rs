@@ -1,0 +1,289 @@
+//! [`ThinStack`]: SPINN's thin stack (Bowman et al. 2016, §3.1) as an array of rows that is
+//! written block by block and read by row indices, with gradients that cost the rows read and
+//! written, not the whole array per step.
+//!
+//! On most backends the stack is one `[n, w]` tensor threaded through [`write_rows`] and read
+//! with [`select_rows`]. Under autodiff that is quadratic: every read's backward is a zero
+//! tensor of the whole stack with the read rows added in, and Burn sums it with the gradient
+//! arriving from the next write, another pass over the whole stack, at every step
+//! (`spinn/thin-stack` training on the Zen 1 VM: 45% of its time in those zeroings and sums).
+//! On the CPU backends under autodiff ([`ArborBackend::HOST_MEMORY`], `f32`) the rows live in
+//! host memory beside the graph instead, and the graph holds only a one-element *token* per
+//! version of the stack: a write is a node with the token and the rows as parents, a read a
+//! node with the token as parent. A read's backward adds its rows' gradient into one
+//! stack-sized gradient buffer (allocated once); a write's backward takes its block's rows of
+//! that buffer. The tokens chain every write after the one before and every read after the
+//! write it follows, so Burn's backward pass (by decreasing depth) runs every read before the
+//! writes of the rows it read, and each block's gradient is complete when its write takes it.
+//!
+//! [`write_rows`]: crate::write_rows
+//! [`select_rows`]: crate::select_rows
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use burn::prelude::*;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::TensorPrimitive;
+
+use crate::ArborBackend;
+
+/// The host side of a [`ThinStack`] under autodiff on a CPU backend: the rows (`[n, w]`,
+/// row-major `f32`) and, once a backward pass reaches a read, their gradient.
+#[derive(Clone, Debug)]
+pub struct StackSide(Arc<Mutex<SideData>>);
+
+#[derive(Debug)]
+struct SideData {
+    width: usize,
+    rows: Vec<f32>,
+    grad: Vec<f32>,
+}
+
+impl StackSide {
+    /// `n` zero rows of width `w`.
+    pub(crate) fn zeros(n: usize, w: usize) -> Self {
+        Self(Arc::new(Mutex::new(SideData {
+            width: w,
+            rows: vec![0.0; n * w],
+            grad: Vec::new(),
+        })))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, SideData> {
+        // A panic while the lock was held leaves whole rows: the data stays usable.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// SPINN's thin stack: `n` rows of width `w`, zeros until written, written in blocks of
+/// consecutive rows and read by row indices, with gradients flowing from the reads to the
+/// written rows (see the module documentation for how the CPU backends keep that linear in
+/// the rows touched).
+#[derive(Debug)]
+pub struct ThinStack<B: ArborBackend> {
+    token: Tensor<B, 2>,
+    side: Option<StackSide>,
+    rows: usize,
+    width: usize,
+}
+
+impl<B: ArborBackend> ThinStack<B> {
+    /// `rows` zero rows of width `width` on `device`, in the default float type.
+    pub fn zeros(rows: usize, width: usize, device: &B::Device) -> Self {
+        let (token, side) = B::thin_stack_new(rows, width, device);
+        Self {
+            token: Tensor::from_primitive(TensorPrimitive::Float(token)),
+            side,
+            rows,
+            width,
+        }
+    }
+
+    /// The stack with rows `start..start + r` replaced by `rows`.
+    ///
+    /// # Shapes
+    /// - `rows`: `[r, w]`, with `start + r ≤ n`
+    ///
+    /// # Panics
+    /// If the rows do not fit.
+    pub fn write(self, start: usize, rows: Tensor<B, 2>) -> Self {
+        let [r, w] = rows.dims();
+        assert!(
+            w == self.width && start + r <= self.rows,
+            "ThinStack::write: rows [{r}, {w}] at {start} do not fit in [{}, {}]",
+            self.rows,
+            self.width
+        );
+        let token = B::thin_stack_write(
+            self.token.into_primitive().tensor(),
+            self.side.as_ref(),
+            start,
+            rows.into_primitive().tensor(),
+        );
+        Self {
+            token: Tensor::from_primitive(TensorPrimitive::Float(token)),
+            ..self
+        }
+    }
+
+    /// Rows `rows` of the stack.
+    ///
+    /// # Shapes
+    /// - output: `[rows.len(), w]`
+    ///
+    /// # Panics
+    /// If a row index is out of range.
+    pub fn read(&self, rows: &[usize]) -> Tensor<B, 2> {
+        if let Some(&bad) = rows.iter().find(|&&r| r >= self.rows) {
+            panic!("ThinStack::read: row {bad} of a {}-row stack", self.rows);
+        }
+        Tensor::from_primitive(TensorPrimitive::Float(B::thin_stack_read(
+            self.token.clone().into_primitive().tensor(),
+            self.side.as_ref(),
+            rows,
+        )))
+    }
+}
+
+/// The host rows of `t` as `f32` (one copy).
+fn host_rows<B: Backend>(t: FloatTensor<B>) -> Vec<f32> {
+    Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(t))
+        .into_data()
+        .convert::<f32>()
+        .into_vec::<f32>()
+        .expect("data converted to f32 reads as f32")
+}
+
+/// The CPU backends under autodiff.
+pub(crate) mod autodiff {
+    use burn::backend::autodiff::checkpoint::base::Checkpointer;
+    use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+    use burn::backend::autodiff::grads::Gradients;
+    use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+    use burn::backend::autodiff::Autodiff;
+    use burn::prelude::*;
+    use burn::tensor::ops::FloatTensor;
+    use burn::tensor::{DType, Element, Shape, TensorData, TensorMetadata};
+
+    use super::{host_rows, StackSide};
+    use crate::autodiff::backward_with;
+    use crate::ArborBackend;
+
+    /// A one-element token on `device`.
+    fn token<B: Backend>(device: &B::Device) -> FloatTensor<B> {
+        B::float_from_data(TensorData::new(vec![0f32], [1, 1]), device)
+    }
+
+    /// The stack's token and host rows where the inner backend keeps its floats, `f32`, in
+    /// host memory; a zero tensor of the whole stack (the default) otherwise.
+    pub(crate) fn thin_stack_new<B: ArborBackend, C: CheckpointStrategy>(
+        rows: usize,
+        width: usize,
+        device: &B::Device,
+    ) -> (FloatTensor<Autodiff<B, C>>, Option<StackSide>) {
+        if B::HOST_MEMORY && <B::FloatElem as Element>::dtype() == DType::F32 {
+            let t =
+                Tensor::<Autodiff<B, C>, 2>::from_data(TensorData::new(vec![0f32], [1, 1]), device)
+                    .into_primitive()
+                    .tensor();
+            (t, Some(StackSide::zeros(rows, width)))
+        } else {
+            (
+                <Autodiff<B, C> as ArborBackend>::zeros(Shape::new([rows, width]), device),
+                None,
+            )
+        }
+    }
+
+    /// The backward step of a write: the written rows' gradient from the side's buffer (zeros
+    /// where no read reached them), and a zero for the token.
+    #[derive(Debug)]
+    struct StackWrite;
+
+    impl<B: ArborBackend> Backward<B, 2> for StackWrite {
+        type State = (StackSide, usize, usize, B::Device);
+
+        fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+            backward_with::<B, _, 2, _>(ops, grads, |(side, start, r, device), _| {
+                // No read reached the stack: no buffer, so the rows' gradient is zero.
+                let (d_rows, w) = {
+                    let s = side.lock();
+                    let w = s.width;
+                    let mut out = vec![0f32; r * w];
+                    if let Some(g) = s.grad.get(start * w..(start + r) * w) {
+                        out.copy_from_slice(g);
+                    }
+                    (out, w)
+                };
+                [
+                    token::<B>(&device),
+                    B::float_from_data(TensorData::new(d_rows, [r, w]), &device),
+                ]
+            });
+        }
+    }
+
+    /// The backward step of a read: the read rows' gradient added into the side's buffer, and
+    /// a zero for the token.
+    #[derive(Debug)]
+    struct StackRead;
+
+    impl<B: ArborBackend> Backward<B, 1> for StackRead {
+        type State = (StackSide, Vec<usize>, B::Device);
+
+        fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+            backward_with::<B, _, 1, _>(ops, grads, |(side, rows, device), grad| {
+                let g = host_rows::<B>(grad);
+                let mut s = side.lock();
+                let w = s.width;
+                if s.grad.is_empty() {
+                    let n = s.rows.len();
+                    s.grad = vec![0f32; n];
+                }
+                for (src, &r) in g.chunks_exact(w.max(1)).zip(&rows) {
+                    for (o, v) in s.grad[r * w..(r + 1) * w].iter_mut().zip(src) {
+                        *o += v;
+                    }
+                }
+                [token::<B>(&device)]
+            });
+        }
+    }
+
+    /// A write: into the side's rows when there is one, [`ArborBackend::write_rows`] otherwise.
+    pub(crate) fn thin_stack_write<B: ArborBackend, C: CheckpointStrategy>(
+        stack: FloatTensor<Autodiff<B, C>>,
+        side: Option<&StackSide>,
+        start: usize,
+        rows: FloatTensor<Autodiff<B, C>>,
+    ) -> FloatTensor<Autodiff<B, C>> {
+        let Some(side) = side else {
+            return <Autodiff<B, C> as ArborBackend>::write_rows(stack, start, rows);
+        };
+        let r = rows.primitive.shape()[0];
+        let device = B::float_device(&rows.primitive);
+        let values = host_rows::<B>(rows.primitive.clone());
+        {
+            let mut s = side.lock();
+            let w = s.width;
+            s.rows[start * w..start * w + values.len()].copy_from_slice(&values);
+        }
+        let out = token::<B>(&device);
+        let nodes = [stack.node.clone(), rows.node.clone()];
+        match StackWrite.prepare::<C>(nodes).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish((side.clone(), start, r, device), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+
+    /// A read: from the side's rows when there is one, [`ArborBackend::select_rows`]
+    /// otherwise.
+    pub(crate) fn thin_stack_read<B: ArborBackend, C: CheckpointStrategy>(
+        stack: FloatTensor<Autodiff<B, C>>,
+        side: Option<&StackSide>,
+        rows: &[usize],
+    ) -> FloatTensor<Autodiff<B, C>> {
+        let Some(side) = side else {
+            return <Autodiff<B, C> as ArborBackend>::select_rows(stack, rows);
+        };
+        let device = B::float_device(&stack.primitive);
+        let (values, w) = {
+            let s = side.lock();
+            let w = s.width;
+            let mut out = Vec::with_capacity(rows.len() * w);
+            for &r in rows {
+                out.extend_from_slice(&s.rows[r * w..(r + 1) * w]);
+            }
+            (out, w)
+        };
+        let out = B::float_from_data(TensorData::new(values, [rows.len(), w]), &device);
+        match StackRead
+            .prepare::<C>([stack.node])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish((side.clone(), rows.to_vec(), device), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! `ThinStack` against the same writes and reads as `write_rows` and `select_rows` on one
+//! tensor, in values and gradients: on `Autodiff<Flex>` and `Autodiff<NdArray>` (host rows
+//! beside one-element tokens) and on `Flex` (no autodiff: the tensor itself, which is also the
+//! path of every other backend and float type).
+
+use arbor_kernels::{ArborBackend, ThinStack};
+use burn::backend::{Autodiff, Flex, NdArray};
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+
+use crate::support::{assert_close, tensor, to_vec};
+
+const BLOCKS: usize = 5;
+const B: usize = 3;
+const W: usize = 4;
+
+/// The rows step `t` reads: some of every earlier block (in a fixed scattered order, repeats
+/// included), and a row of the zero block.
+fn reads(t: usize) -> Vec<usize> {
+    let mut rows: Vec<usize> = (0..t * B)
+        .filter(|r| !(r * 7 + t).is_multiple_of(3))
+        .collect();
+    rows.push(1);
+    rows.push(rows[0]);
+    rows
+}
+
+/// Steps `1..=BLOCKS`: read, then write block `t` as two runs (row 0, rows 1..B) computed from
+/// the step's input and what it read; the loss weighs every read and the last block. Returns
+/// the loss's value, every step input's gradient and the reads' values.
+fn run<A: AutodiffBackend + ArborBackend>(thin: bool) -> (Vec<f64>, Vec<f64>) {
+    let dev = Default::default();
+    let xs: Vec<Tensor<A, 2>> = (0..BLOCKS)
+        .map(|t| tensor::<A, 2>([B, W], 1.0, 60 + t as u64).require_grad())
+        .collect();
+    let n = (BLOCKS + 1) * B;
+    let mut stack = ThinStack::<A>::zeros(n, W, &dev);
+    let mut plain = arbor_kernels::zeros::<A, 2>([n, W], &dev);
+    let mut loss = Tensor::<A, 1>::zeros([1], &dev);
+    let mut values = Vec::new();
+    for t in 1..=BLOCKS {
+        let rows = reads(t);
+        let read = if thin {
+            stack.read(&rows)
+        } else {
+            arbor_kernels::select_rows(plain.clone(), &rows)
+        };
+        values.extend(to_vec(read.clone()));
+        let weight = tensor::<A, 2>([rows.len(), W], 1.0, 90 + t as u64);
+        loss = loss + read.clone().mul(weight).sum();
+        let new = xs[t - 1].clone() + read.narrow(0, 0, B).tanh().mul_scalar(0.5);
+        let (first, rest) = (new.clone().narrow(0, 0, 1), new.narrow(0, 1, B - 1));
+        if thin {
+            stack = stack.write(t * B, first).write(t * B + 1, rest);
+        } else {
+            plain = arbor_kernels::write_rows(plain, t * B, first);
+            plain = arbor_kernels::write_rows(plain, t * B + 1, rest);
+        }
+    }
+    let last: Vec<usize> = (BLOCKS * B..n).collect();
+    let tail = if thin {
+        stack.read(&last)
+    } else {
+        arbor_kernels::select_rows(plain, &last)
+    };
+    values.extend(to_vec(tail.clone()));
+    let loss = loss + tail.powi_scalar(2).sum();
+    let grads = loss.backward();
+    let g = xs
+        .iter()
+        .flat_map(|x| to_vec(x.grad(&grads).expect("every step's input has a gradient")))
+        .collect();
+    (values, g)
+}
+
+#[test]
+fn thin_stack_equals_rows_written_and_read_in_one_tensor() {
+    for (name, (thin, plain)) in [
+        (
+            "Autodiff<Flex>",
+            (run::<Autodiff<Flex>>(true), run::<Autodiff<Flex>>(false)),
+        ),
+        (
+            "Autodiff<NdArray>",
+            (
+                run::<Autodiff<NdArray>>(true),
+                run::<Autodiff<NdArray>>(false),
+            ),
+        ),
+    ] {
+        assert_close(&thin.0, &plain.0, 1e-6, &format!("{name}: values read"));
+        assert_close(&thin.1, &plain.1, 1e-6, &format!("{name}: gradients"));
+        assert!(
+            thin.1.iter().any(|&v| v != 0.0),
+            "{name}: gradients reach the inputs"
+        );
+    }
+    // Without autodiff the stack is one tensor written in place.
+    let dev = Default::default();
+    let rows = tensor::<Flex, 2>([2, W], 1.0, 70);
+    let stack = ThinStack::<Flex>::zeros(4, W, &dev).write(1, rows.clone());
+    let got = to_vec(stack.read(&[2, 0, 1]));
+    let r = to_vec(rows);
+    let want: Vec<f64> = r[W..]
+        .iter()
+        .chain(&[0.0; W])
+        .chain(&r[..W])
+        .copied()
+        .collect();
+    assert_close(&got, &want, 0.0, "Flex: rows read back");
+}
+
+/// A read's gradient reaches rows written in any earlier block, and only them: the gradient of
+/// an input whose rows nobody reads is zero.
+#[test]
+fn only_rows_read_get_a_gradient() {
+    type A = Autodiff<Flex>;
+    let dev = Default::default();
+    let x = tensor::<A, 2>([2, W], 1.0, 71).require_grad();
+    let y = tensor::<A, 2>([2, W], 1.0, 72).require_grad();
+    let stack = ThinStack::<A>::zeros(6, W, &dev)
+        .write(2, x.clone())
+        .write(4, y.clone());
+    let grads = stack.read(&[3, 3, 0]).sum().backward();
+    let gx = to_vec(x.grad(&grads).unwrap());
+    assert_eq!(&gx[..W], &[0.0; W], "row 2 is never read");
+    assert_eq!(&gx[W..], &[2.0; W], "row 3 is read twice");
+    let gy = y
+        .grad(&grads)
+        .map(to_vec)
+        .unwrap_or_else(|| vec![0.0; 2 * W]);
+    assert!(
+        gy.iter().all(|&v| v == 0.0),
+        "rows 4 and 5 are never read: {gy:?}"
+    );
+}
