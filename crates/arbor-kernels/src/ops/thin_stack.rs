@@ -58,13 +58,16 @@ impl StackSide {
 /// SPINN's thin stack: `n` rows of width `w`, zeros until written, written in blocks of
 /// consecutive rows and read by row indices, with gradients flowing from the reads to the
 /// written rows (see the module documentation for how the CPU backends keep that linear in
-/// the rows touched).
+/// the rows touched). Each row is written at most once, as a thin stack's rows never change
+/// (the host side's gradient of a row is everything read from it).
 #[derive(Debug)]
 pub struct ThinStack<B: ArborBackend> {
     token: Tensor<B, 2>,
     side: Option<StackSide>,
     rows: usize,
     width: usize,
+    /// Which rows have been written.
+    written: Vec<bool>,
 }
 
 impl<B: ArborBackend> ThinStack<B> {
@@ -76,6 +79,7 @@ impl<B: ArborBackend> ThinStack<B> {
             side,
             rows,
             width,
+            written: vec![false; rows],
         }
     }
 
@@ -85,8 +89,8 @@ impl<B: ArborBackend> ThinStack<B> {
     /// - `rows`: `[r, w]`, with `start + r ≤ n`
     ///
     /// # Panics
-    /// If the rows do not fit.
-    pub fn write(self, start: usize, rows: Tensor<B, 2>) -> Self {
+    /// If the rows do not fit, or one of them was written before.
+    pub fn write(mut self, start: usize, rows: Tensor<B, 2>) -> Self {
         let [r, w] = rows.dims();
         assert!(
             w == self.width && start + r <= self.rows,
@@ -94,6 +98,10 @@ impl<B: ArborBackend> ThinStack<B> {
             self.rows,
             self.width
         );
+        if let Some(again) = (start..start + r).find(|&i| self.written[i]) {
+            panic!("ThinStack::write: row {again} was written before");
+        }
+        self.written[start..start + r].fill(true);
         let token = B::thin_stack_write(
             self.token.into_primitive().tensor(),
             self.side.as_ref(),

@@ -134,3 +134,14 @@ fn only_rows_read_get_a_gradient() {
         "rows 4 and 5 are never read: {gy:?}"
     );
 }
+
+/// A thin stack's rows never change: writing a row twice is refused.
+#[test]
+#[should_panic(expected = "row 3 was written before")]
+fn a_row_is_written_once() {
+    let dev = Default::default();
+    let rows = tensor::<Flex, 2>([2, W], 1.0, 73);
+    let _ = ThinStack::<Flex>::zeros(6, W, &dev)
+        .write(2, rows.clone())
+        .write(3, rows);
+}
