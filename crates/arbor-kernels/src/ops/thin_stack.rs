@@ -28,7 +28,8 @@ use burn::tensor::TensorPrimitive;
 use crate::ArborBackend;
 
 /// The host side of a [`ThinStack`] under autodiff on a CPU backend: the rows (`[n, w]`,
-/// row-major `f32`) and, once a backward pass reaches a read, their gradient.
+/// row-major `f32`) and, once a backward pass reaches a read, their gradient, in the rows' own
+/// memory (the backward pass reads no row values, so the stack costs one buffer, not two).
 #[derive(Clone, Debug)]
 pub struct StackSide(Arc<Mutex<SideData>>);
 
@@ -37,6 +38,8 @@ struct SideData {
     width: usize,
     rows: Vec<f32>,
     grad: Vec<f32>,
+    /// Whether a backward pass has taken `rows`' memory for `grad`.
+    released: bool,
 }
 
 impl StackSide {
@@ -46,12 +49,26 @@ impl StackSide {
             width: w,
             rows: vec![0.0; n * w],
             grad: Vec::new(),
+            released: false,
         })))
     }
 
     fn lock(&self) -> MutexGuard<'_, SideData> {
         // A panic while the lock was held leaves whole rows: the data stays usable.
         self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The side for a forward read or write.
+    ///
+    /// # Panics
+    /// Once a backward pass through the stack has begun (its rows are its gradient then).
+    fn forward(&self) -> MutexGuard<'_, SideData> {
+        let s = self.lock();
+        assert!(
+            !s.released,
+            "ThinStack: read or written after a backward pass through it began"
+        );
+        s
     }
 }
 
@@ -224,9 +241,11 @@ pub(crate) mod autodiff {
                 let g = host_rows::<B>(grad);
                 let mut s = side.lock();
                 let w = s.width;
-                if s.grad.is_empty() {
-                    let n = s.rows.len();
-                    s.grad = vec![0f32; n];
+                if !s.released {
+                    let mut buf = std::mem::take(&mut s.rows);
+                    buf.fill(0.0);
+                    s.grad = buf;
+                    s.released = true;
                 }
                 for (src, &r) in g.chunks_exact(w.max(1)).zip(&rows) {
                     for (o, v) in s.grad[r * w..(r + 1) * w].iter_mut().zip(src) {
@@ -252,7 +271,7 @@ pub(crate) mod autodiff {
         let device = B::float_device(&rows.primitive);
         let values = host_rows::<B>(rows.primitive.clone());
         {
-            let mut s = side.lock();
+            let mut s = side.forward();
             let w = s.width;
             s.rows[start * w..start * w + values.len()].copy_from_slice(&values);
         }
@@ -276,7 +295,7 @@ pub(crate) mod autodiff {
         };
         let device = B::float_device(&stack.primitive);
         let (values, w) = {
-            let s = side.lock();
+            let s = side.forward();
             let w = s.width;
             let mut out = Vec::with_capacity(rows.len() * w);
             for &r in rows {

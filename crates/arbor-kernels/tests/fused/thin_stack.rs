@@ -145,3 +145,16 @@ fn a_row_is_written_once() {
         .write(2, rows.clone())
         .write(3, rows);
 }
+
+/// The backward pass takes the rows' memory for their gradient: reading the stack after it
+/// began is refused rather than answered with gradient values.
+#[test]
+#[should_panic(expected = "after a backward pass through it began")]
+fn no_read_after_the_backward_pass() {
+    type A = Autodiff<Flex>;
+    let dev = Default::default();
+    let x = tensor::<A, 2>([2, W], 1.0, 74).require_grad();
+    let stack = ThinStack::<A>::zeros(4, W, &dev).write(0, x);
+    let _ = stack.read(&[1]).sum().backward();
+    let _ = stack.read(&[0]);
+}
