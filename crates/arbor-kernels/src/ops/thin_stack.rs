@@ -11,7 +11,8 @@
 //! host memory beside the graph instead, and the graph holds only a one-element *token* per
 //! version of the stack: a write is a node with the token and the rows as parents, a read a
 //! node with the token as parent. A read's backward adds its rows' gradient into one
-//! stack-sized gradient buffer (allocated once); a write's backward takes its block's rows of
+//! stack-sized gradient buffer (the rows' own memory, taken over by the first read's backward,
+//! as the backward pass reads no row values); a write's backward takes its block's rows of
 //! that buffer. The tokens chain every write after the one before and every read after the
 //! write it follows, so Burn's backward pass (by decreasing depth) runs every read before the
 //! writes of the rows it read, and each block's gradient is complete when its write takes it.
