@@ -235,11 +235,22 @@ pub(crate) mod cpu {
         widest!(loops, tanh(dst, src) else map8(dst, src, tanh8))
     }
 
-    /// `dst = max(src, 0)`, NaN kept (zero exactly where `x ≤ 0`, as Burn's generic `relu`); a
-    /// compare and a select per lane, which the compiler vectorises for the target it builds for.
+    /// `max(x, 0)`, NaN kept (zero exactly where `x ≤ 0`, as Burn's generic `relu`): a compare
+    /// and a select, which the compiler vectorises for the target it builds for (a branch
+    /// around a store would not).
+    #[inline(always)]
+    pub(crate) fn relu1(x: f32) -> f32 {
+        if x <= 0.0 {
+            0.0
+        } else {
+            x
+        }
+    }
+
+    /// `dst = relu(src)`.
     pub fn relu(dst: &mut [f32], src: &[f32]) {
         for (d, &x) in dst.iter_mut().zip(src) {
-            *d = if x <= 0.0 { 0.0 } else { x };
+            *d = relu1(x);
         }
     }
 
@@ -626,14 +637,13 @@ pub(crate) mod host {
     where
         FloatTensor<B>: HostTensor,
     {
-        if act == Activation::Relu {
-            return match relu_in_place(x) {
-                Ok(y) => y,
-                Err(x) => {
-                    activation_f32(&x, act).unwrap_or_else(|| reference::activation::<B>(x, act))
-                }
-            };
-        }
+        let x = match act {
+            Activation::Relu => match relu_in_place(x) {
+                Ok(y) => return y,
+                Err(x) => x,
+            },
+            Activation::Sigmoid | Activation::Tanh | Activation::Gelu => x,
+        };
         activation_f32(&x, act).unwrap_or_else(|| reference::activation::<B>(x, act))
     }
 
@@ -645,9 +655,8 @@ pub(crate) mod host {
             return Err(x);
         };
         par::rows(data.len(), 1, vec![(data, 1)], &|_, o| {
-            // A store on every element (a select, which vectorises), not a branch around it.
             for v in o[0].iter_mut() {
-                *v = if *v <= 0.0 { 0.0 } else { *v };
+                *v = cpu::relu1(*v);
             }
         });
         Ok(x)

@@ -284,12 +284,18 @@ pub(crate) mod host {
         let g = grad.host()?;
         let w = grad.shape().as_slice().last().copied().unwrap_or(0);
         let mut out = vec![0f32; n * w];
-        for (src, &r) in g.chunks_exact(w.max(1)).zip(rows) {
+        add_rows(&mut out, w, &g, rows);
+        Some(T::from_f32(out, Shape::new([n, w])))
+    }
+
+    /// Adds row `g` of `grad` (rows of width `w`) into row `rows[g]` of `out`; repeated rows
+    /// add up.
+    pub(crate) fn add_rows(out: &mut [f32], w: usize, grad: &[f32], rows: &[usize]) {
+        for (src, &r) in grad.chunks_exact(w.max(1)).zip(rows) {
             for (o, v) in out[r * w..(r + 1) * w].iter_mut().zip(src) {
                 *o += v;
             }
         }
-        Some(T::from_f32(out, Shape::new([n, w])))
     }
 }
 

@@ -37,9 +37,9 @@ pub struct StackSide(Arc<Mutex<SideData>>);
 #[derive(Debug)]
 struct SideData {
     width: usize,
-    rows: Vec<f32>,
-    grad: Vec<f32>,
-    /// Whether a backward pass has taken `rows`' memory for `grad`.
+    /// The rows, then (once `released`) their gradient.
+    data: Vec<f32>,
+    /// Whether a backward pass has turned `data` into the gradient.
     released: bool,
 }
 
@@ -48,8 +48,7 @@ impl StackSide {
     pub(crate) fn zeros(n: usize, w: usize) -> Self {
         Self(Arc::new(Mutex::new(SideData {
             width: w,
-            rows: vec![0.0; n * w],
-            grad: Vec::new(),
+            data: vec![0.0; n * w],
             released: false,
         })))
     }
@@ -82,9 +81,8 @@ impl StackSide {
 pub struct ThinStack<B: ArborBackend> {
     token: Tensor<B, 2>,
     side: Option<StackSide>,
-    rows: usize,
     width: usize,
-    /// Which rows have been written.
+    /// Which rows have been written (one entry per row).
     written: Vec<bool>,
 }
 
@@ -95,7 +93,6 @@ impl<B: ArborBackend> ThinStack<B> {
         Self {
             token: Tensor::from_primitive(TensorPrimitive::Float(token)),
             side,
-            rows,
             width,
             written: vec![false; rows],
         }
@@ -111,9 +108,9 @@ impl<B: ArborBackend> ThinStack<B> {
     pub fn write(mut self, start: usize, rows: Tensor<B, 2>) -> Self {
         let [r, w] = rows.dims();
         assert!(
-            w == self.width && start + r <= self.rows,
+            w == self.width && start + r <= self.written.len(),
             "ThinStack::write: rows [{r}, {w}] at {start} do not fit in [{}, {}]",
-            self.rows,
+            self.written.len(),
             self.width
         );
         if let Some(again) = (start..start + r).find(|&i| self.written[i]) {
@@ -140,8 +137,9 @@ impl<B: ArborBackend> ThinStack<B> {
     /// # Panics
     /// If a row index is out of range.
     pub fn read(&self, rows: &[usize]) -> Tensor<B, 2> {
-        if let Some(&bad) = rows.iter().find(|&&r| r >= self.rows) {
-            panic!("ThinStack::read: row {bad} of a {}-row stack", self.rows);
+        let n = self.written.len();
+        if let Some(&bad) = rows.iter().find(|&&r| r >= n) {
+            panic!("ThinStack::read: row {bad} of a {n}-row stack");
         }
         Tensor::from_primitive(TensorPrimitive::Float(B::thin_stack_read(
             self.token.clone().into_primitive().tensor(),
@@ -211,15 +209,17 @@ pub(crate) mod autodiff {
 
         fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
             backward_with::<B, _, 2, _>(ops, grads, |(side, start, r, device), _| {
-                // No read reached the stack: no buffer, so the rows' gradient is zero.
                 let (d_rows, w) = {
                     let s = side.lock();
                     let w = s.width;
-                    let mut out = vec![0f32; r * w];
-                    if let Some(g) = s.grad.get(start * w..(start + r) * w) {
-                        out.copy_from_slice(g);
-                    }
-                    (out, w)
+                    // Before any read's backward `data` still holds rows: no gradient reached
+                    // them, so theirs is zero.
+                    let d_rows = if s.released {
+                        s.data[start * w..(start + r) * w].to_vec()
+                    } else {
+                        vec![0f32; r * w]
+                    };
+                    (d_rows, w)
                 };
                 [
                     token::<B>(&device),
@@ -243,16 +243,10 @@ pub(crate) mod autodiff {
                 let mut s = side.lock();
                 let w = s.width;
                 if !s.released {
-                    let mut buf = std::mem::take(&mut s.rows);
-                    buf.fill(0.0);
-                    s.grad = buf;
+                    s.data.fill(0.0);
                     s.released = true;
                 }
-                for (src, &r) in g.chunks_exact(w.max(1)).zip(&rows) {
-                    for (o, v) in s.grad[r * w..(r + 1) * w].iter_mut().zip(src) {
-                        *o += v;
-                    }
-                }
+                crate::ops::rows::host::add_rows(&mut s.data, w, &g, &rows);
                 [token::<B>(&device)]
             });
         }
@@ -274,7 +268,7 @@ pub(crate) mod autodiff {
         {
             let mut s = side.forward();
             let w = s.width;
-            s.rows[start * w..start * w + values.len()].copy_from_slice(&values);
+            s.data[start * w..start * w + values.len()].copy_from_slice(&values);
         }
         let out = token::<B>(&device);
         let nodes = [stack.node.clone(), rows.node.clone()];
@@ -300,7 +294,7 @@ pub(crate) mod autodiff {
             let w = s.width;
             let mut out = Vec::with_capacity(rows.len() * w);
             for &r in rows {
-                out.extend_from_slice(&s.rows[r * w..(r + 1) * w]);
+                out.extend_from_slice(&s.data[r * w..(r + 1) * w]);
             }
             (out, w)
         };
