@@ -196,6 +196,99 @@ fn pi_nt_equals_the_recursive_tree_lstm_forward_and_gradients() {
     }
 }
 
+/// The thin stack and the buffer as host rows beside the graph (`Autodiff<Flex>`, whose float
+/// memory is the host's) against the plain-tensor path every other backend takes
+/// (`Autodiff<Counting<Flex>>`: `write_rows` and `select_rows` on one tensor): every variant in
+/// training, the same weights, in values and in the gradients of the input and of every
+/// parameter (the buffer's projection, the tracking LSTM reading the buffer, the composition,
+/// the transition classifier through its teacher-forced loss).
+#[test]
+fn host_rows_equal_the_tensor_path_in_values_and_gradients() {
+    use arbor_kernels::counting::Counting;
+    use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+    use burn::tensor::backend::AutodiffBackend;
+    type Ac = burn::backend::Autodiff<Counting<Fx>>;
+
+    let lengths = [4usize, 1, 6, 3];
+    let (d_in, d, time) = (3, 5, 6);
+    let trees = random_trees(&lengths, 21);
+    fn run<B: arbor_cells::ArborAutodiffBackend>(
+        m: Spinn<B>,
+        lengths: &[usize],
+        trees: &[BinaryTree],
+        shape: [usize; 3],
+    ) -> Vec<Vec<f64>> {
+        let x = padded_batch::<B>(lengths, shape[1], shape[2], 22).require_grad();
+        let out = m
+            .forward(
+                EncoderInput::new(x.clone(), lengths.to_vec()).with_transitions(transitions(trees)),
+                Decisions::Argmax,
+            )
+            .unwrap();
+        let w = tensor::<B, 2>([lengths.len(), out.root.h.dims()[1]], 1.0, 23);
+        let mut loss = out.root.h.clone().mul(w).sum() + out.root.c.clone().sum();
+        if let Some(aux) = out.transition_loss {
+            loss = loss + aux;
+        }
+        let g = loss.backward();
+        let mut all = vec![
+            to_vec(out.root.h),
+            to_vec(out.root.c),
+            to_vec(x.grad(&g).expect("input gradient")),
+        ];
+        struct Collect<'a, B: AutodiffBackend> {
+            g: &'a B::Gradients,
+            out: Vec<Vec<f64>>,
+        }
+        impl<B: arbor_cells::ArborAutodiffBackend> burn::module::ModuleVisitor<B> for Collect<'_, B> {
+            fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<B, D>>) {
+                // A parameter no path reaches (the classifier of PI) has no gradient: zeros.
+                let v = p
+                    .val()
+                    .grad(self.g)
+                    .map(to_vec)
+                    .unwrap_or_else(|| vec![0.0; p.val().shape().num_elements()]);
+                self.out.push(v);
+            }
+        }
+        let mut c = Collect::<B> {
+            g: &g,
+            out: Vec::new(),
+        };
+        m.visit(&mut c);
+        all.extend(c.out);
+        all
+    }
+    for &variant in <SpinnVariant as arbor_cells::names::VariantArray>::VARIANTS {
+        let config = SpinnConfig::new(d_in, d)
+            .with_variant(variant)
+            .with_d_tracking(3);
+        let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
+        let base = config.init::<Fx>(&dev::<Fx>());
+        let bytes = Recorder::<Fx>::record(&recorder, base.into_record(), ()).expect("record");
+        let rh = Recorder::<Ad>::load(&recorder, bytes.clone(), &dev::<Ad>()).expect("load");
+        let rt = Recorder::<Ac>::load(&recorder, bytes, &dev::<Ac>()).expect("load");
+        let host = run(
+            config.init::<Ad>(&dev::<Ad>()).load_record(rh),
+            &lengths,
+            &trees,
+            [lengths.len(), time, d_in],
+        );
+        let plain = run(
+            config.init::<Ac>(&dev::<Ac>()).load_record(rt),
+            &lengths,
+            &trees,
+            [lengths.len(), time, d_in],
+        );
+        assert_eq!(host.len(), plain.len(), "{variant}");
+        for (k, (a, b)) in host.iter().zip(&plain).enumerate() {
+            assert_close(a, b, 1e-5, &format!("{variant}: output or gradient {k}"));
+        }
+        // The projection's weight (the buffer's gradient) is reached in every variant.
+        assert!(host[3..].iter().flatten().any(|&v| v != 0.0), "{variant}");
+    }
+}
+
 /// Each sentence alone gives what it gives in a padded batch, for every variant, in training
 /// (teacher forcing) and evaluation (full SPINN: its own parse).
 #[test]

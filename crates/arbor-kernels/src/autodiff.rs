@@ -76,6 +76,10 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
             device: &Device<Self>,
         ) -> (FloatTensor<Self>, Option<crate::StackSide>)
             => ops::thin_stack::autodiff::thin_stack_new::<B, C>;
+        fn thin_stack_from_rows(
+            rows: FloatTensor<Self>,
+        ) -> (FloatTensor<Self>, Option<crate::StackSide>)
+            => ops::thin_stack::autodiff::thin_stack_from_rows::<B, C>;
         fn thin_stack_write(
             stack: FloatTensor<Self>,
             side: Option<&crate::StackSide>,

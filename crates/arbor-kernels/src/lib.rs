@@ -473,6 +473,14 @@ pub trait ArborBackend: Backend {
         (Self::zeros(Shape::new([rows, width]), device), None)
     }
 
+    /// [`ThinStack::from_rows`]'s entry point: a stack whose rows are all of `rows`, already
+    /// written. The default is `rows` itself as the stack tensor and no host side; the autodiff
+    /// backend over a CPU backend moves the rows to the host (without a copy when no other
+    /// tensor shares them) and puts a one-element token in the graph.
+    fn thin_stack_from_rows(rows: FloatTensor<Self>) -> (FloatTensor<Self>, Option<StackSide>) {
+        (rows, None)
+    }
+
     /// [`ThinStack::write`]'s entry point: by default [`ArborBackend::write_rows`] on the stack
     /// tensor (`side` is `None` there).
     fn thin_stack_write(

@@ -401,11 +401,14 @@ impl<B: ArborBackend> Spinn<B> {
         let d = self.d_hidden;
         let steps = lengths.iter().map(|&n| 2 * n - 1).max().unwrap_or(0);
 
-        // Buffer: [batch·time, 2D]. An empty buffer reads as zeros: its rows are masked after
-        // the read, rather than appending a zero row to the buffer, which would copy it whole
-        // (a transient copy as large as the buffer, 37 MB in the bench's workload).
-        let buffer =
-            arbor_cells::linear_rows(&self.projection, embeddings).reshape([batch * time, 2 * d]);
+        // Buffer: [batch·time, 2D], read as a thin stack whose rows are all written, so that
+        // its gradient is one buffer however many steps read it (`select_rows` would give every
+        // read a gradient of the whole buffer: 37 MB per step in the bench's workload). An
+        // empty buffer reads as zeros: its rows are masked after the read, rather than
+        // appending a zero row to the buffer, which would copy it whole.
+        let buffer = arbor_cells::kernels::ThinStack::from_rows(
+            arbor_cells::linear_rows(&self.projection, embeddings).reshape([batch * time, 2 * d]),
+        );
 
         // The thin stack: [(steps+1)·batch, 2D], step-major; rows 0..batch stay zeros. Where
         // example `b`'s row of step `p` lies within its block: `slot[p·batch + b]` (step 0's
@@ -463,12 +466,7 @@ impl<B: ArborBackend> Spinn<B> {
                     .enumerate()
                     .map(|(b, r)| r.buffer.map_or(0, |w| b * time + w))
                     .collect();
-                let buf_h = arbor_cells::kernels::narrow(
-                    arbor_cells::kernels::select_rows(buffer.clone(), &buffer_rows),
-                    1,
-                    0,
-                    d,
-                );
+                let buf_h = arbor_cells::kernels::narrow(buffer.read(&buffer_rows), 1, 0, d);
                 let empty: Vec<bool> = reads.iter().map(|r| r.buffer.is_none()).collect();
                 let buf_h = if empty.contains(&true) {
                     buf_h.mask_fill(mask(empty).expand([batch, d]), 0.0)
@@ -580,7 +578,7 @@ impl<B: ArborBackend> Spinn<B> {
                     .iter()
                     .map(|&b| b * time + reads[b].buffer.unwrap_or(0))
                     .collect();
-                let tops = arbor_cells::kernels::select_rows(buffer.clone(), &rows);
+                let tops = buffer.read(&rows);
                 stack = stack.write(block + reducing.len(), tops);
                 for (j, &b) in shifting.iter().enumerate() {
                     slot[block + b] = reducing.len() + j;

@@ -16,6 +16,13 @@
 //! that buffer. The tokens chain every write after the one before and every read after the
 //! write it follows, so Burn's backward pass (by decreasing depth) runs every read before the
 //! writes of the rows it read, and each block's gradient is complete when its write takes it.
+//! The rows' values are freed when the `ThinStack` itself is dropped (nothing can read them any
+//! more), so they are not held beside the activations as the backward pass begins; the first
+//! read's backward then allocates the gradient buffer.
+//!
+//! [`ThinStack::from_rows`] makes a stack of rows already written: a source read many times
+//! by row indices (SPINN's buffer), with one gradient buffer for all of its reads and one
+//! node that hands it to the rows' producer.
 //!
 //! [`write_rows`]: crate::write_rows
 //! [`select_rows`]: crate::select_rows
@@ -30,14 +37,18 @@ use crate::ArborBackend;
 
 /// The host side of a [`ThinStack`] under autodiff on a CPU backend: the rows (`[n, w]`,
 /// row-major `f32`) and, once a backward pass reaches a read, their gradient, in the rows' own
-/// memory (the backward pass reads no row values, so the stack costs one buffer, not two).
+/// memory or in a buffer allocated then if the stack was dropped first (the backward pass reads
+/// no row values, so the stack costs one buffer, not two).
 #[derive(Clone, Debug)]
 pub struct StackSide(Arc<Mutex<SideData>>);
 
 #[derive(Debug)]
 struct SideData {
     width: usize,
-    /// The rows, then (once `released`) their gradient.
+    /// `rows · width`.
+    len: usize,
+    /// The rows (empty once the [`ThinStack`] that reads them is gone), then (once `released`)
+    /// their gradient.
     data: Vec<f32>,
     /// Whether a backward pass has turned `data` into the gradient.
     released: bool,
@@ -46,11 +57,59 @@ struct SideData {
 impl StackSide {
     /// `n` zero rows of width `w`.
     pub(crate) fn zeros(n: usize, w: usize) -> Self {
+        Self::from_rows(vec![0.0; n * w], w)
+    }
+
+    /// The rows `data` (row-major, width `w`).
+    pub(crate) fn from_rows(data: Vec<f32>, w: usize) -> Self {
         Self(Arc::new(Mutex::new(SideData {
             width: w,
-            data: vec![0.0; n * w],
+            len: data.len(),
+            data,
             released: false,
         })))
+    }
+
+    /// Frees the rows' values once nothing can read them (the forward pass is over), so that
+    /// they are not held beside the activations while the backward pass begins; the gradient
+    /// buffer is allocated by the first read's backward then.
+    fn drop_values(&self) {
+        let mut s = self.lock();
+        if !s.released {
+            s.data = Vec::new();
+        }
+    }
+
+    /// The gradient buffer, zeroed by the first read's backward (which takes over the rows'
+    /// memory, or allocates it when the rows were freed).
+    fn gradient(&self) -> MutexGuard<'_, SideData> {
+        let mut s = self.lock();
+        if !s.released {
+            if s.data.len() == s.len {
+                s.data.fill(0.0);
+            } else {
+                s.data = vec![0.0; s.len];
+            }
+            s.released = true;
+        }
+        s
+    }
+
+    /// The gradient of rows `start..start + r` (zeros where no read's backward reached them),
+    /// and the width. A block that is the whole stack takes the buffer itself, as no other
+    /// block's write is left to read it.
+    fn block_gradient(&self, start: usize, r: usize) -> (Vec<f32>, usize) {
+        let mut s = self.lock();
+        let w = s.width;
+        // Before any read's backward `data` still holds rows: no gradient reached them.
+        let d_rows = if !s.released {
+            vec![0f32; r * w]
+        } else if start == 0 && r * w == s.len {
+            std::mem::take(&mut s.data)
+        } else {
+            s.data[start * w..(start + r) * w].to_vec()
+        };
+        (d_rows, w)
     }
 
     fn lock(&self) -> MutexGuard<'_, SideData> {
@@ -72,6 +131,17 @@ impl StackSide {
     }
 }
 
+/// The [`ThinStack`]'s own reference to its side: when the stack goes, nothing can read its rows
+/// any more, and their values are freed (the graph's nodes keep the side for the gradient).
+#[derive(Debug)]
+struct Values(StackSide);
+
+impl Drop for Values {
+    fn drop(&mut self) {
+        self.0.drop_values();
+    }
+}
+
 /// SPINN's thin stack: `n` rows of width `w`, zeros until written, written in blocks of
 /// consecutive rows and read by row indices, with gradients flowing from the reads to the
 /// written rows (see the module documentation for how the CPU backends keep that linear in
@@ -80,7 +150,7 @@ impl StackSide {
 #[derive(Debug)]
 pub struct ThinStack<B: ArborBackend> {
     token: Tensor<B, 2>,
-    side: Option<StackSide>,
+    side: Option<Values>,
     width: usize,
     /// Which rows have been written (one entry per row).
     written: Vec<bool>,
@@ -92,9 +162,26 @@ impl<B: ArborBackend> ThinStack<B> {
         let (token, side) = B::thin_stack_new(rows, width, device);
         Self {
             token: Tensor::from_primitive(TensorPrimitive::Float(token)),
-            side,
+            side: side.map(Values),
             width,
             written: vec![false; rows],
+        }
+    }
+
+    /// A stack whose rows are `rows`, all written: a source read many times by row indices
+    /// (SPINN's buffer), whose gradient is one buffer of its size whatever the number of reads
+    /// (where [`select_rows`](crate::select_rows) gives each read a gradient of that size).
+    ///
+    /// # Shapes
+    /// - `rows`: `[n, w]`
+    pub fn from_rows(rows: Tensor<B, 2>) -> Self {
+        let [n, width] = rows.dims();
+        let (token, side) = B::thin_stack_from_rows(rows.into_primitive().tensor());
+        Self {
+            token: Tensor::from_primitive(TensorPrimitive::Float(token)),
+            side: side.map(Values),
+            width,
+            written: vec![true; n],
         }
     }
 
@@ -119,7 +206,7 @@ impl<B: ArborBackend> ThinStack<B> {
         self.written[start..start + r].fill(true);
         let token = B::thin_stack_write(
             self.token.into_primitive().tensor(),
-            self.side.as_ref(),
+            self.side.as_ref().map(|v| &v.0),
             start,
             rows.into_primitive().tensor(),
         );
@@ -143,7 +230,7 @@ impl<B: ArborBackend> ThinStack<B> {
         }
         Tensor::from_primitive(TensorPrimitive::Float(B::thin_stack_read(
             self.token.clone().into_primitive().tensor(),
-            self.side.as_ref(),
+            self.side.as_ref().map(|v| &v.0),
             rows,
         )))
     }
@@ -209,24 +296,54 @@ pub(crate) mod autodiff {
 
         fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
             backward_with::<B, _, 2, _>(ops, grads, |(side, start, r, device), _| {
-                let (d_rows, w) = {
-                    let s = side.lock();
-                    let w = s.width;
-                    // Before any read's backward `data` still holds rows: no gradient reached
-                    // them, so theirs is zero.
-                    let d_rows = if s.released {
-                        s.data[start * w..(start + r) * w].to_vec()
-                    } else {
-                        vec![0f32; r * w]
-                    };
-                    (d_rows, w)
-                };
+                let (d_rows, w) = side.block_gradient(start, r);
                 [
                     token::<B>(&device),
                     B::float_from_data(TensorData::new(d_rows, [r, w]), &device),
                 ]
             });
         }
+    }
+
+    /// The backward step of [`thin_stack_from_rows`]: the rows' gradient, the side's whole
+    /// buffer.
+    #[derive(Debug)]
+    struct StackFromRows;
+
+    impl<B: ArborBackend> Backward<B, 1> for StackFromRows {
+        type State = (StackSide, usize, B::Device);
+
+        fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+            backward_with::<B, _, 1, _>(ops, grads, |(side, n, device), _| {
+                let (d_rows, w) = side.block_gradient(0, n);
+                [B::float_from_data(TensorData::new(d_rows, [n, w]), &device)]
+            });
+        }
+    }
+
+    /// A stack made of `rows`: the rows moved to the side (no copy when no other tensor shares
+    /// them) behind a token whose node has `rows` as parent, where the inner backend keeps `f32`
+    /// in host memory; `rows` itself as the stack tensor otherwise.
+    pub(crate) fn thin_stack_from_rows<B: ArborBackend, C: CheckpointStrategy>(
+        rows: FloatTensor<Autodiff<B, C>>,
+    ) -> (FloatTensor<Autodiff<B, C>>, Option<StackSide>) {
+        if !(B::HOST_MEMORY && <B::FloatElem as Element>::dtype() == DType::F32) {
+            return (rows, None);
+        }
+        let shape = rows.primitive.shape();
+        let (n, w) = (shape[0], shape[1]);
+        let device = B::float_device(&rows.primitive);
+        let side = StackSide::from_rows(host_rows::<B>(rows.primitive), w);
+        let out = token::<B>(&device);
+        let token = match StackFromRows
+            .prepare::<C>([rows.node])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish((side.clone(), n, device), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        };
+        (token, Some(side))
     }
 
     /// The backward step of a read: the read rows' gradient added into the side's buffer, and
@@ -240,12 +357,8 @@ pub(crate) mod autodiff {
         fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
             backward_with::<B, _, 1, _>(ops, grads, |(side, rows, device), grad| {
                 let g = host_rows::<B>(grad);
-                let mut s = side.lock();
+                let mut s = side.gradient();
                 let w = s.width;
-                if !s.released {
-                    s.data.fill(0.0);
-                    s.released = true;
-                }
                 crate::ops::rows::host::add_rows(&mut s.data, w, &g, &rows);
                 [token::<B>(&device)]
             });

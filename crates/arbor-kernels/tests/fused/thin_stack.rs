@@ -135,6 +135,78 @@ fn only_rows_read_get_a_gradient() {
     );
 }
 
+/// `ThinStack::from_rows` read many times (repeats, and rows read by several reads) against
+/// `select_rows` on the same tensor: values, and the gradient of the tensor the rows come from
+/// (a product, so the rows are an op's output, not a leaf), every row read or not.
+fn read_many<A: AutodiffBackend + ArborBackend>(as_stack: bool) -> (Vec<f64>, Vec<f64>) {
+    let x = tensor::<A, 2>([7, 3], 1.0, 75).require_grad();
+    let w = tensor::<A, 2>([3, W], 1.0, 76);
+    let rows = x.clone().matmul(w);
+    let source = as_stack.then(|| ThinStack::<A>::from_rows(rows.clone()));
+    let read = |r: &[usize]| match &source {
+        Some(s) => s.read(r),
+        None => arbor_kernels::select_rows(rows.clone(), r),
+    };
+    let reads: [&[usize]; 4] = [&[0, 2, 2], &[6, 0], &[3], &[2, 5, 1, 6]];
+    let mut values = Vec::new();
+    let mut loss = Tensor::<A, 1>::zeros([1], &Default::default());
+    for (k, r) in reads.iter().enumerate() {
+        let v = read(r);
+        values.extend(to_vec(v.clone()));
+        loss = loss
+            + v.mul(tensor::<A, 2>([r.len(), W], 1.0, 80 + k as u64))
+                .sum();
+    }
+    let grads = loss.backward();
+    (values, to_vec(x.grad(&grads).expect("x has a gradient")))
+}
+
+#[test]
+fn rows_read_many_times_equal_select_rows() {
+    for (name, (stack, plain)) in [
+        (
+            "Autodiff<Flex>",
+            (
+                read_many::<Autodiff<Flex>>(true),
+                read_many::<Autodiff<Flex>>(false),
+            ),
+        ),
+        (
+            "Autodiff<NdArray>",
+            (
+                read_many::<Autodiff<NdArray>>(true),
+                read_many::<Autodiff<NdArray>>(false),
+            ),
+        ),
+    ] {
+        assert_close(&stack.0, &plain.0, 0.0, &format!("{name}: values read"));
+        assert_close(&stack.1, &plain.1, 1e-6, &format!("{name}: gradients"));
+        assert!(
+            stack.1.iter().any(|&v| v != 0.0),
+            "{name}: gradients reach x"
+        );
+    }
+    // Without autodiff the stack is the tensor itself.
+    let rows = tensor::<Flex, 2>([3, W], 1.0, 77);
+    let got = to_vec(ThinStack::<Flex>::from_rows(rows.clone()).read(&[2, 2, 0]));
+    let r = to_vec(rows);
+    let want: Vec<f64> = r[2 * W..]
+        .iter()
+        .chain(&r[2 * W..])
+        .chain(&r[..W])
+        .copied()
+        .collect();
+    assert_close(&got, &want, 0.0, "Flex: rows read back");
+}
+
+/// Rows made by `from_rows` are written: writing over them is refused.
+#[test]
+#[should_panic(expected = "row 1 was written before")]
+fn rows_from_a_tensor_are_written() {
+    let rows = tensor::<Flex, 2>([3, W], 1.0, 78);
+    let _ = ThinStack::<Flex>::from_rows(rows).write(1, tensor::<Flex, 2>([1, W], 1.0, 79));
+}
+
 /// A thin stack's rows never change: writing a row twice is refused.
 #[test]
 #[should_panic(expected = "row 3 was written before")]
