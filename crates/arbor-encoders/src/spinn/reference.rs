@@ -38,13 +38,7 @@ impl<B: ArborBackend> Spinn<B> {
                 sequences: trees.len(),
             });
         }
-        // The words and each sentence's leaves are read as thin stacks of written rows
-        // (`ThinStack::from_rows`): in training each then gets one gradient buffer for all of
-        // its reads. A `narrow` per read gives every read a zero gradient of the whole source,
-        // which is quadratic in the batch (the words) and in the sentence (the leaves): 38% of
-        // this path's training profile on the Zen 1 VM.
-        let flat =
-            arbor_cells::kernels::ThinStack::from_rows(embeddings.reshape([batch * time, d_in]));
+        let flat = embeddings.reshape([batch * time, d_in]);
         let mut hs = Vec::with_capacity(batch);
         let mut cs = Vec::with_capacity(batch);
         for (b, (&len, tree)) in lengths.iter().zip(trees).enumerate() {
@@ -64,8 +58,10 @@ impl<B: ArborBackend> Spinn<B> {
                     ),
                 });
             }
-            let words = flat.read(&(b * time..b * time + len).collect::<Vec<_>>());
-            let leaves = arbor_cells::kernels::ThinStack::from_rows(self.projection.forward(words));
+            // arbor's `narrow`, not Burn's: Burn's slice backward (0.21, flex) fills a zero
+            // tensor of the whole batch's shape and copies it twice, per sentence.
+            let words = arbor_cells::kernels::narrow(flat.clone(), 0, b * time, len);
+            let leaves = self.projection.forward(words);
             let root = self.node(tree, &leaves);
             hs.push(root.h);
             cs.push(root.c);
@@ -74,13 +70,11 @@ impl<B: ArborBackend> Spinn<B> {
     }
 
     /// The `(h, c)` of `tree`'s root, `[1, D]`, from the leaf states `[len, 2D]`.
-    fn node(
-        &self,
-        tree: &BinaryTree,
-        leaves: &arbor_cells::kernels::ThinStack<B>,
-    ) -> LstmState<B, 2> {
+    fn node(&self, tree: &BinaryTree, leaves: &Tensor<B, 2>) -> LstmState<B, 2> {
         match tree {
-            BinaryTree::Leaf(i) => LstmState::split(leaves.read(&[*i])),
+            BinaryTree::Leaf(i) => {
+                LstmState::split(arbor_cells::kernels::narrow(leaves.clone(), 0, *i, 1))
+            }
             BinaryTree::Node(l, r) => {
                 let left = self.node(l, leaves);
                 let right = self.node(r, leaves);
