@@ -101,7 +101,8 @@ impl StackSide {
     fn block_gradient(&self, start: usize, r: usize) -> (Vec<f32>, usize) {
         let mut s = self.lock();
         let w = s.width;
-        // Before any read's backward `data` still holds rows: no gradient reached them.
+        // No read's backward has run (`data` holds the rows, or nothing once the stack was
+        // dropped): no gradient reached these rows.
         let d_rows = if !s.released {
             vec![0f32; r * w]
         } else if start == 0 && r * w == s.len {

@@ -207,6 +207,35 @@ fn rows_from_a_tensor_are_written() {
     let _ = ThinStack::<Flex>::from_rows(rows).write(1, tensor::<Flex, 2>([1, W], 1.0, 79));
 }
 
+/// Dropping the stack once the forward pass is over frees its rows' values; the backward pass
+/// then allocates the gradient buffer, and every gradient is what it is with the stack alive.
+#[test]
+fn a_stack_dropped_before_the_backward_pass_gives_the_same_gradients() {
+    type A = Autodiff<Flex>;
+    let grads_of = |drop_first: bool| {
+        let dev = Default::default();
+        let x = tensor::<A, 2>([2, W], 1.0, 81).require_grad();
+        let src = tensor::<A, 2>([3, W], 1.0, 82).require_grad();
+        let stack = ThinStack::<A>::zeros(4, W, &dev).write(1, x.clone());
+        let buffer = ThinStack::<A>::from_rows(src.clone());
+        let out = stack.read(&[2, 1, 2]).mul_scalar(3.0) + buffer.read(&[0, 2, 2]).exp();
+        if drop_first {
+            drop(stack);
+            drop(buffer);
+        }
+        let g = out.sum().backward();
+        (
+            to_vec(x.grad(&g).expect("x has a gradient")),
+            to_vec(src.grad(&g).expect("src has a gradient")),
+        )
+    };
+    let (kept, dropped) = (grads_of(false), grads_of(true));
+    assert_close(&dropped.0, &kept.0, 0.0, "stack rows");
+    assert_close(&dropped.1, &kept.1, 0.0, "from_rows rows");
+    assert_eq!(&kept.0[..W], &[3.0; W], "row 1 is read once, times 3");
+    assert_eq!(&kept.0[W..], &[6.0; W], "row 2 is read twice, times 3");
+}
+
 /// A thin stack's rows never change: writing a row twice is refused.
 #[test]
 #[should_panic(expected = "row 3 was written before")]
