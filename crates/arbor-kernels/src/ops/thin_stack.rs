@@ -266,6 +266,12 @@ pub(crate) mod autodiff {
         B::float_from_data(TensorData::new(vec![0f32], [1, 1]), device)
     }
 
+    /// Whether the stack keeps its rows on the host: the inner backend keeps its floats,
+    /// `f32`, in host memory.
+    fn on_host<B: ArborBackend>() -> bool {
+        B::HOST_MEMORY && <B::FloatElem as Element>::dtype() == DType::F32
+    }
+
     /// The stack's token and host rows where the inner backend keeps its floats, `f32`, in
     /// host memory; a zero tensor of the whole stack (the default) otherwise.
     pub(crate) fn thin_stack_new<B: ArborBackend, C: CheckpointStrategy>(
@@ -273,12 +279,11 @@ pub(crate) mod autodiff {
         width: usize,
         device: &B::Device,
     ) -> (FloatTensor<Autodiff<B, C>>, Option<StackSide>) {
-        if B::HOST_MEMORY && <B::FloatElem as Element>::dtype() == DType::F32 {
-            let t =
-                Tensor::<Autodiff<B, C>, 2>::from_data(TensorData::new(vec![0f32], [1, 1]), device)
-                    .into_primitive()
-                    .tensor();
-            (t, Some(StackSide::zeros(rows, width)))
+        if on_host::<B>() {
+            (
+                token::<Autodiff<B, C>>(device),
+                Some(StackSide::zeros(rows, width)),
+            )
         } else {
             (
                 <Autodiff<B, C> as ArborBackend>::zeros(Shape::new([rows, width]), device),
@@ -328,7 +333,7 @@ pub(crate) mod autodiff {
     pub(crate) fn thin_stack_from_rows<B: ArborBackend, C: CheckpointStrategy>(
         rows: FloatTensor<Autodiff<B, C>>,
     ) -> (FloatTensor<Autodiff<B, C>>, Option<StackSide>) {
-        if !(B::HOST_MEMORY && <B::FloatElem as Element>::dtype() == DType::F32) {
+        if !on_host::<B>() {
             return (rows, None);
         }
         let shape = rows.primitive.shape();
@@ -378,14 +383,16 @@ pub(crate) mod autodiff {
         };
         let r = rows.primitive.shape()[0];
         let device = B::float_device(&rows.primitive);
-        let values = host_rows::<B>(rows.primitive.clone());
+        // The rows' values are needed only here (the node keeps their graph node): moved, so
+        // that `into_data` takes their memory instead of copying it when nothing shares it.
+        let values = host_rows::<B>(rows.primitive);
         {
             let mut s = side.forward();
             let w = s.width;
             s.data[start * w..start * w + values.len()].copy_from_slice(&values);
         }
         let out = token::<B>(&device);
-        let nodes = [stack.node.clone(), rows.node.clone()];
+        let nodes = [stack.node, rows.node];
         match StackWrite.prepare::<C>(nodes).compute_bound().stateful() {
             OpsKind::Tracked(prep) => prep.finish((side.clone(), start, r, device), out),
             OpsKind::UnTracked(prep) => prep.finish(out),
