@@ -391,16 +391,15 @@ fn run_op<B: ArborAutodiffBackend>(
             },
         )?,
         Op::LinearScan => {
-            let a = input::<B, 3>([b, t, h], 0.5, 1, device)
+            // `a` in (0, 1) then `u`, as the two halves of one input.
+            let au = input::<B, 3>([b, t, 2 * h], 0.5, 1, device)
                 .add_scalar(0.5)
                 .require_grad();
-            let u = input::<B, 3>([b, t, h], 1.0, 2, device).require_grad();
             let c0 = input::<B, 2>([b, h], 1.0, 3, device).require_grad();
-            let out = k::linear_scan(a.clone(), u.clone(), c0.clone());
+            let out = k::linear_scan(au.clone(), c0.clone());
             let grads = weighted_sum(out.clone(), 99).backward();
             let mut named = vec![("output".to_string(), read(out)?)];
-            push_grad(&mut named, &grads, "a", &a)?;
-            push_grad(&mut named, &grads, "u", &u)?;
+            push_grad(&mut named, &grads, "au", &au)?;
             push_grad(&mut named, &grads, "c0", &c0)?;
             return Ok((named, seq_shape));
         }

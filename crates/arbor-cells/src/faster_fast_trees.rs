@@ -123,16 +123,25 @@ impl<B: ArborBackend> RecurrentCell<B> for FasterFastTreesCell<B> {
         let master =
             MasterGates::from_logits(crate::linear_columns(&self.input, rows.clone(), 0, 2 * c));
         let gates = crate::linear_columns(&self.input, rows, 2 * c, 4 * h);
-        let au = arbor_kernels::ordered_gates(gates.clone(), master.forget.clone(), master.input)
-            .reshape([b, t, 2 * h]);
-        let mut a = au.clone().narrow(2, 0, h);
-        let mut u = au.narrow(2, h, h);
+        // `a` then `u` on the last axis, which the scan reads as they are (two views of the
+        // halves would each get a gradient of this whole shape).
+        let mut au =
+            arbor_kernels::ordered_gates(gates.clone(), master.forget.clone(), master.input)
+                .reshape([b, t, 2 * h]);
         if let Some(pad) = pad {
-            let pad = pad.expand([b, t, h]);
-            a = a.mask_fill(pad.clone(), 1.0);
-            u = u.mask_fill(pad, 0.0);
+            // Padded steps get `a = 1`, `u = 0`.
+            let device = au.device();
+            let fill = Tensor::cat(
+                vec![
+                    Tensor::<B, 3>::ones([1, 1, h], &device),
+                    Tensor::zeros([1, 1, h], &device),
+                ],
+                2,
+            );
+            let full = [b, t, 2 * h];
+            au = au.mask_where(pad.expand(full), fill.expand(full));
         }
-        let c_all = arbor_kernels::linear_scan(a, u, c0);
+        let c_all = arbor_kernels::linear_scan(au, c0);
         let h_all = arbor_kernels::gated_output(
             gates.reshape([b, t, 4 * h]),
             c_all.clone(),

@@ -143,11 +143,7 @@ impl<B: ArborBackend, C: CheckpointStrategy> ArborBackend for Autodiff<B, C> {
             every_c: bool,
         ) -> FloatTensor<Self>
             => ops::lstm::autodiff::lstm_sequence_tracked::<B, C>;
-        fn linear_scan(
-            a: FloatTensor<Self>,
-            u: FloatTensor<Self>,
-            c0: FloatTensor<Self>,
-        ) -> FloatTensor<Self>
+        fn linear_scan(au: FloatTensor<Self>, c0: FloatTensor<Self>) -> FloatTensor<Self>
             => ops::linear_scan::autodiff::linear_scan::<B, C>;
         fn contiguous(x: FloatTensor<Self>) -> FloatTensor<Self>
             => ops::memory::autodiff::contiguous::<B, C>;

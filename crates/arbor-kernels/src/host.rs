@@ -405,18 +405,13 @@ macro_rules! host_backend {
                     grad: FloatTensor<Self>,
                 ) -> (FloatTensor<Self>, Option<(FloatTensor<Self>, FloatTensor<Self>)>)
                     => $crate::ops::layer_norm::host::layer_norm_backward::<Self>;
-                fn linear_scan(
-                    a: FloatTensor<Self>,
-                    u: FloatTensor<Self>,
-                    c0: FloatTensor<Self>,
-                ) -> FloatTensor<Self>
+                fn linear_scan(au: FloatTensor<Self>, c0: FloatTensor<Self>) -> FloatTensor<Self>
                     => $crate::ops::linear_scan::host::linear_scan::<Self>;
                 fn linear_scan_backward(
-                    a: FloatTensor<Self>,
-                    u: FloatTensor<Self>,
+                    au: FloatTensor<Self>,
                     c0: FloatTensor<Self>,
                     grad: FloatTensor<Self>,
-                ) -> [FloatTensor<Self>; 3]
+                ) -> [FloatTensor<Self>; 2]
                     => $crate::ops::linear_scan::host::linear_scan_backward::<Self>;
             }
         }

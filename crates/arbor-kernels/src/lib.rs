@@ -595,23 +595,20 @@ pub trait ArborBackend: Backend {
         None
     }
 
-    /// The linear recurrence `c_t = a_t ⊙ c_{t−1} + u_t` over every step; see [`linear_scan`].
-    fn linear_scan(
-        a: FloatTensor<Self>,
-        u: FloatTensor<Self>,
-        c0: FloatTensor<Self>,
-    ) -> FloatTensor<Self> {
-        reference::linear_scan::<Self>(a, u, c0)
+    /// The linear recurrence `c_t = a_t ⊙ c_{t−1} + u_t` over every step, `a` and `u` the
+    /// halves of `au`'s last axis; see [`linear_scan`].
+    fn linear_scan(au: FloatTensor<Self>, c0: FloatTensor<Self>) -> FloatTensor<Self> {
+        reference::linear_scan::<Self>(au, c0)
     }
 
-    /// The gradients of [`ArborBackend::linear_scan`] with respect to `a`, `u` and `c0`.
+    /// The gradients of [`ArborBackend::linear_scan`] with respect to `au` (one tensor, `a`'s
+    /// then `u`'s) and `c0`.
     fn linear_scan_backward(
-        a: FloatTensor<Self>,
-        u: FloatTensor<Self>,
+        au: FloatTensor<Self>,
         c0: FloatTensor<Self>,
         grad: FloatTensor<Self>,
-    ) -> [FloatTensor<Self>; 3] {
-        reference::linear_scan_backward::<Self>(a, u, c0, grad)
+    ) -> [FloatTensor<Self>; 2] {
+        reference::linear_scan_backward::<Self>(au, c0, grad)
     }
 }
 
