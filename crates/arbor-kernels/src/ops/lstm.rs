@@ -1487,12 +1487,7 @@ pub(crate) mod host {
         } else {
             Vec::new()
         };
-        // Without `keep_gates`, each step's activated gates go to a scratch row per row.
-        let mut act = if keep_gates {
-            Vec::new()
-        } else {
-            vec![0f32; b * wd]
-        };
+        // Without `keep_gates`, each row's activated gates go to one scratch row per task.
         // Row `i`'s pre-activations before the products of step `s`: the given ones
         // (`ConvFastTrees`' master gates), then the bias.
         let prefill = |row: &mut [f32], i: usize, s: usize| {
@@ -1521,7 +1516,7 @@ pub(crate) mod host {
             let (acts, aw) = if keep_gates {
                 (&mut saved[starts[s] * sw..starts[s + 1] * sw], sw)
             } else {
-                (&mut act[..n * wd], wd)
+                (&mut [][..], 0)
             };
             let prefill = &prefill;
             par::rows(
@@ -1539,10 +1534,19 @@ pub(crate) mod host {
                         unreachable!("five outputs")
                     };
                     let mut c_prev = vec![0f32; h];
+                    let mut scratch = if keep_gates {
+                        Vec::new()
+                    } else {
+                        vec![0f32; wd]
+                    };
                     for (k, i) in rows.enumerate() {
                         let row = k * h..(k + 1) * h;
                         let pre_row = &mut pre[k * wd..(k + 1) * wd];
-                        let act_row = &mut acts[k * aw..(k + 1) * aw];
+                        let act_row = if keep_gates {
+                            &mut acts[k * aw..(k + 1) * aw]
+                        } else {
+                            &mut scratch[..]
+                        };
                         c_prev.copy_from_slice(&cs[row.clone()]);
                         let (act, c_saved) = act_row.split_at_mut(wd);
                         step_rows(
