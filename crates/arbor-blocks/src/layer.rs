@@ -199,9 +199,11 @@ impl<B: ArborBackend> TransformerLayer<B> {
 /// - the attention itself (scores, mask, softmax, weighted sum, every head) is one op and one
 ///   autodiff node, [`arbor_cells::kernels::grouped_attention`]: on the CPU backends one loop
 ///   per sequence, the sequences in parallel, instead of a dozen single-threaded passes with
-///   the heads split and merged by copies. The padding mask is its bias, Burn's `min_float` at
-///   padded keys (Burn's MHA replaces those scores by it; added or replaced, their softmax
-///   weight is 0 in `f32`, so the values are the same for any sequence with a real position).
+///   the heads split and merged by copies. The padding mask is its bias, [`PADDED_KEY_BIAS`]
+///   at padded keys, so their softmax weight is exactly 0 however large their scores are. (It
+///   was Burn's `min_float`, −10⁴, added to the scores: a padded key whose score was above
+///   about 10⁴, as with the test's 10⁴-valued padding, kept a weight, and one draw in about
+///   sixty of `real_positions_do_not_depend_on_the_padding` failed, once in CI.)
 ///   With attention dropout active (training, probability above 0), which the fused op does
 ///   not draw, the heads are strided views read by batched products, as Burn's MHA.
 ///
@@ -228,8 +230,8 @@ pub fn self_attention<B: ArborBackend>(
         attention_with_dropout(mha, [query, key, value], mask_pad)
     } else {
         let bias = mask_pad.map(|m| {
-            m.float()
-                .mul_scalar(mha.min_float)
+            Tensor::<B, 2>::zeros(m.dims(), &m.device())
+                .mask_fill(m, PADDED_KEY_BIAS)
                 .reshape([batch, 1, time])
         });
         let spec = arbor_cells::kernels::AttentionSpec {
@@ -241,6 +243,10 @@ pub fn self_attention<B: ArborBackend>(
     arbor_cells::linear_rows(&mha.output, context.reshape([batch * time, d]))
         .reshape([batch, time, d])
 }
+
+/// The bias the fused attention adds to a padded key's scores: far below any score, yet finite,
+/// so a row whose keys are all padding still has finite weights, as with Burn's MHA.
+const PADDED_KEY_BIAS: f32 = -1e30;
 
 /// The attention of [`self_attention`] in plain ops, with dropout on the scores as Burn's MHA.
 ///
