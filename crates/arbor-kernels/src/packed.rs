@@ -625,8 +625,6 @@ mod tests {
         assert_eq!(Kernel::detect(), Kernel::Portable);
     }
 
-    /// The public entry point in a one-thread pool (the product inline, one block) and in a
-    /// two-thread pool (split into tasks): the same values, bit for bit, and the naive product's.
     /// Cutting a product's panels again and again (as [`Job::split`] does down to its
     /// smallest tasks) leaves the 512-bit kernel only whole pairs, except in the one task that
     /// holds the last panel; the other kernels are cut in the middle.
@@ -657,7 +655,6 @@ mod tests {
                 n,
                 "{n} panels: one per task when cut to the end"
             );
-            assert!(Kernel::Portable.panel_mid(0..7) == Some(3));
             #[cfg(target_arch = "x86_64")]
             {
                 let mut tasks = Vec::new();
@@ -668,14 +665,20 @@ mod tests {
                 for t in rest {
                     assert_eq!((t.start % 2, t.len()), (0, 2), "{n} panels: task {t:?}");
                 }
-                assert_eq!(Kernel::Avx512.panel_mid(0..100), Some(50));
-                assert_eq!(Kernel::Avx512.panel_mid(0..50), Some(26));
-                assert_eq!(Kernel::Avx512.panel_mid(26..50), Some(38));
-                assert_eq!(Kernel::Avx2.panel_mid(0..50), Some(25));
             }
+        }
+        assert_eq!(Kernel::Portable.panel_mid(0..7), Some(3));
+        #[cfg(target_arch = "x86_64")]
+        {
+            assert_eq!(Kernel::Avx512.panel_mid(0..100), Some(50));
+            assert_eq!(Kernel::Avx512.panel_mid(0..50), Some(26));
+            assert_eq!(Kernel::Avx512.panel_mid(26..50), Some(38));
+            assert_eq!(Kernel::Avx2.panel_mid(0..50), Some(25));
         }
     }
 
+    /// The public entry point in a one-thread pool (the product inline, one block) and in a
+    /// two-thread pool (split into tasks): the same values, bit for bit, and the naive product's.
     #[test]
     fn one_and_two_threads_give_the_same_product() {
         let (m, k, n) = (150, 300, 200);
