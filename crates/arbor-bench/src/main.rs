@@ -99,8 +99,16 @@ const CUDA_WARMUP: usize = 3;
 
 const RECORDS_PREFIX: &str = "arbor-bench-records: ";
 
-/// Measures each workload in a child process of this binary, so its peak memory is its own.
-fn run_isolated(args: &Args, names: &[String], settings: &Settings) -> Result<Vec<Record>> {
+/// Measures each workload in a child process of this binary, so its peak memory is its own, and
+/// calls `after(records)` with each workload's records as soon as its child has finished (with
+/// `--versus pytorch`, that runs the workload's twins before the next child starts, under
+/// `--jobs 1`).
+fn run_isolated(
+    args: &Args,
+    names: &[String],
+    settings: &Settings,
+    mut after: impl FnMut(&[Record]),
+) -> Result<Vec<Record>> {
     let exe = std::env::current_exe()?;
     // A partial file left by an earlier, killed run into this folder is not this run's.
     let _ = std::fs::remove_file(args.out.join(arbor_bench::PARTIAL_FILE));
@@ -151,6 +159,7 @@ fn run_isolated(args: &Args, names: &[String], settings: &Settings) -> Result<Ve
         results[i] = Some(got);
         let done: Vec<&Record> = results.iter().flatten().flatten().collect();
         arbor_bench::write_partial(&args.out, &done)?;
+        after(results[i].as_deref().unwrap_or_default());
     }
     Ok(results.into_iter().flatten().flatten().collect())
 }
@@ -201,8 +210,11 @@ fn run<B: ArborBackend>(args: &Args, device: B::Device, probe: Probe) -> Result<
         return Ok(());
     }
     let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let report = if args.no_isolate {
-        run_suite::<B>(
+    // The PyTorch side is checked before anything is measured, so a missing `torch` is said
+    // at once, not after an hour of arbor runs.
+    let mut twins = (args.versus == Some(Against::Pytorch)).then(|| Twins::prepare(args, settings));
+    let mut report = if args.no_isolate {
+        let report = run_suite::<B>(
             &device,
             &args.device,
             &settings,
@@ -210,7 +222,11 @@ fn run<B: ArborBackend>(args: &Args, device: B::Device, probe: Probe) -> Result<
             &probe,
             &command,
             print_row,
-        )?
+        )?;
+        if let Some(t) = twins.as_mut() {
+            t.run_for::<B>(&device, &report.records);
+        }
+        report
     } else {
         let names: Vec<String> = workload_names::<B>(&device)
             .into_iter()
@@ -222,12 +238,17 @@ fn run<B: ArborBackend>(args: &Args, device: B::Device, probe: Probe) -> Result<
                 args.filter
             );
         }
-        let records = run_isolated(args, &names, &settings)?;
+        // Each workload's twins run right after its arbor runs, so both sides of a row are
+        // timed seconds apart, not an hour apart on a machine whose speed drifts.
+        let records = run_isolated(args, &names, &settings, |done| {
+            if let Some(t) = twins.as_mut() {
+                t.run_for::<B>(&device, done);
+            }
+        })?;
         Report::from_records(&command, settings, records)
     };
-    let mut report = report;
-    if args.versus == Some(Against::Pytorch) {
-        compare_with_pytorch::<B>(args, &device, &settings, &mut report);
+    if let Some(t) = twins {
+        t.finish(args, &mut report);
     }
     let md = write_outputs(&report, &args.out)?;
     // The whole report is written: the partial one (isolated runs) has served its purpose.
@@ -237,90 +258,155 @@ fn run<B: ArborBackend>(args: &Args, device: B::Device, probe: Probe) -> Result<
     Ok(())
 }
 
-/// Runs the PyTorch twins of the measured workloads and attaches their timings; on any problem
-/// the report says why the comparison was skipped and the arbor results stand.
-fn compare_with_pytorch<B: ArborBackend>(
-    args: &Args,
-    device: &B::Device,
-    settings: &Settings,
-    report: &mut Report,
-) {
-    let python = versus::python();
-    let threads = versus::arbor_threads();
-    let mut outcome = Versus {
-        framework: "pytorch".to_string(),
-        python: python.clone(),
-        torch_version: None,
-        threads,
-        omp_wait_policy: versus::omp_wait_policy(),
-        skipped: None,
-        notes: Vec::new(),
-    };
-    let skip = |outcome: &mut Versus, report: &mut Report, reason: String| {
-        eprintln!("{}", versus::skip_message(&reason));
-        outcome.skipped = Some(reason);
-        report.versus = Some(outcome.clone());
-    };
-    let torch_version = match versus::probe_torch(&python) {
-        Ok(v) => v,
-        Err(reason) => return skip(&mut outcome, report, reason),
-    };
-    outcome.torch_version = Some(torch_version.clone());
-    let script = match versus::twins_script() {
-        Ok(p) => p,
-        Err(reason) => return skip(&mut outcome, report, reason),
-    };
-    let mut names: Vec<String> = Vec::new();
-    for r in &report.records {
-        if !names.contains(&r.name) {
-            names.push(r.name.clone());
+/// The PyTorch side of `--versus pytorch`: checked once before anything is measured, then run
+/// for each workload right after arbor's runs of it ([`Twins::run_for`]), and its timings
+/// attached to the report at the end ([`Twins::finish`]). On any problem the report says why
+/// the comparison was skipped (or which workloads lack a PyTorch time) and the arbor results
+/// stand.
+struct Twins {
+    outcome: Versus,
+    /// The twins script; `None` when the comparison is skipped (`outcome.skipped` says why).
+    script: Option<PathBuf>,
+    python: String,
+    settings: Settings,
+    device: String,
+    authors: bool,
+    /// Where each run's spec is written.
+    spec_path: PathBuf,
+    /// Every workload asked for so far, with its repetitions (written out at the end).
+    asked: Vec<serde_json::Value>,
+    /// Every result line so far.
+    lines: Vec<versus::TwinLine>,
+    /// Failed runs of the twins script, one note each.
+    failures: Vec<String>,
+}
+
+impl Twins {
+    fn prepare(args: &Args, settings: Settings) -> Self {
+        let python = versus::python();
+        let threads = versus::arbor_threads();
+        let on_gpu = args.device.to_ascii_lowercase().starts_with("cuda");
+        let mut twins = Twins {
+            outcome: Versus {
+                framework: "pytorch".to_string(),
+                python: python.clone(),
+                torch_version: None,
+                threads,
+                omp_wait_policy: versus::omp_wait_policy(),
+                interleaved: !args.no_isolate,
+                skipped: None,
+                notes: Vec::new(),
+            },
+            script: None,
+            python,
+            settings,
+            device: if on_gpu { "cuda" } else { "cpu" }.to_string(),
+            authors: !args.no_authors,
+            spec_path: args.out.join(versus::SPEC_FILE),
+            asked: Vec::new(),
+            lines: Vec::new(),
+            failures: Vec::new(),
+        };
+        let ready = versus::probe_torch(&twins.python).and_then(|version| {
+            twins.outcome.torch_version = Some(version.clone());
+            versus::twins_script().map(|script| (version, script))
+        });
+        match ready {
+            Ok((version, script)) => {
+                eprintln!(
+                    "--versus pytorch: torch {version} via `{}`, {threads} thread(s), {}",
+                    twins.python,
+                    if twins.outcome.interleaved {
+                        "each workload's twins right after its arbor runs"
+                    } else {
+                        "the twins after every arbor run (`--no-isolate`)"
+                    }
+                );
+                twins.script = Some(script);
+            }
+            Err(reason) => {
+                eprintln!("{}", versus::skip_message(&reason));
+                twins.outcome.skipped = Some(reason);
+            }
         }
+        twins
     }
-    let on_gpu = args.device.to_ascii_lowercase().starts_with("cuda");
-    let mut workloads = twin_workloads::<B>(device, &names);
-    versus::match_repetitions(&mut workloads, &report.records);
-    let spec = TwinSpec {
-        settings: *settings,
-        threads,
-        device: if on_gpu { "cuda" } else { "cpu" }.to_string(),
-        workloads,
-        authors: !args.no_authors,
-    };
-    eprintln!(
-        "--versus pytorch: torch {torch_version} via `{python}`, {threads} thread(s), {} workload(s)",
-        names.len()
-    );
-    if let Err(e) = std::fs::create_dir_all(&args.out) {
-        let reason = format!("cannot create {} ({e})", args.out.display());
-        return skip(&mut outcome, report, reason);
-    }
-    let spec_path = args.out.join("pytorch-spec.json");
-    match versus::run_twins(&python, &script, &spec, &spec_path) {
-        Ok(lines) => {
-            outcome.notes = versus::attach(&mut report.records, &lines);
-            let jobs = args.jobs.unwrap_or(if args.quick { 2 } else { 1 });
-            let mut why = Vec::new();
-            if args.quick {
-                why.push("`--quick` times one cold run per side".to_string());
+
+    /// Times the twins (and the authors' modules) of the workloads of `records`, as often as
+    /// arbor timed each.
+    fn run_for<B: ArborBackend>(&mut self, device: &B::Device, records: &[Record]) {
+        let Some(script) = self.script.as_ref() else {
+            return;
+        };
+        let mut names: Vec<String> = Vec::new();
+        for r in records {
+            if !names.contains(&r.name) {
+                names.push(r.name.clone());
             }
-            if jobs > 1 && !args.no_isolate {
-                why.push(format!(
-                    "arbor ran {jobs} workloads at a time, the twins one at a time"
-                ));
-            }
-            if !why.is_empty() {
-                outcome.notes.push(format!(
-                    "not a speed comparison: {}; run without `--quick` and with `--jobs 1` for ratios to quote",
-                    why.join(", and ")
-                ));
-            }
-            report.versus = Some(outcome);
         }
-        Err(e) => skip(
-            &mut outcome,
-            report,
-            format!("the PyTorch twins failed: {e:#}"),
-        ),
+        if names.is_empty() {
+            return;
+        }
+        let mut workloads = twin_workloads::<B>(device, &names);
+        versus::match_repetitions(&mut workloads, records);
+        let spec = TwinSpec {
+            settings: self.settings,
+            threads: self.outcome.threads,
+            device: self.device.clone(),
+            workloads,
+            authors: self.authors,
+        };
+        match versus::run_twins(&self.python, script, &spec, &self.spec_path) {
+            Ok(lines) => self.lines.extend(lines),
+            Err(e) => self.failures.push(format!(
+                "{}: the PyTorch twins failed: {e:#}",
+                names.join(", ")
+            )),
+        }
+        self.asked.extend(spec.workloads);
+    }
+
+    /// Attaches the timings to `report`'s records and sets its `versus` section; the spec file
+    /// is left holding every workload asked for, for the record.
+    fn finish(mut self, args: &Args, report: &mut Report) {
+        if self.outcome.skipped.is_none() {
+            if !self.failures.is_empty() && self.lines.is_empty() {
+                // Not one workload ran: the comparison as a whole failed.
+                self.outcome.skipped = Some(self.failures.join("; "));
+            } else {
+                let spec = TwinSpec {
+                    settings: self.settings,
+                    threads: self.outcome.threads,
+                    device: self.device.clone(),
+                    workloads: std::mem::take(&mut self.asked),
+                    authors: self.authors,
+                };
+                if let Ok(text) = serde_json::to_string(&spec) {
+                    let _ = std::fs::write(&self.spec_path, text);
+                }
+                self.outcome.notes = self.failures;
+                self.outcome
+                    .notes
+                    .extend(versus::attach(&mut report.records, &self.lines));
+                let jobs = args.jobs.unwrap_or(if args.quick { 2 } else { 1 });
+                let mut why = Vec::new();
+                if args.quick {
+                    why.push("`--quick` times one cold run per side".to_string());
+                }
+                if jobs > 1 && !args.no_isolate {
+                    why.push(format!(
+                        "arbor ran {jobs} workloads at a time, the twins one at a time"
+                    ));
+                }
+                if !why.is_empty() {
+                    self.outcome.notes.push(format!(
+                        "not a speed comparison: {}; run without `--quick` and with `--jobs 1` for ratios to quote",
+                        why.join(", and ")
+                    ));
+                }
+            }
+        }
+        report.versus = Some(self.outcome);
     }
 }
 

@@ -202,11 +202,16 @@ pub fn markdown(report: &Report) -> String {
             None => {
                 let _ = writeln!(
                     s,
-                    "- versus PyTorch {} (`{}`): the twins (`crates/arbor-bench/pytorch/twins.py`) and, where they run, the authors' own modules (`pytorch/authors.py`, the repository and commit in `bench.json`); {} thread(s) on both sides (arbor's rayon pool; `torch.set_num_threads({})`), each side timed as often as arbor was; {}; arbor/X = arbor throughput ÷ X's throughput (above 1: arbor is faster); *fastest* is against the faster of the two\n",
+                    "- versus PyTorch {} (`{}`): the twins (`crates/arbor-bench/pytorch/twins.py`) and, where they run, the authors' own modules (`pytorch/authors.py`, the repository and commit in `bench.json`); {} thread(s) on both sides (arbor's rayon pool; `torch.set_num_threads({})`), each side timed as often as arbor was, {}; {}; arbor/X = arbor throughput ÷ X's throughput (above 1: arbor is faster); *fastest* is against the faster of the two\n",
                     v.torch_version.as_deref().unwrap_or("?"),
                     v.python,
                     v.threads,
                     v.threads,
+                    if v.interleaved {
+                        "each workload's twins right after its arbor runs"
+                    } else {
+                        "every twin after every arbor run"
+                    },
                     match &v.omp_wait_policy {
                         None => "PyTorch's default OpenMP wait policy (`OMP_WAIT_POLICY` unset)".to_string(),
                         Some(p) => format!("`OMP_WAIT_POLICY={p}` (not PyTorch's default: `PASSIVE` slows its many-small-op workloads on a quiet machine)"),
@@ -539,6 +544,7 @@ mod tests {
             torch_version: Some("2.15.0".into()),
             threads: 2,
             omp_wait_policy: None,
+            interleaved: true,
             skipped: None,
             notes,
         });
@@ -565,6 +571,13 @@ mod tests {
         );
         assert!(md.contains("| — | — | — | — | — |"), "{md}");
         assert!(md.contains("2 thread(s) on both sides"), "{md}");
+        assert!(
+            md.contains("each workload's twins right after its arbor runs"),
+            "{md}"
+        );
+        report.versus.as_mut().unwrap().interleaved = false;
+        assert!(markdown(&report).contains("every twin after every arbor run"));
+        report.versus.as_mut().unwrap().interleaved = true;
         assert!(md.contains("**PyTorch notes**"), "{md}");
 
         // JSON round trip keeps the new fields.

@@ -1,6 +1,7 @@
 //! `--versus pytorch`: the PyTorch twins of the workloads (`crates/arbor-bench/pytorch/twins.py`),
-//! run in a child Python process after the arbor runs, and their timings attached to the
-//! records as a `pytorch` column and an arbor/PyTorch ratio.
+//! run in a child Python process right after each workload's arbor runs (so both sides of a row
+//! are timed in the same state of the machine), and their timings attached to the records as a
+//! `pytorch` column and an arbor/PyTorch ratio.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -14,6 +15,8 @@ use crate::harness::{Mode, Record, Settings};
 pub const PYTHON_ENV: &str = "ARBOR_PYTHON";
 /// Environment variable naming the twins script (default: the one in this crate's sources).
 pub const TWINS_ENV: &str = "ARBOR_TWINS";
+/// The file (in `--out`) the twins' spec is written to: each run's, then every workload's.
+pub const SPEC_FILE: &str = "pytorch-spec.json";
 /// The prefix of the twins' result lines on stdout.
 pub const TWIN_PREFIX: &str = "arbor-twin: ";
 
@@ -83,6 +86,12 @@ pub struct Versus {
     /// Zen 3 VM, docs/bench.md), so a report says which one ran.
     #[serde(default)]
     pub omp_wait_policy: Option<String>,
+    /// Whether each workload's twins ran right after its arbor runs (the default, one child
+    /// process per workload), rather than every twin after every arbor run (`--no-isolate`,
+    /// and reports written before 2026-12-01). On a machine whose speed drifts over minutes,
+    /// only the first keeps a row's two sides in the same machine state.
+    #[serde(default)]
+    pub interleaved: bool,
     /// Why the comparison did not run (torch missing, script missing, the twins crashed).
     pub skipped: Option<String>,
     /// Workloads without a PyTorch result and why, and caveats.

@@ -354,3 +354,85 @@ fn versus_without_torch_is_skipped_with_a_reason() {
         .unwrap()
         .contains("cannot run"));
 }
+
+/// `--versus pytorch` interleaves: each workload's twins run right after its arbor runs and
+/// before the next workload's, one workload per run of the twins script, asked for as many runs
+/// as arbor made. A stand-in interpreter (a shell script) logs, at each run of the twins, the
+/// workloads it was asked for and those whose arbor records were already written
+/// (`bench.partial.json`), and answers with fixed timings.
+#[cfg(unix)]
+#[test]
+fn versus_runs_each_workloads_twins_right_after_its_arbor_runs() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let python = dir.path().join("python");
+    let script = format!(
+        r#"#!/bin/sh
+if [ "$1" = "-c" ]; then echo 9.9-fake; exit 0; fi
+spec="$3"; out=$(dirname "$spec")
+asked=$(grep -o '"name":"[^"]*"' "$spec" | cut -d'"' -f4 | tr '\n' ' ')
+done=$(grep -o '"name": "[^"]*"' "$out/{partial}" | cut -d'"' -f4 | sort -u | tr '\n' ' ')
+reps=$(grep -o '"reps":{{[^}}]*}}' "$spec")
+echo "asked: $asked| done: $done| $reps" >> "{log}"
+for n in $asked; do for m in forward forward+backward; do
+echo "arbor-twin: {{\"name\": \"$n\", \"mode\": \"$m\", \"median_s\": 0.002, \"min_s\": 0.001, \"max_s\": 0.003, \"items_per_s\": 8000, \"threads\": 1, \"torch_version\": \"9.9-fake\"}}"
+done; done
+"#,
+        partial = arbor_bench::PARTIAL_FILE,
+        log = log.display()
+    );
+    std::fs::write(&python, script).unwrap();
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = dir.path().join("out");
+    let run = Command::new(env!("CARGO_BIN_EXE_arbor-bench"))
+        .env("ARBOR_PYTHON", &python)
+        .args([
+            "--quick",
+            "--jobs",
+            "1",
+            "--versus",
+            "pytorch",
+            "--filter",
+            "gumbel/length/d100-affine-n8,gumbel/length/d100-affine-n16",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let log = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    let (n8, n16) = (
+        "gumbel/length/d100-affine-n8",
+        "gumbel/length/d100-affine-n16",
+    );
+    assert_eq!(lines.len(), 2, "one run of the twins per workload: {log}");
+    assert!(
+        lines[0].starts_with(&format!("asked: {n8} | done: {n8} |")),
+        "{log}"
+    );
+    assert!(
+        lines[1].starts_with(&format!("asked: {n16} | done: {n16} {n8} |")),
+        "{log}"
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains(r#""forward":1"#) && l.contains(r#""forward+backward":1"#)),
+        "as many runs as arbor's (one with --quick): {log}"
+    );
+    let report: Report =
+        serde_json::from_str(&std::fs::read_to_string(out.join("bench.json")).unwrap()).unwrap();
+    let versus = report.versus.unwrap();
+    assert!(versus.interleaved && versus.skipped.is_none());
+    assert_eq!(versus.torch_version.as_deref(), Some("9.9-fake"));
+    assert_eq!(report.records.len(), 4);
+    for r in &report.records {
+        assert_eq!(r.pytorch.as_ref().unwrap().median_s, 0.002, "{}", r.name);
+    }
+    // The spec file left behind holds every workload asked for.
+    let spec = std::fs::read_to_string(out.join(arbor_bench::versus::SPEC_FILE)).unwrap();
+    assert!(spec.contains(n8) && spec.contains(n16), "{spec}");
+}
