@@ -31,7 +31,7 @@ const KC: usize = 256;
 /// Left-hand rows per block.
 const MC: usize = 144;
 /// Products with fewer multiply-adds than this per parallel task are not split further.
-const TASK_WORK: usize = 64 * GRAIN;
+pub(crate) const TASK_WORK: usize = 64 * GRAIN;
 
 /// A `k × n` right-hand side in the kernel's panel layout (see the module docs).
 #[derive(Debug, Clone)]
@@ -92,6 +92,38 @@ impl PackedRhs {
         dst_rs: usize,
         accumulate: bool,
         lhs: &[f32],
+        lhs_strides: (usize, usize),
+    ) {
+        let split = crate::par::parallel();
+        self.run(split, m, dst, dst_rs, accumulate, lhs, lhs_strides);
+    }
+
+    /// [`PackedRhs::product`] on the calling thread only: for a caller that already runs one
+    /// task per thread (the sequence ops' row tasks), where a split would only add joins.
+    ///
+    /// # Panics
+    /// As [`PackedRhs::product`].
+    pub(crate) fn product_serial(
+        &self,
+        m: usize,
+        dst: &mut [f32],
+        dst_rs: usize,
+        accumulate: bool,
+        lhs: &[f32],
+        lhs_strides: (usize, usize),
+    ) {
+        self.run(false, m, dst, dst_rs, accumulate, lhs, lhs_strides);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        split: bool,
+        m: usize,
+        dst: &mut [f32],
+        dst_rs: usize,
+        accumulate: bool,
+        lhs: &[f32],
         (l_rs, l_cs): (usize, usize),
     ) {
         let (k, n) = (self.k, self.n);
@@ -115,7 +147,7 @@ impl PackedRhs {
             accumulate,
             kernel: Kernel::detect(),
         };
-        if crate::par::parallel() {
+        if split {
             job.split(0..m, 0..n.div_ceil(NR));
         } else {
             // SAFETY: the whole product, whose extent was checked against the slices above.

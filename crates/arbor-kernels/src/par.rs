@@ -79,6 +79,61 @@ where
     );
 }
 
+/// Runs `f` on every task of `tasks` in parallel (recursive halving; inline for one task).
+pub(crate) fn each<T: Clone + Sync, F: Fn(T) + Sync>(tasks: &[T], f: &F) {
+    match tasks {
+        [] => {}
+        [one] => f(one.clone()),
+        _ => {
+            let (left, right) = tasks.split_at(tasks.len() / 2);
+            rayon::join(|| each(left, f), || each(right, f));
+        }
+    }
+}
+
+/// A buffer that parallel tasks write disjoint parts of where those parts are not ranges that
+/// `split_at_mut` could hand out: the sequence ops' output, which keeps each example's steps
+/// together while each task holds a range of the examples in their longest-first order.
+pub(crate) struct Disjoint<'a> {
+    ptr: *mut f32,
+    len: usize,
+    _buf: std::marker::PhantomData<&'a mut [f32]>,
+}
+
+// SAFETY: `Disjoint` only hands out slices through `slice`, whose callers promise that no two
+// tasks touch the same elements; the buffer itself is borrowed mutably for `'a`.
+unsafe impl Send for Disjoint<'_> {}
+unsafe impl Sync for Disjoint<'_> {}
+
+impl<'a> Disjoint<'a> {
+    pub(crate) fn new(buf: &'a mut [f32]) -> Self {
+        Self {
+            ptr: buf.as_mut_ptr(),
+            len: buf.len(),
+            _buf: std::marker::PhantomData,
+        }
+    }
+
+    /// `buf[at..at + len]`.
+    ///
+    /// # Safety
+    /// While the slice lives, no other slice from this buffer may overlap it.
+    ///
+    /// # Panics
+    /// When the range is not inside the buffer.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn slice(&self, at: usize, len: usize) -> &'a mut [f32] {
+        assert!(
+            at.checked_add(len).is_some_and(|end| end <= self.len),
+            "Disjoint::slice: {at}..{at}+{len} outside a buffer of {}",
+            self.len
+        );
+        // SAFETY: inside the buffer (checked above), which lives for `'a`; the caller promises
+        // that no other live slice overlaps this one.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at), len) }
+    }
+}
+
 /// `&buf[rows·width]`: the rows `r` of a row-major buffer whose rows are `width` long.
 pub(crate) fn at<'a>(buf: &'a [f32], r: &Range<usize>, width: usize) -> &'a [f32] {
     &buf[r.start * width..r.end * width]

@@ -1297,8 +1297,10 @@ pub(crate) mod host {
     use super::{cpu, reference, SequenceCell, SequenceGrads, SequenceLayout};
     use crate::host::{dims3, HostTensor};
     use crate::ops::linear::host::gemm_slices;
-    use crate::packed::PackedRhs;
-    use crate::par;
+    use std::ops::Range;
+
+    use crate::packed::{PackedRhs, TASK_WORK};
+    use crate::par::{self, Disjoint};
 
     /// The examples longest first (a stable sort: equal lengths keep their order), so that the
     /// ones still running at step `s` are the first [`Running::at`]`(s)` rows of the op's
@@ -1324,6 +1326,60 @@ pub(crate) mod host {
             self.sorted.partition_point(|&l| l > s)
         }
 
+        /// The row tasks for `threads` threads: contiguous ranges of the running order, cut
+        /// where their steps (`Σ lengths`, each step costing `step_work` multiply-adds a row)
+        /// balance, each of at least `min_rows` rows and about [`TASK_WORK`] multiply-adds;
+        /// one range of every row when that leaves a single task.
+        fn tasks(&self, threads: usize, min_rows: usize, step_work: usize) -> Vec<Range<usize>> {
+            let mut tasks = Vec::new();
+            self.cut(
+                0..self.sorted.len(),
+                threads,
+                min_rows.max(1),
+                step_work,
+                &mut tasks,
+            );
+            tasks
+        }
+
+        fn cut(
+            &self,
+            rows: Range<usize>,
+            parts: usize,
+            min_rows: usize,
+            step_work: usize,
+            tasks: &mut Vec<Range<usize>>,
+        ) {
+            let steps = &self.sorted[rows.clone()];
+            let total: usize = steps.iter().sum();
+            let enough = total.saturating_mul(step_work) >= 2 * TASK_WORK;
+            if parts < 2 || rows.len() < 2 * min_rows || !enough {
+                tasks.push(rows);
+                return;
+            }
+            let left_parts = parts / 2;
+            // The first cut whose left side holds its share of the steps, inside the bounds
+            // that leave both sides `min_rows` rows.
+            let target = total * left_parts / parts;
+            let (mut acc, mut mid) = (0, rows.start);
+            for &len in steps {
+                if acc >= target {
+                    break;
+                }
+                acc += len;
+                mid += 1;
+            }
+            let mid = mid.clamp(rows.start + min_rows, rows.end - min_rows);
+            self.cut(rows.start..mid, left_parts, min_rows, step_work, tasks);
+            self.cut(
+                mid..rows.end,
+                parts - left_parts,
+                min_rows,
+                step_work,
+                tasks,
+            );
+        }
+
         /// Where each step's rows start in a buffer that holds the running rows of every step,
         /// step after step (the saved gates), and the total row count as the last entry.
         fn step_starts(&self, t: usize) -> Vec<usize> {
@@ -1337,10 +1393,10 @@ pub(crate) mod host {
             starts
         }
 
-        /// Copies step `s`'s `width`-wide row of each of the first `n` rows' examples from the
-        /// `[b, t, width]` buffer `src` into the first `n` rows of `dst`.
-        fn gather(&self, n: usize, s: usize, t: usize, width: usize, src: &[f32], dst: &mut [f32]) {
-            for (i, &r) in self.order[..n].iter().enumerate() {
+        /// Copies step `s`'s `width`-wide row of each example in `order` (rows of the running
+        /// order) from the `[b, t, width]` buffer `src` into the first rows of `dst`.
+        fn gather(order: &[usize], s: usize, t: usize, width: usize, src: &[f32], dst: &mut [f32]) {
+            for (i, &r) in order.iter().enumerate() {
                 let at = (r * t + s) * width;
                 dst[i * width..(i + 1) * width].copy_from_slice(&src[at..at + width]);
             }
@@ -1431,6 +1487,10 @@ pub(crate) mod host {
         }
     }
 
+    /// Fewest rows a row task of [`lstm_sequence_f32`] gets: with fewer, the products' strips
+    /// of six rows are mostly empty, and splitting each product's columns serves better.
+    const TASK_ROWS: usize = 24;
+
     /// The layer over a sequence ([`crate::lstm_sequence`], [`crate::on_lstm_sequence`],
     /// [`crate::fast_trees_sequence`]): per step the running rows' `b + x_t·W + h_{t−1}·U`
     /// (`W` and `U` packed once for the sequence; `U` adds to the last
@@ -1439,6 +1499,14 @@ pub(crate) mod host {
     /// `c` of the running rows only, step after step in the running order (`[Σ lengths,
     /// P + h]`: an ended example's steps take no memory), which only
     /// [`lstm_sequence_backward_f32`] reads.
+    ///
+    /// # Threads
+    /// A row's recurrence reads no other row, so with enough rows ([`Running::tasks`]) each
+    /// thread runs the whole sequence for its own range of rows, products and updates serially:
+    /// one parallel region per sequence. Split by steps instead, each step was three (the two
+    /// products by columns, then the update by rows), each ending in a wait for the slower
+    /// thread. With few rows, one task runs every step, splitting each product and update.
+    /// Both give the same bits: a row's values do not depend on which task computes it.
     fn lstm_sequence_f32<T: HostTensor>(
         x: &T,
         given_pre: Option<&T>,
@@ -1463,16 +1531,6 @@ pub(crate) mod host {
             "{cell:?}: the given pre-activations must be [{b}, {t}, {given}]"
         );
         let running = Running::new(lengths, b, t);
-        let order = &running.order;
-        // The state in the running order.
-        let (mut hs, mut cs) = (vec![0f32; b * h], vec![0f32; b * h]);
-        for (i, &r) in order.iter().enumerate() {
-            hs[i * h..(i + 1) * h].copy_from_slice(&hh0[r * h..(r + 1) * h]);
-            cs[i * h..(i + 1) * h].copy_from_slice(&cc0[r * h..(r + 1) * h]);
-        }
-        let mut dist = vec![0f32; b];
-        let mut xs = vec![0f32; b * d];
-        let mut pre = vec![0f32; b * wd];
         let layout = OutLayout {
             rows: SequenceLayout::new(b, t, h, cell, every_c),
             h,
@@ -1487,49 +1545,116 @@ pub(crate) mod host {
         } else {
             Vec::new()
         };
-        // Without `keep_gates`, each row's activated gates go to one scratch row per task.
-        // Row `i`'s pre-activations before the products of step `s`: the given ones
-        // (`ConvFastTrees`' master gates), then the bias.
-        let prefill = |row: &mut [f32], i: usize, s: usize| {
-            if let Some(gg) = &gg {
-                let at = (order[i] * t + s) * given;
-                row[..given].copy_from_slice(&gg[at..at + given]);
-            }
-            row[given..].copy_from_slice(&bb);
+        let task = Forward {
+            xx: &xx,
+            gg: gg.as_deref(),
+            bb: &bb,
+            hh0: &hh0,
+            cc0: &cc0,
+            running: &running,
+            starts: &starts,
+            layout: &layout,
+            // `W` writes `pre`'s columns after the given ones.
+            w_packed: PackedRhs::new(&ww, d, wd - given, (wd - given, 1)),
+            u_packed: PackedRhs::new(&uu, h, uw, (uw, 1)),
+            cell,
+            dims: (t, d, h),
+            keep_gates,
         };
-        for (i, row) in pre[..running.at(0) * wd].chunks_exact_mut(wd).enumerate() {
-            prefill(row, i, 0);
-        }
-        // `W` writes `pre`'s columns after the given ones.
-        let w_packed = PackedRhs::new(&ww, d, wd - given, (wd - given, 1));
-        let u_packed = PackedRhs::new(&uu, h, uw, (uw, 1));
-        for s in 0..t {
-            let n = running.at(s);
-            let n_next = if s + 1 < t { running.at(s + 1) } else { 0 };
-            running.gather(n, s, t, d, &xx, &mut xs);
-            w_packed.product(n, &mut pre[given..], wd, true, &xs, (d, 1));
-            u_packed.product(n, &mut pre[wd - uw..], wd, true, &hs, (h, 1));
-            // The running rows, in parallel: the cell's update from `pre` and the state, into
-            // the state itself (`hs` was read by the product above; each row's `c` is read
-            // before it is overwritten), the gates and `c` into the saved rows, and `pre`'s
-            // row prefilled for the next step.
-            let (acts, aw) = if keep_gates {
-                (&mut saved[starts[s] * sw..starts[s + 1] * sw], sw)
-            } else {
-                (&mut [][..], 0)
+        let threads = if par::parallel() {
+            rayon::current_num_threads()
+        } else {
+            1
+        };
+        let tasks = running.tasks(threads, TASK_ROWS, (d + h) * wd);
+        let split_steps = tasks.len() == 1 && par::parallel();
+        let (out_rows, saved_rows) = (Disjoint::new(&mut out), Disjoint::new(&mut saved));
+        par::each(&tasks, &|rows| {
+            task.run(rows, split_steps, &out_rows, &saved_rows)
+        });
+        let saved = keep_gates.then(|| T::from_f32(saved, Shape::new([starts[t], sw])));
+        Some((T::from_f32(out, Shape::new(shape)), saved))
+    }
+
+    /// What every row task of [`lstm_sequence_f32`] reads.
+    struct Forward<'a> {
+        xx: &'a [f32],
+        gg: Option<&'a [f32]>,
+        bb: &'a [f32],
+        hh0: &'a [f32],
+        cc0: &'a [f32],
+        running: &'a Running,
+        starts: &'a [usize],
+        layout: &'a OutLayout,
+        w_packed: PackedRhs,
+        u_packed: PackedRhs,
+        cell: SequenceCell,
+        /// `(t, d, h)`: steps, input width, hidden width.
+        dims: (usize, usize, usize),
+        keep_gates: bool,
+    }
+
+    impl Forward<'_> {
+        /// The whole sequence for the rows `rows` of the running order: their output into
+        /// `out`, and with `keep_gates` their gates and `c` into `saved`. With `split_steps`
+        /// each step's products and update run on rayon's pool, else on this thread.
+        fn run(&self, rows: Range<usize>, split_steps: bool, out: &Disjoint, saved: &Disjoint) {
+            let (t, d, h) = self.dims;
+            let (cell, keep_gates, layout) = (self.cell, self.keep_gates, self.layout);
+            let (wd, uw, given) = (cell.width(h), cell.u_width(h), cell.given());
+            let sw = wd + h;
+            let order = &self.running.order[rows.clone()];
+            let m = order.len();
+            // This task's rows running step `s`: a prefix of its range, as the running rows
+            // are a prefix of the order.
+            let running_at = |s: usize| self.running.at(s).clamp(rows.start, rows.end) - rows.start;
+            // The state in the running order.
+            let (mut hs, mut cs) = (vec![0f32; m * h], vec![0f32; m * h]);
+            for (i, &r) in order.iter().enumerate() {
+                hs[i * h..(i + 1) * h].copy_from_slice(&self.hh0[r * h..(r + 1) * h]);
+                cs[i * h..(i + 1) * h].copy_from_slice(&self.cc0[r * h..(r + 1) * h]);
+            }
+            let mut dist = vec![0f32; m];
+            let mut xs = vec![0f32; m * d];
+            let mut pre = vec![0f32; m * wd];
+            // Row `i`'s pre-activations before the products of step `s`: the given ones
+            // (`ConvFastTrees`' master gates), then the bias.
+            let prefill = |row: &mut [f32], i: usize, s: usize| {
+                if let Some(gg) = self.gg {
+                    let at = (order[i] * t + s) * given;
+                    row[..given].copy_from_slice(&gg[at..at + given]);
+                }
+                row[given..].copy_from_slice(self.bb);
             };
-            let prefill = &prefill;
-            par::rows(
-                n,
-                12 * h,
-                vec![
-                    (&mut pre[..n * wd], wd),
-                    (&mut hs[..n * h], h),
-                    (&mut cs[..n * h], h),
-                    (&mut dist[..n], 1),
-                    (acts, aw),
-                ],
-                &|rows, o| {
+            for (i, row) in pre[..running_at(0) * wd].chunks_exact_mut(wd).enumerate() {
+                prefill(row, i, 0);
+            }
+            let product = |packed: &PackedRhs, n, dst: &mut [f32], lhs: &[f32], l_rs| {
+                if split_steps {
+                    packed.product(n, dst, wd, true, lhs, (l_rs, 1));
+                } else {
+                    packed.product_serial(n, dst, wd, true, lhs, (l_rs, 1));
+                }
+            };
+            for s in 0..t {
+                let n = running_at(s);
+                let n_next = if s + 1 < t { running_at(s + 1) } else { 0 };
+                Running::gather(&order[..n], s, t, d, self.xx, &mut xs);
+                product(&self.w_packed, n, &mut pre[given..], &xs, d);
+                product(&self.u_packed, n, &mut pre[wd - uw..], &hs, h);
+                // The running rows: the cell's update from `pre` and the state, into the state
+                // itself (`hs` was read by the product above; each row's `c` is read before it
+                // is overwritten), the gates and `c` into the saved rows, and `pre`'s row
+                // prefilled for the next step.
+                let (acts, aw): (&mut [f32], usize) = if keep_gates && n > 0 {
+                    // SAFETY: step `s`'s saved rows of this task's running rows, which no
+                    // other task's range reaches.
+                    let at = (self.starts[s] + rows.start) * sw;
+                    (unsafe { saved.slice(at, n * sw) }, sw)
+                } else {
+                    (&mut [], 0)
+                };
+                let update = |range: Range<usize>, o: &mut [&mut [f32]]| {
                     let [pre, hs, cs, dist, acts] = o else {
                         unreachable!("five outputs")
                     };
@@ -1539,7 +1664,7 @@ pub(crate) mod host {
                     } else {
                         vec![0f32; wd]
                     };
-                    for (k, i) in rows.enumerate() {
+                    for (k, i) in range.enumerate() {
                         let row = k * h..(k + 1) * h;
                         let pre_row = &mut pre[k * wd..(k + 1) * wd];
                         let act_row = if keep_gates {
@@ -1566,27 +1691,42 @@ pub(crate) mod host {
                             prefill(pre_row, i, s + 1);
                         }
                     }
-                },
-            );
+                };
+                let outs: [&mut [f32]; 5] = [
+                    &mut pre[..n * wd],
+                    &mut hs[..n * h],
+                    &mut cs[..n * h],
+                    &mut dist[..n],
+                    acts,
+                ];
+                if split_steps {
+                    let widths = [wd, h, h, 1, aw];
+                    par::rows(n, 12 * h, outs.into_iter().zip(widths).collect(), &update);
+                } else {
+                    update(0..n, &mut { outs });
+                }
+                // Every row of the task, ended ones included (they keep their last state).
+                for (i, &r) in order.iter().enumerate() {
+                    // SAFETY: example `r`'s places in the output, which belong to this task.
+                    unsafe { out.slice(layout.h_at(r, s), h) }
+                        .copy_from_slice(&hs[i * h..(i + 1) * h]);
+                    if let Some(at) = layout.d_at(r, s).filter(|_| i < n) {
+                        // An ended example's distance stays 0.
+                        let slot = unsafe { out.slice(at, 1) };
+                        slot[0] = dist[i];
+                    }
+                    if let Some(at) = layout.c_at(r, s) {
+                        unsafe { out.slice(at, h) }.copy_from_slice(&cs[i * h..(i + 1) * h]);
+                    }
+                }
+            }
             for (i, &r) in order.iter().enumerate() {
-                let at = layout.h_at(r, s);
-                out[at..at + h].copy_from_slice(&hs[i * h..(i + 1) * h]);
-                if let Some(at) = layout.d_at(r, s).filter(|_| i < n) {
-                    // An ended example's distance stays 0.
-                    out[at] = dist[i];
-                }
-                if let Some(at) = layout.c_at(r, s) {
-                    out[at..at + h].copy_from_slice(&cs[i * h..(i + 1) * h]);
+                if let Some(at) = layout.c_last_at(r) {
+                    // SAFETY: as above.
+                    unsafe { out.slice(at, h) }.copy_from_slice(&cs[i * h..(i + 1) * h]);
                 }
             }
         }
-        for (i, &r) in order.iter().enumerate() {
-            if let Some(at) = layout.c_last_at(r) {
-                out[at..at + h].copy_from_slice(&cs[i * h..(i + 1) * h]);
-            }
-        }
-        let saved = keep_gates.then(|| T::from_f32(saved, Shape::new([starts[t], sw])));
-        Some((T::from_f32(out, Shape::new(shape)), saved))
     }
 
     /// The CPU kernel on `f32` memory, [`reference::lstm_sequence_backward`] otherwise.
@@ -1718,7 +1858,7 @@ pub(crate) mod host {
                     }
                 }
             }
-            running.gather(n, s, t, d, &xx, &mut xs);
+            Running::gather(&order[..n], s, t, d, &xx, &mut xs);
             // The running rows, in parallel: each reads the gradients reaching its `h` and `c`
             // from the output and `dh`, `dc`, its gates and `c` straight from the saved rows,
             // recomputes `h_{t−1}` (for `dU`), and leaves in `dc` the gradient of `c_{t−1}` and
@@ -1851,6 +1991,54 @@ pub(crate) mod host {
             ],
             (given > 0).then(|| T::from_f32(d_given, Shape::new([b, t, given]))),
         ))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::{Running, TASK_WORK};
+
+        /// The tasks cover the running order once, in order; each has the fewest rows asked
+        /// for; the steps split near evenly between two threads, ragged lengths included; and
+        /// small work, few rows or one thread give one task of every row.
+        #[test]
+        fn row_tasks_cover_the_rows_and_balance_their_steps() {
+            let big = TASK_WORK;
+            let ragged: Vec<usize> = (0..100).map(|r| (r * 37) % 41).collect();
+            for (lengths, threads, want) in [
+                (vec![30; 128], 2, 2),
+                (vec![30; 128], 4, 4),
+                (vec![30; 128], 3, 3),
+                (ragged.clone(), 2, 2),
+                (vec![30; 128], 1, 1),
+                (vec![30; 40], 2, 1),
+                (vec![0; 128], 2, 1),
+                (vec![], 2, 1),
+            ] {
+                let t = lengths.iter().copied().max().unwrap_or(0);
+                let running = Running::new(&lengths, lengths.len(), t);
+                let tasks = running.tasks(threads, 24, big);
+                let what = format!("{} rows, {threads} threads", lengths.len());
+                assert_eq!(tasks.len(), want, "{what}: {tasks:?}");
+                assert_eq!(tasks[0].start, 0, "{what}");
+                assert_eq!(tasks.last().unwrap().end, lengths.len(), "{what}");
+                for pair in tasks.windows(2) {
+                    assert_eq!(pair[0].end, pair[1].start, "{what}");
+                }
+                if want > 1 {
+                    assert!(tasks.iter().all(|r| r.len() >= 24), "{what}: {tasks:?}");
+                    let steps: Vec<usize> = tasks
+                        .iter()
+                        .map(|r| running.sorted[r.clone()].iter().sum())
+                        .collect();
+                    let (lo, hi) = (steps.iter().min().unwrap(), steps.iter().max().unwrap());
+                    let longest = running.sorted.first().copied().unwrap_or(0);
+                    assert!(hi - lo <= 2 * longest, "{what}: steps {steps:?}");
+                }
+            }
+            // Too little work for two tasks of TASK_WORK each.
+            let running = Running::new(&[2; 64], 64, 2);
+            assert_eq!(running.tasks(2, 24, 1).len(), 1);
+        }
     }
 }
 

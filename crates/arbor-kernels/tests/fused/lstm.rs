@@ -524,3 +524,63 @@ fn empty_sequences_give_the_initial_state() {
     check::<NdArray>();
     check::<Autodiff<Flex>>();
 }
+
+/// With enough rows the forward runs one task per thread over its own rows for the whole
+/// sequence, and with one thread (or few rows) one task over every row: the output, and on
+/// `Autodiff` the output of the forward that keeps the gates, are the same bits either way,
+/// and the gradients agree. 64 ragged rows (zeros and ties included) so the cut falls between
+/// rows of different lengths.
+#[test]
+fn row_tasks_give_the_bits_of_one_task() {
+    let (b, t, h) = (64, 10, 48);
+    let lengths: Vec<usize> = (0..b).map(|r| (r * 7 + 3) % (t + 1)).collect();
+    let pool = |threads: usize| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("a local pool")
+    };
+    for cell in cells(h) {
+        for &every_c in layouts(cell) {
+            let context = format!("{cell:?} every_c {every_c}");
+            let run = |threads: usize| {
+                pool(threads).install(|| {
+                    let out = to_vec(lstm(
+                        lstm_inputs::<Flex>(b, t, h, cell),
+                        &lengths,
+                        cell,
+                        true,
+                        every_c,
+                    ));
+                    let tracked =
+                        lstm_inputs::<Autodiff<Flex>>(b, t, h, cell).map(|x| x.require_grad());
+                    let kept = lstm(tracked, &lengths, cell, true, every_c);
+                    (out, to_vec(kept))
+                })
+            };
+            let (one, one_kept) = run(1);
+            let (two, two_kept) = run(2);
+            assert_eq!(one, two, "evaluation, {context}");
+            assert_eq!(
+                one_kept, two_kept,
+                "the forward that keeps the gates, {context}"
+            );
+            assert_eq!(
+                one, one_kept,
+                "keeping the gates changed the output, {context}"
+            );
+            let grads = |threads| {
+                pool(threads).install(|| {
+                    lstm_grads::<Autodiff<Flex>>(true, b, t, h, &lengths, cell, every_c)
+                })
+            };
+            let (g1, g2) = (grads(1), grads(2));
+            for (name, (a, b)) in ["d x", "d w", "d b", "d u", "d h0", "d c0"]
+                .iter()
+                .zip(g1.iter().zip(&g2))
+            {
+                assert_close(a, b, 1e-5, &format!("{name}, {context}"));
+            }
+        }
+    }
+}
