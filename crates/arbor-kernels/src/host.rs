@@ -63,6 +63,15 @@ impl<'a> Rows<'a> {
         &self.data[at..at + self.width]
     }
 
+    /// The memory from row `first`'s column `col` on, and the row stride: rows `first..` as a
+    /// matrix with strides `(stride, 1)` from `col`, for a product that reads them in place.
+    pub(crate) fn matrix(&self, first: usize, col: usize) -> (&'a [f32], usize) {
+        (
+            &self.data[self.offset + first * self.stride + col..],
+            self.stride,
+        )
+    }
+
     /// Rows `first..first + count`, appended to `dst`.
     pub(crate) fn extend(&self, first: usize, count: usize, dst: &mut Vec<f32>) {
         for r in first..first + count {

@@ -201,11 +201,11 @@ pub(crate) mod reference {
 // vectorises them.
 #[allow(clippy::needless_range_loop)]
 pub(crate) mod cpu {
-    use std::ops::Range;
 
     use super::AttentionSpec;
     use crate::host::Rows;
     use crate::lanes::{dot8, sum8};
+    use crate::packed::PackedRhs;
 
     /// One call's sizes: `l` positions per group, width `d`, `heads` heads, and the softmax.
     #[derive(Debug, Clone, Copy)]
@@ -252,81 +252,6 @@ pub(crate) mod cpu {
         }
     }
 
-    /// Columns `cols` of rows `first..first + l` of `rows`, transposed into `dst` (`[cols, l]`),
-    /// so that a row's products with all `l` of them are one pass of `l`-wide updates
-    /// ([`row_times`]) instead of `l` dot products, each ending in a horizontal sum.
-    #[inline(always)]
-    fn transpose_into(dst: &mut [f32], rows: Rows<'_>, first: usize, l: usize, cols: Range<usize>) {
-        for s in 0..l {
-            for (j, &x) in rows.row(first + s)[cols.clone()].iter().enumerate() {
-                dst[j * l + s] = x;
-            }
-        }
-    }
-
-    /// `row[s] = Σ_j a[j]·bt[j·l + s]`: `a` times each of the `l` rows that `bt` holds
-    /// transposed ([`transpose_into`]).
-    #[inline(always)]
-    fn row_times(row: &mut [f32], a: &[f32], bt: &[f32]) {
-        let l = row.len();
-        row.fill(0.0);
-        weighted_sum(row, a.len(), |j| a[j], |j| &bt[j * l..(j + 1) * l]);
-    }
-
-    /// `dst += Σ_i coef(i)·row(i)` for `i` in `0..count` (each row at least `dst.len()` long),
-    /// every element summed in the order of `i`. `dst` is taken in tiles of 32 (then 8) columns
-    /// held in registers through the whole sum, so each term costs a load and a multiply-add
-    /// per vector, not also a load and a store of `dst` as a row-by-row `axpy` does.
-    #[inline(always)]
-    fn weighted_sum<'a>(
-        dst: &mut [f32],
-        count: usize,
-        coef: impl Fn(usize) -> f32,
-        row: impl Fn(usize) -> &'a [f32],
-    ) {
-        let width = dst.len();
-        let mut c = 0;
-        while c + 32 <= width {
-            tile::<32>(&mut dst[c..c + 32], c, count, &coef, &row);
-            c += 32;
-        }
-        while c + 8 <= width {
-            tile::<8>(&mut dst[c..c + 8], c, count, &coef, &row);
-            c += 8;
-        }
-        if c < width {
-            for i in 0..count {
-                let a = coef(i);
-                for (d, &x) in dst[c..].iter_mut().zip(&row(i)[c..width]) {
-                    *d += a * x;
-                }
-            }
-        }
-    }
-
-    /// [`weighted_sum`] on the `W` columns from `c`, in `W` accumulators.
-    #[inline(always)]
-    fn tile<'a, const W: usize>(
-        dst: &mut [f32],
-        c: usize,
-        count: usize,
-        coef: &impl Fn(usize) -> f32,
-        row: &impl Fn(usize) -> &'a [f32],
-    ) {
-        let mut acc = [0f32; W];
-        acc.copy_from_slice(dst);
-        for i in 0..count {
-            let a = coef(i);
-            let r: &[f32; W] = row(i)[c..c + W]
-                .try_into()
-                .expect("a slice of W values is an array of W");
-            for j in 0..W {
-                acc[j] += a * r[j];
-            }
-        }
-        dst.copy_from_slice(&acc);
-    }
-
     /// A row of scores to its softmax weights in place (`exp` for arguments `≤ 0`). A row with
     /// a NaN or no finite largest score gives NaN weights, as the plain ops do.
     #[inline(always)]
@@ -354,8 +279,10 @@ pub(crate) mod cpu {
         }
     }
 
-    /// Group `g`'s output rows (`out`, `[l, D]`, zeroed) and softmax weights (`weights`,
-    /// `[heads, l, l]`); `kt` is `l·D_k` of scratch.
+    /// Group `g`'s output rows (`out`, `[l, D]`) and softmax weights (`weights`,
+    /// `[heads, l, l]`). Per head, `Q·Kᵀ` and `weights·V` are products against a right-hand
+    /// side packed for the head (`Kᵀ`, `V`: `D_k·l` values) that read `Q` and the weights in
+    /// place ([`PackedRhs::product_serial`]: the groups already run in parallel).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn forward_body(
@@ -365,19 +292,22 @@ pub(crate) mod cpu {
         dims: Dims,
         out: &mut [f32],
         weights: &mut [f32],
-        kt: &mut [f32],
         exp: impl Fn(f32) -> f32 + Copy,
     ) {
         let Dims { l, d, heads, quiet } = dims;
         let dk = d / heads;
         let scale = (dk as f32).sqrt();
         for h in 0..heads {
-            let cols = h * dk..(h + 1) * dk;
             let w = &mut weights[h * l * l..(h + 1) * l * l];
-            transpose_into(kt, k, g * l, l, cols.clone());
+            let ((qm, q_rs), (km, k_rs), (vm, v_rs)) = (
+                q.matrix(g * l, h * dk),
+                k.matrix(g * l, h * dk),
+                v.matrix(g * l, h * dk),
+            );
+            // `Kᵀ`: `D_k × l`, element `(j, s)` at `km[s·k_rs + j]`.
+            PackedRhs::new(km, dk, l, (1, k_rs)).product_serial(l, w, l, false, qm, (q_rs, 1));
             for t in 0..l {
                 let row = &mut w[t * l..(t + 1) * l];
-                row_times(row, &q.row(g * l + t)[cols.clone()], kt);
                 for x in row.iter_mut() {
                     *x /= scale;
                 }
@@ -389,21 +319,21 @@ pub(crate) mod cpu {
                 }
                 softmax_row(row, quiet, exp);
             }
-            for t in 0..l {
-                weighted_sum(
-                    &mut out[t * d + h * dk..t * d + (h + 1) * dk],
-                    l,
-                    |s| w[t * l + s],
-                    |s| &v.row(g * l + s)[cols.clone()],
-                );
-            }
+            PackedRhs::new(vm, l, dk, (v_rs, 1)).product_serial(
+                l,
+                &mut out[h * dk..],
+                d,
+                false,
+                w,
+                (l, 1),
+            );
         }
     }
 
-    /// Group `g`'s gradients `dq`, `dk`, `dv` (`[l, D]` each, zeroed) from its weights `p`
+    /// Group `g`'s gradients `dq`, `dk`, `dv` (`[l, D]` each) from its weights `p`
     /// (`[heads, l, l]`) and the output's gradient rows `grad`; with `ds_sum` (`[l, l]`,
-    /// zeroed), the scores' gradient summed over the heads. `ds` (`l·l`) and `vt` (`l·D_k`) are
-    /// scratch.
+    /// zeroed), the scores' gradient summed over the heads. `ds` (`l·l`) is scratch. Each of
+    /// the five products per head as in [`forward_body`].
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn backward_body(
@@ -414,34 +344,33 @@ pub(crate) mod cpu {
         dims: Dims,
         [dq, dk, dv]: [&mut [f32]; 3],
         mut ds_sum: Option<&mut [f32]>,
-        [ds, vt]: [&mut [f32]; 2],
+        ds: &mut [f32],
     ) {
         let Dims { l, d, heads, .. } = dims;
         let width = d / heads;
         let scale = (width as f32).sqrt();
         for h in 0..heads {
-            let cols = h * width..(h + 1) * width;
-            let at = |t: usize| t * d + h * width..t * d + (h + 1) * width;
+            let col = h * width;
             let pw = &p[h * l * l..(h + 1) * l * l];
-            transpose_into(vt, v, g * l, l, cols.clone());
+            let ((qm, q_rs), (km, k_rs), (vm, v_rs), (gm, g_rs)) = (
+                q.matrix(g * l, col),
+                k.matrix(g * l, col),
+                v.matrix(g * l, col),
+                grad.matrix(g * l, col),
+            );
+            // The weights' gradient `dO·Vᵀ`, then each row through the softmax.
+            PackedRhs::new(vm, width, l, (1, v_rs)).product_serial(l, ds, l, false, gm, (g_rs, 1));
             for t in 0..l {
-                let gt = &grad.row(g * l + t)[cols.clone()];
                 let row = &mut ds[t * l..(t + 1) * l];
-                row_times(row, gt, vt);
                 let prow = &pw[t * l..(t + 1) * l];
                 let c = dot8(prow, row);
                 for s in 0..l {
                     row[s] = prow[s] * (row[s] - c);
                 }
             }
-            for s in 0..l {
-                weighted_sum(
-                    &mut dv[at(s)],
-                    l,
-                    |t| pw[t * l + s],
-                    |t| &grad.row(g * l + t)[cols.clone()],
-                );
-            }
+            // `dV = Pᵀ·dO` (`Pᵀ` read in place, strides `(1, l)`).
+            let d_out = PackedRhs::new(gm, l, width, (g_rs, 1));
+            d_out.product_serial(l, &mut dv[col..], d, false, pw, (1, l));
             if let Some(acc) = ds_sum.as_deref_mut() {
                 for (a, &x) in acc.iter_mut().zip(ds.iter()) {
                     *a += x;
@@ -451,23 +380,11 @@ pub(crate) mod cpu {
             for x in ds.iter_mut() {
                 *x /= scale;
             }
-            let ds = &*ds;
-            for t in 0..l {
-                weighted_sum(
-                    &mut dq[at(t)],
-                    l,
-                    |s| ds[t * l + s],
-                    |s| &k.row(g * l + s)[cols.clone()],
-                );
-            }
-            for s in 0..l {
-                weighted_sum(
-                    &mut dk[at(s)],
-                    l,
-                    |t| ds[t * l + s],
-                    |t| &q.row(g * l + t)[cols.clone()],
-                );
-            }
+            // `dQ = dS·K`, `dK = dSᵀ·Q`.
+            let k_rows = PackedRhs::new(km, l, width, (k_rs, 1));
+            k_rows.product_serial(l, &mut dq[col..], d, false, ds, (l, 1));
+            let q_rows = PackedRhs::new(qm, l, width, (q_rs, 1));
+            q_rows.product_serial(l, &mut dk[col..], d, false, ds, (1, l));
         }
     }
 
@@ -489,7 +406,6 @@ pub(crate) mod cpu {
         weights: &mut [f32],
     ) {
         let (o, w) = (dims.l * dims.d, dims.heads * dims.l * dims.l);
-        let mut kt = vec![0f32; dims.d / dims.heads * dims.l];
         // No `weights` to fill: one group's scratch, every element written before it is read.
         let mut scratch = if weights.is_empty() {
             vec![0f32; w]
@@ -505,8 +421,8 @@ pub(crate) mod cpu {
             };
             crate::isa::widest!(
                 attention_copies,
-                forward(qkv, bias, g, dims, out, weights, &mut kt)
-                    else forward_body(qkv, bias, g, dims, out, weights, &mut kt, exp)
+                forward(qkv, bias, g, dims, out, weights)
+                    else forward_body(qkv, bias, g, dims, out, weights, exp)
             );
         }
     }
@@ -529,7 +445,6 @@ pub(crate) mod cpu {
             dims.l * dims.l,
         );
         let mut ds = vec![0f32; ll];
-        let mut vt = vec![0f32; dims.d / dims.heads * dims.l];
         for (i, g) in groups.enumerate() {
             let outs = [
                 &mut dq[i * o..(i + 1) * o],
@@ -540,8 +455,8 @@ pub(crate) mod cpu {
             let p = &weights[i * w..(i + 1) * w];
             crate::isa::widest!(
                 attention_copies,
-                backward(qkv, p, grad, g, dims, outs, sum, [&mut ds, &mut vt])
-                    else backward_body(qkv, p, grad, g, dims, outs, sum, [&mut ds, &mut vt])
+                backward(qkv, p, grad, g, dims, outs, sum, &mut ds)
+                    else backward_body(qkv, p, grad, g, dims, outs, sum, &mut ds)
             );
         }
     }
@@ -562,9 +477,8 @@ pub(crate) mod cpu {
                 dims: Dims,
                 out: &mut [f32],
                 weights: &mut [f32],
-                kt: &mut [f32],
             ) {
-                forward_body(qkv, bias, g, dims, out, weights, kt, exp_nonpositive)
+                forward_body(qkv, bias, g, dims, out, weights, exp_nonpositive)
             }
 
             fn backward(
@@ -575,9 +489,9 @@ pub(crate) mod cpu {
                 dims: Dims,
                 outs: [&mut [f32]; 3],
                 ds_sum: Option<&mut [f32]>,
-                scratch: [&mut [f32]; 2],
+                ds: &mut [f32],
             ) {
-                backward_body(qkv, p, grad, g, dims, outs, ds_sum, scratch)
+                backward_body(qkv, p, grad, g, dims, outs, ds_sum, ds)
             }
         }
     }
