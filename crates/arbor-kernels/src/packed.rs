@@ -95,28 +95,17 @@ impl PackedRhs {
         lhs_strides: (usize, usize),
     ) {
         let split = crate::par::parallel();
-        self.run(split, m, dst, dst_rs, accumulate, lhs, lhs_strides);
+        self.product_on(split, m, dst, dst_rs, accumulate, lhs, lhs_strides);
     }
 
-    /// [`PackedRhs::product`] on the calling thread only: for a caller that already runs one
-    /// task per thread (the sequence ops' row tasks), where a split would only add joins.
+    /// [`PackedRhs::product`], split across rayon's pool only with `split`: `false` for a
+    /// caller that already runs one task per thread (the sequence ops' row tasks, the
+    /// attention's groups), where a split would only add joins.
     ///
     /// # Panics
     /// As [`PackedRhs::product`].
-    pub(crate) fn product_serial(
-        &self,
-        m: usize,
-        dst: &mut [f32],
-        dst_rs: usize,
-        accumulate: bool,
-        lhs: &[f32],
-        lhs_strides: (usize, usize),
-    ) {
-        self.run(false, m, dst, dst_rs, accumulate, lhs, lhs_strides);
-    }
-
     #[allow(clippy::too_many_arguments)]
-    fn run(
+    pub(crate) fn product_on(
         &self,
         split: bool,
         m: usize,

@@ -201,11 +201,14 @@ pub(crate) mod reference {
 // vectorises them.
 #[allow(clippy::needless_range_loop)]
 pub(crate) mod cpu {
-
     use super::AttentionSpec;
     use crate::host::Rows;
     use crate::lanes::{dot8, sum8};
     use crate::packed::PackedRhs;
+
+    /// Whether a head's products split across rayon's pool: no, the groups already run in
+    /// parallel ([`PackedRhs::product_on`]).
+    const SPLIT: bool = false;
 
     /// One call's sizes: `l` positions per group, width `d`, `heads` heads, and the softmax.
     #[derive(Debug, Clone, Copy)]
@@ -282,7 +285,7 @@ pub(crate) mod cpu {
     /// Group `g`'s output rows (`out`, `[l, D]`) and softmax weights (`weights`,
     /// `[heads, l, l]`). Per head, `Q·Kᵀ` and `weights·V` are products against a right-hand
     /// side packed for the head (`Kᵀ`, `V`: `D_k·l` values) that read `Q` and the weights in
-    /// place ([`PackedRhs::product_serial`]: the groups already run in parallel).
+    /// place ([`PackedRhs::product_on`] without a split: the groups already run in parallel).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn forward_body(
@@ -305,7 +308,7 @@ pub(crate) mod cpu {
                 v.matrix(g * l, h * dk),
             );
             // `Kᵀ`: `D_k × l`, element `(j, s)` at `km[s·k_rs + j]`.
-            PackedRhs::new(km, dk, l, (1, k_rs)).product_serial(l, w, l, false, qm, (q_rs, 1));
+            PackedRhs::new(km, dk, l, (1, k_rs)).product_on(SPLIT, l, w, l, false, qm, (q_rs, 1));
             for t in 0..l {
                 let row = &mut w[t * l..(t + 1) * l];
                 for x in row.iter_mut() {
@@ -319,7 +322,8 @@ pub(crate) mod cpu {
                 }
                 softmax_row(row, quiet, exp);
             }
-            PackedRhs::new(vm, l, dk, (v_rs, 1)).product_serial(
+            PackedRhs::new(vm, l, dk, (v_rs, 1)).product_on(
+                SPLIT,
                 l,
                 &mut out[h * dk..],
                 d,
@@ -359,7 +363,15 @@ pub(crate) mod cpu {
                 grad.matrix(g * l, col),
             );
             // The weights' gradient `dO·Vᵀ`, then each row through the softmax.
-            PackedRhs::new(vm, width, l, (1, v_rs)).product_serial(l, ds, l, false, gm, (g_rs, 1));
+            PackedRhs::new(vm, width, l, (1, v_rs)).product_on(
+                SPLIT,
+                l,
+                ds,
+                l,
+                false,
+                gm,
+                (g_rs, 1),
+            );
             for t in 0..l {
                 let row = &mut ds[t * l..(t + 1) * l];
                 let prow = &pw[t * l..(t + 1) * l];
@@ -370,7 +382,7 @@ pub(crate) mod cpu {
             }
             // `dV = Pᵀ·dO` (`Pᵀ` read in place, strides `(1, l)`).
             let d_out = PackedRhs::new(gm, l, width, (g_rs, 1));
-            d_out.product_serial(l, &mut dv[col..], d, false, pw, (1, l));
+            d_out.product_on(SPLIT, l, &mut dv[col..], d, false, pw, (1, l));
             if let Some(acc) = ds_sum.as_deref_mut() {
                 for (a, &x) in acc.iter_mut().zip(ds.iter()) {
                     *a += x;
@@ -382,9 +394,9 @@ pub(crate) mod cpu {
             }
             // `dQ = dS·K`, `dK = dSᵀ·Q`.
             let k_rows = PackedRhs::new(km, l, width, (k_rs, 1));
-            k_rows.product_serial(l, &mut dq[col..], d, false, ds, (l, 1));
+            k_rows.product_on(SPLIT, l, &mut dq[col..], d, false, ds, (l, 1));
             let q_rows = PackedRhs::new(qm, l, width, (q_rs, 1));
-            q_rows.product_serial(l, &mut dk[col..], d, false, ds, (1, l));
+            q_rows.product_on(SPLIT, l, &mut dk[col..], d, false, ds, (1, l));
         }
     }
 

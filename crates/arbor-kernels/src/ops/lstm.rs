@@ -1651,19 +1651,16 @@ pub(crate) mod host {
             for (i, row) in pre[..running_at(0) * wd].chunks_exact_mut(wd).enumerate() {
                 prefill(row, i, 0);
             }
-            let product = |packed: &PackedRhs, n, dst: &mut [f32], lhs: &[f32], l_rs| {
-                if split_steps {
-                    packed.product(n, dst, wd, true, lhs, (l_rs, 1));
-                } else {
-                    packed.product_serial(n, dst, wd, true, lhs, (l_rs, 1));
-                }
-            };
             for s in 0..t {
                 let n = running_at(s);
                 let n_next = if s + 1 < t { running_at(s + 1) } else { 0 };
                 Running::gather(&order[..n], s, t, d, self.xx, xs);
-                product(&self.w_packed, n, &mut pre[given..], xs, d);
-                product(&self.u_packed, n, &mut pre[wd - uw..], hs, h);
+                let w_pre = &mut pre[given..];
+                self.w_packed
+                    .product_on(split_steps, n, w_pre, wd, true, xs, (d, 1));
+                let u_pre = &mut pre[wd - uw..];
+                self.u_packed
+                    .product_on(split_steps, n, u_pre, wd, true, hs, (h, 1));
                 // The running rows: the cell's update from `pre` and the state, into the state
                 // itself (`hs` was read by the product above; each row's `c` is read before it
                 // is overwritten), the gates and `c` into the saved rows, and `pre`'s row
