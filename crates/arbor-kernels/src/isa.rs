@@ -5,8 +5,9 @@
 //! - **AVX-512F**: the packed products' 512-bit kernel, the `avx512` copies of the loops and the
 //!   `gemm` crate's AVX-512 kernels, on a CPU with AVX-512F when the `x86-v4` feature is on (the
 //!   default in the facade and the benchmark). All follow this one switch, so a build without
-//!   `x86-v4` (the choice docs/bench.md gives for AMD Zen 4, where `gemm`'s AVX-512 products
-//!   trained the cells more slowly) runs no 512-bit code at all.
+//!   `x86-v4` runs no 512-bit code at all (on AMD Zen 4, whose 512-bit operations issue as two
+//!   256-bit halves, such a build was a median 1.16× slower at `c33be2a`: docs/bench.md,
+//!   "AVX-512 matrix products").
 
 /// Whether the CPU has AVX2 and FMA (checked once).
 #[cfg(target_arch = "x86_64")]
