@@ -295,7 +295,8 @@ def suite():
 # Timing (crates/arbor-bench/src/harness.rs `measure`)
 # --------------------------------------------------------------------------------------------
 
-FULL = {"warmup": 0, "min_reps": 3, "max_reps": 10, "min_time_s": 1.5, "slow_run_s": 3.0,
+# As arbor-bench on the CPU: one warm-up, none in a smoke run (`--quick`).
+FULL = {"warmup": 1, "min_reps": 3, "max_reps": 10, "min_time_s": 1.5, "slow_run_s": 3.0,
         "slow_reps": 2}
 QUICK = {"warmup": 0, "min_reps": 1, "max_reps": 1, "min_time_s": 0.0, "slow_run_s": 0.0,
          "slow_reps": 1}

@@ -37,7 +37,7 @@ struct Args {
     /// Only workloads whose name contains one of these (repeatable, or comma-separated).
     #[arg(long, value_delimiter = ',')]
     filter: Vec<String>,
-    /// Fewer repetitions (1 warm-up, 2 timed runs): a smoke run.
+    /// One timed run per workload and mode, without a warm-up on the CPU backends: a smoke run.
     #[arg(long)]
     quick: bool,
     /// Where to write bench.json, bench.md and the plots.
@@ -46,8 +46,9 @@ struct Args {
     /// List the workloads and exit.
     #[arg(long)]
     list: bool,
-    /// Untimed warm-up runs per workload and mode (default: 3 on CUDA, with or without
-    /// `--quick`, where the first runs compile and autotune kernels; 0 on the CPU backends).
+    /// Untimed warm-up runs per workload and mode, on both sides of `--versus` (default: 3 on
+    /// CUDA, with or without `--quick`, where the first runs compile and autotune kernels; 1 on
+    /// the CPU backends, 0 with `--quick`).
     #[arg(long, allow_negative_numbers = true)]
     warmup: Option<usize>,
     /// Workloads measured at the same time, each in its own process (default: 2 with
@@ -96,6 +97,23 @@ fn check_out(out: &std::path::Path) -> Result<()> {
 /// Warm-up runs on CUDA. Measured on an H100 (docs/gpu.md): with none, Gumbel Tree-LSTM d300's
 /// timed run took 3.1 s (NVRTC compiles and CubeCL's autotune still running); after 3, 114 ms.
 const CUDA_WARMUP: usize = 3;
+
+/// Warm-up runs on the CPU backends. A process's first run of a workload pays for its fresh
+/// memory (page faults, the allocator's arenas growing) and, on PyTorch's side, for oneDNN's
+/// primitives. On the 2-core Zen 4 VM (docs/bench.md, "One warm-up run on the CPU") the Gumbel
+/// sweep's first timed run was the slowest of its row in 47 of 60 row runs without a warm-up
+/// (up to 7.7× the median), and the full suite's median spread halved with one (43% → 20%).
+const CPU_WARMUP: usize = 1;
+
+/// The warm-up count when `--warmup` is not given: [`CUDA_WARMUP`] on a GPU, else
+/// [`CPU_WARMUP`], or none for a CPU smoke run (`--quick`).
+fn default_warmup(on_gpu: bool, quick: bool) -> usize {
+    match (on_gpu, quick) {
+        (true, _) => CUDA_WARMUP,
+        (false, false) => CPU_WARMUP,
+        (false, true) => 0,
+    }
+}
 
 const RECORDS_PREFIX: &str = "arbor-bench-records: ";
 
@@ -194,7 +212,7 @@ fn run<B: ArborBackend>(args: &Args, device: B::Device, probe: Probe) -> Result<
         Settings::full()
     };
     let on_gpu = args.device.to_ascii_lowercase().starts_with("cuda");
-    settings.warmup = args.warmup.unwrap_or(if on_gpu { CUDA_WARMUP } else { 0 });
+    settings.warmup = args.warmup.unwrap_or(default_warmup(on_gpu, args.quick));
     if let Some(name) = &args.worker {
         let report = run_suite::<B>(
             &device,
@@ -472,5 +490,23 @@ fn main() -> Result<()> {
             feature: other.backend_name(),
         }
         .into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The timing policy the docs state (docs/bench.md, "What is measured"): 3 warm-ups on
+    /// CUDA whatever the mode, 1 on the CPU backends, none in a CPU smoke run; `--warmup`
+    /// overrides each.
+    #[test]
+    fn the_default_warm_up_follows_the_device_and_the_mode() {
+        assert_eq!(default_warmup(true, false), CUDA_WARMUP);
+        assert_eq!(default_warmup(true, true), CUDA_WARMUP);
+        assert_eq!(default_warmup(false, false), 1);
+        assert_eq!(default_warmup(false, true), 0);
+        let args = Args::try_parse_from(["arbor-bench", "--warmup", "4"]).expect("valid flags");
+        assert_eq!(args.warmup, Some(4));
     }
 }

@@ -18,8 +18,9 @@
 //! of [`KC`] (a block of one panel is 16 KiB: it stays in the L1 cache while every strip of
 //! [`MR`] left-hand rows is multiplied by it; the 512-bit kernel reads two panels' blocks,
 //! 32 KiB, which is all of a 32 KiB L1 such as AMD Zen 4's: a `KC` of 128 there measured 3%
-//! faster on one thread and level on two, docs/bench.md, the Zen 4 table) and the rows in
-//! blocks of [`MC`] (one block of the left operand, `MC × KC` values, stays in L2).
+//! faster on one thread and level on two, docs/log/bench.md, the Zen 4 table without a
+//! warm-up) and the rows in blocks of [`MC`] (one block of the left operand, `MC × KC` values,
+//! stays in L2).
 
 use crate::ops::linear::host::{last_index, product_has_work};
 use crate::par::GRAIN;
