@@ -116,13 +116,47 @@ impl PackedRhs {
         dst_rs: usize,
         accumulate: bool,
         lhs: &[f32],
+        lhs_strides: (usize, usize),
+    ) {
+        let start = if accumulate { Start::Dst } else { Start::Zero };
+        self.product_from(split, m, dst, dst_rs, start, lhs, lhs_strides);
+    }
+
+    /// [`PackedRhs::product_on`] from `start`: with [`Start::Row`], `dst = row + lhs·self` for
+    /// every row (a bias), the row loaded into the kernel's accumulators rather than written
+    /// into `dst` before the product and read back by it.
+    ///
+    /// # Panics
+    /// As [`PackedRhs::product`], and when a start row does not hold `n` values.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn product_from(
+        &self,
+        split: bool,
+        m: usize,
+        dst: &mut [f32],
+        dst_rs: usize,
+        start: Start<'_>,
+        lhs: &[f32],
         (l_rs, l_cs): (usize, usize),
     ) {
         let (k, n) = (self.k, self.n);
         const OP: &str = "PackedRhs::product";
         // Tasks write disjoint column ranges of each row: rows must not overlap.
         assert!(m == 0 || n == 0 || dst_rs >= n, "{OP}: dst too short");
+        let row = match start {
+            Start::Row(row) => {
+                assert_eq!(row.len(), n, "{OP}: the start row must hold {n} values");
+                Some(row)
+            }
+            Start::Zero | Start::Dst => None,
+        };
+        let accumulate = matches!(start, Start::Dst);
         if !product_has_work(OP, (m, n, k), dst, dst_rs, accumulate) {
+            if let (Some(row), 0) = (row, k) {
+                for r in 0..m {
+                    dst[r * dst_rs..r * dst_rs + n].copy_from_slice(row);
+                }
+            }
             return;
         }
         assert!(
@@ -137,6 +171,7 @@ impl PackedRhs {
             dst: Dst(dst.as_mut_ptr()),
             dst_rs,
             accumulate,
+            row,
             kernel: Kernel::detect(),
         };
         if split {
@@ -144,6 +179,39 @@ impl PackedRhs {
         } else {
             // SAFETY: the whole product, whose extent was checked against the slices above.
             unsafe { job.block(0..m, 0..n.div_ceil(NR)) }
+        }
+    }
+}
+
+/// What a product starts from, before its multiply-adds ([`PackedRhs::product_from`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Start<'a> {
+    /// Zero: `dst = lhs·rhs`.
+    Zero,
+    /// `dst` as it is: `dst += lhs·rhs`.
+    Dst,
+    /// The same `n` values for every row (a bias): `dst = row + lhs·rhs`.
+    Row(&'a [f32]),
+}
+
+/// How one kernel call's accumulators start: at zero, from the `dst` block they are added to
+/// at the end, or from a row of [`NR`] (or `2·NR`) values shared by every row.
+#[derive(Clone, Copy)]
+enum Begin {
+    Zero,
+    Dst,
+    Row(*const f32),
+}
+
+impl Begin {
+    /// The same start for the block `cols` columns to the right.
+    ///
+    /// # Safety
+    /// A row start must hold `cols` more values.
+    unsafe fn right(self, cols: usize) -> Self {
+        match self {
+            Begin::Row(p) => Begin::Row(p.add(cols)),
+            other => other,
         }
     }
 }
@@ -210,6 +278,8 @@ struct Job<'a> {
     dst: Dst,
     dst_rs: usize,
     accumulate: bool,
+    /// The start row ([`Start::Row`]), `n` values.
+    row: Option<&'a [f32]>,
     kernel: Kernel,
 }
 
@@ -268,7 +338,11 @@ impl Job<'_> {
                 let mut k0 = 0;
                 while k0 < k {
                     let kc = KC.min(k - k0);
-                    let load = self.accumulate || k0 > 0;
+                    let begin = match self.row {
+                        _ if self.accumulate || k0 > 0 => Begin::Dst,
+                        Some(row) => Begin::Row(row.as_ptr().add(j * NR)),
+                        None => Begin::Zero,
+                    };
                     let b = self.packed.data.as_ptr().add((j * k + k0) * NR);
                     let mut i = r0;
                     while i < r1 {
@@ -277,20 +351,31 @@ impl Job<'_> {
                         let c = self.dst.0.add(i * self.dst_rs + j * NR);
                         if pair {
                             // The next panel's block of the same depth starts `k` rows on.
-                            self.strip_pair(r, kc, a, (b, b.add(k * NR)), c, load);
+                            self.strip_pair(r, kc, a, (b, b.add(k * NR)), c, begin);
                         } else if cols == NR {
-                            self.strip(r, kc, a, b, c, self.dst_rs, load);
+                            self.strip(r, kc, a, b, c, self.dst_rs, begin);
                         } else {
-                            // The last, partial panel: into a full-width scratch block.
+                            // The last, partial panel: into a full-width scratch block, which
+                            // starts from `dst`'s or the start row's `cols` values.
                             let mut tmp = [0f32; MR * NR];
-                            if load {
+                            let from = match begin {
+                                Begin::Zero => None,
+                                Begin::Dst => Some((c as *const f32, self.dst_rs)),
+                                Begin::Row(p) => Some((p, 0)),
+                            };
+                            if let Some((p, rs)) = from {
                                 for rr in 0..r {
                                     for cc in 0..cols {
-                                        tmp[rr * NR + cc] = *c.add(rr * self.dst_rs + cc);
+                                        tmp[rr * NR + cc] = *p.add(rr * rs + cc);
                                     }
                                 }
                             }
-                            self.strip(r, kc, a, b, tmp.as_mut_ptr(), NR, load);
+                            let begin = if from.is_some() {
+                                Begin::Dst
+                            } else {
+                                Begin::Zero
+                            };
+                            self.strip(r, kc, a, b, tmp.as_mut_ptr(), NR, begin);
                             for rr in 0..r {
                                 for cc in 0..cols {
                                     *c.add(rr * self.dst_rs + cc) = tmp[rr * NR + cc];
@@ -311,7 +396,8 @@ impl Job<'_> {
     ///
     /// # Safety
     /// `a` must address `r` rows of `kc` values (strides `l_rs`, `l_cs`), `b` `kc` rows of
-    /// [`NR`] values, `c` `r` rows of [`NR`] writable values (stride `c_rs`).
+    /// [`NR`] values, `c` `r` rows of [`NR`] writable values (stride `c_rs`), a row start
+    /// [`NR`] values.
     #[allow(clippy::too_many_arguments)]
     unsafe fn strip(
         &self,
@@ -321,26 +407,26 @@ impl Job<'_> {
         b: *const f32,
         c: *mut f32,
         c_rs: usize,
-        load: bool,
+        begin: Begin,
     ) {
         let s = (self.l_rs, self.l_cs);
         match self.kernel {
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx2 | Kernel::Avx512 => match r {
-                6 => avx2::kernel::<6>(kc, a, s, b, c, c_rs, load),
-                5 => avx2::kernel::<5>(kc, a, s, b, c, c_rs, load),
-                4 => avx2::kernel::<4>(kc, a, s, b, c, c_rs, load),
-                3 => avx2::kernel::<3>(kc, a, s, b, c, c_rs, load),
-                2 => avx2::kernel::<2>(kc, a, s, b, c, c_rs, load),
-                _ => avx2::kernel::<1>(kc, a, s, b, c, c_rs, load),
+                6 => avx2::kernel::<6>(kc, a, s, b, c, c_rs, begin),
+                5 => avx2::kernel::<5>(kc, a, s, b, c, c_rs, begin),
+                4 => avx2::kernel::<4>(kc, a, s, b, c, c_rs, begin),
+                3 => avx2::kernel::<3>(kc, a, s, b, c, c_rs, begin),
+                2 => avx2::kernel::<2>(kc, a, s, b, c, c_rs, begin),
+                _ => avx2::kernel::<1>(kc, a, s, b, c, c_rs, begin),
             },
             Kernel::Portable => match r {
-                6 => portable::<6>(kc, a, s, b, c, c_rs, load),
-                5 => portable::<5>(kc, a, s, b, c, c_rs, load),
-                4 => portable::<4>(kc, a, s, b, c, c_rs, load),
-                3 => portable::<3>(kc, a, s, b, c, c_rs, load),
-                2 => portable::<2>(kc, a, s, b, c, c_rs, load),
-                _ => portable::<1>(kc, a, s, b, c, c_rs, load),
+                6 => portable::<6>(kc, a, s, b, c, c_rs, begin),
+                5 => portable::<5>(kc, a, s, b, c, c_rs, begin),
+                4 => portable::<4>(kc, a, s, b, c, c_rs, begin),
+                3 => portable::<3>(kc, a, s, b, c, c_rs, begin),
+                2 => portable::<2>(kc, a, s, b, c, c_rs, begin),
+                _ => portable::<1>(kc, a, s, b, c, c_rs, begin),
             },
         }
     }
@@ -360,24 +446,24 @@ impl Job<'_> {
         a: *const f32,
         b: (*const f32, *const f32),
         c: *mut f32,
-        load: bool,
+        begin: Begin,
     ) {
         let c_rs = self.dst_rs;
         #[cfg(target_arch = "x86_64")]
         if self.kernel == Kernel::Avx512 {
             let s = (self.l_rs, self.l_cs);
             match r {
-                6 => avx512::pair::<6>(kc, a, s, b, c, c_rs, load),
-                5 => avx512::pair::<5>(kc, a, s, b, c, c_rs, load),
-                4 => avx512::pair::<4>(kc, a, s, b, c, c_rs, load),
-                3 => avx512::pair::<3>(kc, a, s, b, c, c_rs, load),
-                2 => avx512::pair::<2>(kc, a, s, b, c, c_rs, load),
-                _ => avx512::pair::<1>(kc, a, s, b, c, c_rs, load),
+                6 => avx512::pair::<6>(kc, a, s, b, c, c_rs, begin),
+                5 => avx512::pair::<5>(kc, a, s, b, c, c_rs, begin),
+                4 => avx512::pair::<4>(kc, a, s, b, c, c_rs, begin),
+                3 => avx512::pair::<3>(kc, a, s, b, c, c_rs, begin),
+                2 => avx512::pair::<2>(kc, a, s, b, c, c_rs, begin),
+                _ => avx512::pair::<1>(kc, a, s, b, c, c_rs, begin),
             }
             return;
         }
-        self.strip(r, kc, a, b.0, c, c_rs, load);
-        self.strip(r, kc, a, b.1, c.add(NR), c_rs, load);
+        self.strip(r, kc, a, b.0, c, c_rs, begin);
+        self.strip(r, kc, a, b.1, c.add(NR), c_rs, begin.right(NR));
     }
 }
 
@@ -392,9 +478,16 @@ unsafe fn portable<const R: usize>(
     b: *const f32,
     c: *mut f32,
     c_rs: usize,
-    load: bool,
+    begin: Begin,
 ) {
     let mut acc = [[0f32; NR]; R];
+    if let Begin::Row(p) = begin {
+        let row = std::slice::from_raw_parts(p, NR);
+        for acc_row in acc.iter_mut() {
+            acc_row.copy_from_slice(row);
+        }
+    }
+    let load = matches!(begin, Begin::Dst);
     for kk in 0..kc {
         let bv = std::slice::from_raw_parts(b.add(kk * NR), NR);
         for (r, row) in acc.iter_mut().enumerate() {
@@ -416,7 +509,7 @@ unsafe fn portable<const R: usize>(
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::NR;
+    use super::{Begin, NR};
 
     /// `R` rows × [`NR`] columns in twelve (at most) 8-lane accumulators: per step one broadcast
     /// of each row's left-hand value and two fused multiply-adds against the panel's row.
@@ -431,9 +524,14 @@ mod avx2 {
         b: *const f32,
         c: *mut f32,
         c_rs: usize,
-        load: bool,
+        begin: Begin,
     ) {
         let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        if let Begin::Row(p) = begin {
+            let row = [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))];
+            acc = [row; R];
+        }
+        let load = matches!(begin, Begin::Dst);
         for kk in 0..kc {
             let b0 = _mm256_loadu_ps(b.add(kk * NR));
             let b1 = _mm256_loadu_ps(b.add(kk * NR + 8));
@@ -460,7 +558,7 @@ mod avx2 {
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::NR;
+    use super::{Begin, NR};
 
     /// `R` rows × two panels (`2·NR` columns) in twelve (at most) 16-lane accumulators: per step
     /// one broadcast of each row's left-hand value and two fused multiply-adds, one per panel.
@@ -475,9 +573,14 @@ mod avx512 {
         (b0, b1): (*const f32, *const f32),
         c: *mut f32,
         c_rs: usize,
-        load: bool,
+        begin: Begin,
     ) {
         let mut acc = [[_mm512_setzero_ps(); 2]; R];
+        if let Begin::Row(p) = begin {
+            let row = [_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(NR))];
+            acc = [row; R];
+        }
+        let load = matches!(begin, Begin::Dst);
         for kk in 0..kc {
             let x0 = _mm512_loadu_ps(b0.add(kk * NR));
             let x1 = _mm512_loadu_ps(b1.add(kk * NR));
@@ -530,8 +633,8 @@ mod tests {
 
     /// Every shape class (rows not a multiple of MR or MC, widths not a multiple of NR, odd and
     /// even numbers of whole panels, depths over KC, large enough to be split across tasks),
-    /// both strides of each operand, with and without accumulation, on every kernel this CPU can
-    /// run.
+    /// both strides of each operand, from zero, from `dst` (accumulating) and from a start row,
+    /// on every kernel this CPU can run.
     #[test]
     fn products_match_a_naive_product_for_every_shape_stride_and_kernel() {
         let mut kernels = vec![Kernel::Portable];
@@ -558,6 +661,7 @@ mod tests {
             let lhs = fill(m * k, (m * 31 + k) as u64, 1.0);
             let rhs = fill(k * n, (n * 17 + k) as u64, 1.0);
             let start = fill(m * (n + 3), 5, 1.0);
+            let bias = fill(n, 9, 1.0);
             let want = naive(m, k, n, &lhs, &rhs);
             let (lhs_t, rhs_t) = (transpose(&lhs, m, k), transpose(&rhs, k, n));
             for rhs_transposed in [false, true] {
@@ -568,7 +672,8 @@ mod tests {
                 };
                 assert_eq!((packed.k, packed.n), (k, n));
                 for lhs_transposed in [false, true] {
-                    for accumulate in [false, true] {
+                    for begin in [Start::Zero, Start::Dst, Start::Row(&bias)] {
+                        let accumulate = matches!(begin, Start::Dst);
                         let mut avx2_bits: Option<Vec<f32>> = None;
                         for &kernel in &kernels {
                             // Row stride n + 3: the product must leave the gaps alone.
@@ -586,6 +691,10 @@ mod tests {
                                 dst: Dst(dst.as_mut_ptr()),
                                 dst_rs: n + 3,
                                 accumulate,
+                                row: match begin {
+                                    Start::Row(row) => Some(row),
+                                    Start::Zero | Start::Dst => None,
+                                },
                                 kernel,
                             };
                             job.split(0..m, 0..n.div_ceil(NR));
@@ -598,7 +707,7 @@ mod tests {
                                     avx2_bits.as_ref(),
                                     Some(&dst),
                                     "{m}x{k}x{n} lhs_t {lhs_transposed} rhs_t {rhs_transposed} \
-                                     acc {accumulate}: AVX-512 differs from AVX2"
+                                     {begin:?}: AVX-512 differs from AVX2"
                                 ),
                                 Kernel::Portable => {}
                             }
@@ -610,12 +719,16 @@ mod tests {
                                         assert_eq!(dst[at], start[at], "gap overwritten");
                                         continue;
                                     }
-                                    let base = if accumulate { start[at] as f64 } else { 0.0 };
+                                    let base = match begin {
+                                        Start::Zero => 0.0,
+                                        Start::Dst => start[at] as f64,
+                                        Start::Row(row) => row[j] as f64,
+                                    };
                                     let w = want[r * n + j] + base;
                                     assert!(
                                         (got - w).abs() <= 1e-4 * (1.0 + w.abs()),
                                         "{kernel:?} {m}x{k}x{n} lhs_t {lhs_transposed} \
-                                         rhs_t {rhs_transposed} acc {accumulate} ({r},{j}): \
+                                         rhs_t {rhs_transposed} {begin:?} ({r},{j}): \
                                          {got} vs {w}"
                                     );
                                 }
@@ -738,11 +851,31 @@ mod tests {
         let mut dst = vec![7f32; 6];
         packed.product(2, &mut dst, 3, true, &[], (0, 1));
         assert_eq!(dst, vec![7.0; 6]);
+        let mut dst = vec![7f32; 6];
+        let row = [1.0, 2.0, 3.0];
+        packed.product_from(false, 2, &mut dst, 3, Start::Row(&row), &[], (0, 1));
+        assert_eq!(dst, vec![1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
         let packed = PackedRhs::new(&[1.0, 2.0], 1, 2, (2, 1));
         let short = std::panic::catch_unwind(|| {
             let mut dst = vec![0f32; 3];
             packed.product(2, &mut dst, 2, false, &[1.0, 1.0], (1, 1));
         });
         assert!(short.is_err(), "a too-short dst must be refused");
+        let wrong_row = std::panic::catch_unwind(|| {
+            let mut dst = vec![0f32; 4];
+            packed.product_from(
+                false,
+                2,
+                &mut dst,
+                2,
+                Start::Row(&[1.0]),
+                &[1.0, 1.0],
+                (1, 1),
+            );
+        });
+        assert!(
+            wrong_row.is_err(),
+            "a start row of the wrong width must be refused"
+        );
     }
 }

@@ -1299,7 +1299,7 @@ pub(crate) mod host {
     use crate::ops::linear::host::gemm_slices;
     use std::ops::Range;
 
-    use crate::packed::{PackedRhs, TASK_WORK};
+    use crate::packed::{PackedRhs, Start, TASK_WORK};
     use crate::par::{self, Disjoint};
 
     /// The examples longest first (a stable sort: equal lengths keep their order), so that the
@@ -1493,8 +1493,10 @@ pub(crate) mod host {
 
     /// The layer over a sequence ([`crate::lstm_sequence`], [`crate::on_lstm_sequence`],
     /// [`crate::fast_trees_sequence`]): per step the running rows' `b + x_t·W + h_{t−1}·U`
-    /// (`W` and `U` packed once for the sequence; `U` adds to the last
-    /// [`SequenceCell::u_width`] columns) into one buffer, then the cell's fused update.
+    /// (`W` and `U` packed once for the sequence, the bias the start of `x_t·W`'s
+    /// accumulators; `U` adds to the last [`SequenceCell::u_width`] columns) into one buffer,
+    /// then the cell's fused update. `x_t`'s rows are read where they are when the task's rows
+    /// are consecutive examples (all of a batch of equal lengths), else gathered.
     /// Returns the output in its [`OutLayout`] and, with `keep_gates`, the activated gates and
     /// `c` of the running rows only, step after step in the running order (`[Σ lengths,
     /// P + h]`: an ended example's steps take no memory), which only
@@ -1639,32 +1641,41 @@ pub(crate) mod host {
                 hs[i * h..(i + 1) * h].copy_from_slice(&self.hh0[r * h..(r + 1) * h]);
                 cs[i * h..(i + 1) * h].copy_from_slice(&self.cc0[r * h..(r + 1) * h]);
             }
-            // Row `i`'s pre-activations before the products of step `s`: the given ones
-            // (`ConvFastTrees`' master gates), then the bias.
+            // Row `i`'s given pre-activations (`ConvFastTrees`' master gates) before the
+            // products of step `s`, which write the columns after them.
             let prefill = |row: &mut [f32], i: usize, s: usize| {
                 if let Some(gg) = self.gg {
                     let at = (order[i] * t + s) * given;
                     row[..given].copy_from_slice(&gg[at..at + given]);
                 }
-                row[given..].copy_from_slice(self.bb);
             };
+            // The task's examples are consecutive (`x`'s rows of one step a constant stride
+            // apart), so the input product reads them in place instead of gathering them.
+            let in_place = order.windows(2).all(|w| w[1] == w[0] + 1);
             for (i, row) in pre[..running_at(0) * wd].chunks_exact_mut(wd).enumerate() {
                 prefill(row, i, 0);
             }
             for s in 0..t {
                 let n = running_at(s);
                 let n_next = if s + 1 < t { running_at(s + 1) } else { 0 };
-                Running::gather(&order[..n], s, t, d, self.xx, xs);
+                let (x_rows, x_strides): (&[f32], _) = match order.first() {
+                    Some(&first) if in_place => (&self.xx[(first * t + s) * d..], (t * d, 1)),
+                    _ => {
+                        Running::gather(&order[..n], s, t, d, self.xx, xs);
+                        (xs, (d, 1))
+                    }
+                };
                 let w_pre = &mut pre[given..];
+                let bias = Start::Row(self.bb);
                 self.w_packed
-                    .product_on(split_steps, n, w_pre, wd, true, xs, (d, 1));
+                    .product_from(split_steps, n, w_pre, wd, bias, x_rows, x_strides);
                 let u_pre = &mut pre[wd - uw..];
                 self.u_packed
                     .product_on(split_steps, n, u_pre, wd, true, hs, (h, 1));
                 // The running rows: the cell's update from `pre` and the state, into the state
                 // itself (`hs` was read by the product above; each row's `c` is read before it
-                // is overwritten), the gates and `c` into the saved rows, and `pre`'s row
-                // prefilled for the next step.
+                // is overwritten), the gates and `c` into the saved rows, and the given
+                // pre-activations of the next step written into `pre`'s row.
                 let (acts, aw): (&mut [f32], usize) = if keep_gates && n > 0 {
                     // SAFETY: step `s`'s saved rows of this task's running rows, which no
                     // other task's range reaches.
