@@ -143,16 +143,12 @@ impl PackedRhs {
         const OP: &str = "PackedRhs::product";
         // Tasks write disjoint column ranges of each row: rows must not overlap.
         assert!(m == 0 || n == 0 || dst_rs >= n, "{OP}: dst too short");
-        let row = match start {
-            Start::Row(row) => {
-                assert_eq!(row.len(), n, "{OP}: the start row must hold {n} values");
-                Some(row)
-            }
-            Start::Zero | Start::Dst => None,
-        };
+        if let Start::Row(row) = start {
+            assert_eq!(row.len(), n, "{OP}: the start row must hold {n} values");
+        }
         let accumulate = matches!(start, Start::Dst);
         if !product_has_work(OP, (m, n, k), dst, dst_rs, accumulate) {
-            if let (Some(row), 0) = (row, k) {
+            if let (Start::Row(row), 0) = (start, k) {
                 for r in 0..m {
                     dst[r * dst_rs..r * dst_rs + n].copy_from_slice(row);
                 }
@@ -170,8 +166,7 @@ impl PackedRhs {
             l_cs,
             dst: Dst(dst.as_mut_ptr()),
             dst_rs,
-            accumulate,
-            row,
+            start,
             kernel: Kernel::detect(),
         };
         if split {
@@ -277,9 +272,8 @@ struct Job<'a> {
     l_cs: usize,
     dst: Dst,
     dst_rs: usize,
-    accumulate: bool,
-    /// The start row ([`Start::Row`]), `n` values.
-    row: Option<&'a [f32]>,
+    /// What `dst` starts from (a start row holds `n` values).
+    start: Start<'a>,
     kernel: Kernel,
 }
 
@@ -338,10 +332,11 @@ impl Job<'_> {
                 let mut k0 = 0;
                 while k0 < k {
                     let kc = KC.min(k - k0);
-                    let begin = match self.row {
-                        _ if self.accumulate || k0 > 0 => Begin::Dst,
-                        Some(row) => Begin::Row(row.as_ptr().add(j * NR)),
-                        None => Begin::Zero,
+                    let begin = match self.start {
+                        Start::Dst => Begin::Dst,
+                        _ if k0 > 0 => Begin::Dst,
+                        Start::Row(row) => Begin::Row(row.as_ptr().add(j * NR)),
+                        Start::Zero => Begin::Zero,
                     };
                     let b = self.packed.data.as_ptr().add((j * k + k0) * NR);
                     let mut i = r0;
@@ -673,7 +668,6 @@ mod tests {
                 assert_eq!((packed.k, packed.n), (k, n));
                 for lhs_transposed in [false, true] {
                     for begin in [Start::Zero, Start::Dst, Start::Row(&bias)] {
-                        let accumulate = matches!(begin, Start::Dst);
                         let mut avx2_bits: Option<Vec<f32>> = None;
                         for &kernel in &kernels {
                             // Row stride n + 3: the product must leave the gaps alone.
@@ -690,11 +684,7 @@ mod tests {
                                 l_cs: strides.1,
                                 dst: Dst(dst.as_mut_ptr()),
                                 dst_rs: n + 3,
-                                accumulate,
-                                row: match begin {
-                                    Start::Row(row) => Some(row),
-                                    Start::Zero | Start::Dst => None,
-                                },
+                                start: begin,
                                 kernel,
                             };
                             job.split(0..m, 0..n.div_ceil(NR));
