@@ -233,6 +233,36 @@ impl Presence {
     }
 }
 
+/// Keeps the workers' backward passes apart from each other's graph building.
+///
+/// Burn 0.21's autodiff keeps one registry of graphs per process, and every `backward()` ends
+/// by sweeping *every* graph in it for nodes that look unused. A graph another thread is still
+/// building can look unused for a moment (`float_cat` releases its inputs' reference counts
+/// before it registers its own step), and the sweep then frees a step that thread still
+/// needs: its backward silently loses that part of a gradient (Burn issues #5573 and #5645;
+/// fixed after 0.21). On a 2-core machine 6 of 100 runs of `arbor-tasks`'
+/// `r2d2_pretraining_trains_the_same_on_two_workers` ended with other weights than one worker
+/// (relative differences 2e-3 to 3e-2), none of 300 with this lock. So the workers build
+/// their graphs together (forward passes hold [`Graphs::build`], shared) and back-propagate one
+/// at a time with nobody building ([`Graphs::sweep`], exclusive). The backward passes of one
+/// step run in turn; each still uses every thread of the kernels' pool.
+struct Graphs;
+
+/// The lock behind [`Graphs`] (process-wide, like Burn's registry).
+static GRAPHS: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+impl Graphs {
+    /// Held while a worker builds its graph (its forward pass and loss).
+    fn build() -> std::sync::RwLockReadGuard<'static, ()> {
+        GRAPHS.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Held while a worker back-propagates (and Burn sweeps every graph).
+    fn sweep() -> std::sync::RwLockWriteGuard<'static, ()> {
+        GRAPHS.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// What one worker's step is given besides its replica.
 pub(super) struct WorkerStep<'a, T> {
     pub task: &'a T,
@@ -291,16 +321,24 @@ where
     // The task's loss (scaled by the share's weight with several workers: with one, it is left
     // as it is, bit for bit), its value, the correct count and the gradients.
     let run = || {
-        let out = s.task.step(&model, s.share, ctx, device);
-        let loss = if parallel {
-            out.loss.mul_scalar(s.weight)
-        } else {
-            out.loss
+        let (loss, correct, total) = {
+            let _building = parallel.then(Graphs::build);
+            let out = s.task.step(&model, s.share, ctx, device);
+            let loss = if parallel {
+                out.loss.mul_scalar(s.weight)
+            } else {
+                out.loss
+            };
+            (loss, out.correct, out.total)
         };
         let value = loss.clone().inner().sum();
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        let correct = out.correct.map_or_else(zero, |c| c.inner().float().sum());
-        (value, correct, out.total, grads)
+        let gradients = {
+            let _sweeping = parallel.then(Graphs::sweep);
+            loss.backward()
+        };
+        let grads = GradientsParams::from_grads(gradients, &model);
+        let correct = correct.map_or_else(zero, |c| c.inner().float().sum());
+        (value, correct, total, grads)
     };
     let mut panic = None;
     let (loss, correct, total, mut grads) = if s.share.is_empty() {

@@ -2,6 +2,7 @@
 //! the parameters of one worker on the whole batch; a failing worker stops the run instead of
 //! leaving the others waiting; a stopped two-worker run resumes to the same parameters.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -354,4 +355,120 @@ fn several_workers_are_refused_on_the_only_thread_of_a_rayon_pool() {
     assert!(matches!(err, TrainError::Device { .. }), "{err}");
     assert!(err.to_string().contains("rayon's only thread"), "{err}");
     assert!(err.to_string().contains("RAYON_NUM_THREADS"), "{err}");
+}
+
+/// What the workers of [`Watched`] saw: forward passes building now, backward passes running
+/// now, and how often one worker's backward pass ran while another built its graph or
+/// back-propagated.
+static BUILDING: AtomicUsize = AtomicUsize::new(0);
+static BACKWARDS: AtomicUsize = AtomicUsize::new(0);
+static OVERLAPS: AtomicUsize = AtomicUsize::new(0);
+static ENTERED: AtomicUsize = AtomicUsize::new(0);
+
+/// The identity, as an autodiff node whose backward step counts itself as running for 30 ms
+/// and notes any graph being built meanwhile.
+#[derive(Debug)]
+struct Probe;
+
+impl burn::backend::autodiff::ops::Backward<Flex, 1> for Probe {
+    type State = ();
+
+    fn backward(
+        self,
+        ops: burn::backend::autodiff::ops::Ops<(), 1>,
+        grads: &mut burn::backend::autodiff::grads::Gradients,
+        _: &mut burn::backend::autodiff::checkpoint::base::Checkpointer,
+    ) {
+        if BACKWARDS.fetch_add(1, Ordering::SeqCst) > 0 || BUILDING.load(Ordering::SeqCst) > 0 {
+            OVERLAPS.fetch_add(1, Ordering::SeqCst);
+        }
+        std::thread::sleep(Duration::from_millis(30));
+        if BUILDING.load(Ordering::SeqCst) > 0 {
+            OVERLAPS.fetch_add(1, Ordering::SeqCst);
+        }
+        BACKWARDS.fetch_sub(1, Ordering::SeqCst);
+        burn::backend::autodiff::ops::unary::<Flex, _>(ops.parents, ops.node, grads, |g| g);
+    }
+}
+
+fn probe(x: Tensor<Ad, 2>) -> Tensor<Ad, 2> {
+    use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+    use burn::backend::autodiff::ops::Backward;
+    use burn::tensor::TensorPrimitive;
+    let x = x.into_primitive().tensor();
+    let out = Probe
+        .prepare::<NoCheckpointing>([x.node.clone()])
+        .compute_bound()
+        .stateless(x.primitive.clone());
+    Tensor::from_primitive(TensorPrimitive::Float(out))
+}
+
+/// [`Toy`] whose logits pass through [`Probe`], and whose forward pass (every second one to
+/// start: one worker of each two-worker step) takes 50 ms longer than the other's.
+struct Watched(Toy);
+
+impl Task<Ad> for Watched {
+    type Model = Mlp<Ad>;
+    fn train_lengths(&self) -> Vec<usize> {
+        self.0.train_lengths()
+    }
+    fn step(
+        &self,
+        model: &Mlp<Ad>,
+        batch: &[usize],
+        _ctx: StepContext,
+        device: &burn::tensor::Device<Ad>,
+    ) -> StepOutput<Ad> {
+        BUILDING.fetch_add(1, Ordering::SeqCst);
+        if BACKWARDS.load(Ordering::SeqCst) > 0 {
+            OVERLAPS.fetch_add(1, Ordering::SeqCst);
+        }
+        let (logits, y) = self.0.logits(model, batch, device);
+        if ENTERED.fetch_add(1, Ordering::SeqCst) % 2 == 1 {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let loss = burn::nn::loss::CrossEntropyLossConfig::new()
+            .init(device)
+            .forward(probe(logits), y);
+        if BACKWARDS.load(Ordering::SeqCst) > 0 {
+            OVERLAPS.fetch_add(1, Ordering::SeqCst);
+        }
+        BUILDING.fetch_sub(1, Ordering::SeqCst);
+        StepOutput {
+            loss,
+            correct: None,
+            total: 0,
+        }
+    }
+    fn eval_splits(&self) -> Vec<String> {
+        self.0.eval_splits()
+    }
+    fn evaluate(&self, model: &Mlp<Flex>, split: &str) -> EvalReport {
+        self.0.evaluate(model, split)
+    }
+}
+
+/// Burn 0.21's autodiff ends every backward pass with a sweep of every graph of the process,
+/// which can free a step of a graph another thread is building (Burn issues #5573, #5645): a
+/// worker's gradient then silently misses a part (one two-worker R2D2 run in about a hundred
+/// here). So no worker back-propagates while another builds its graph or back-propagates.
+#[test]
+fn no_worker_back_propagates_while_another_builds_its_graph() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(dir.path(), 8);
+    c.max_steps = Some(6);
+    c.eval_every = 100;
+    let device = Default::default();
+    OVERLAPS.store(0, Ordering::SeqCst);
+    let run = within(60, move || {
+        train_on(&Watched(Toy::new()), fresh(), &c, &[device, device]).map(|r| r.state.step)
+    });
+    assert_eq!(run.unwrap(), 6);
+    assert_eq!(BUILDING.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        OVERLAPS.load(Ordering::SeqCst),
+        0,
+        "a worker back-propagated while another built its graph or back-propagated"
+    );
 }
