@@ -80,6 +80,30 @@ impl PackedRhs {
         Self { k, n, data }
     }
 
+    /// Packs the `k × columns.len()` matrix whose column `j` is column `columns[j]` of the
+    /// row-major `rhs` (row stride `rs`): a selection of another matrix's columns, packed
+    /// without copying them out first.
+    ///
+    /// # Panics
+    /// When a column would read outside `rhs`.
+    pub(crate) fn columns(rhs: &[f32], k: usize, rs: usize, columns: &[usize]) -> Self {
+        let n = columns.len();
+        if let (Some(&last), true) = (columns.iter().max(), k > 0) {
+            assert!(
+                rhs.len() > (k - 1) * rs + last,
+                "PackedRhs::columns: rhs too short"
+            );
+        }
+        let mut data = vec![0f32; n.div_ceil(NR) * k * NR];
+        for kk in 0..k {
+            let row = &rhs[kk * rs..];
+            for (j, &col) in columns.iter().enumerate() {
+                data[((j / NR) * k + kk) * NR + j % NR] = row[col];
+            }
+        }
+        Self { k, n, data }
+    }
+
     /// `dst (+)= lhs·self` for `m` rows: `dst` is `m × n` with row stride `dst_rs` (columns
     /// contiguous), `lhs` is `m × k` with element `(r, kk)` at `lhs[r·l_rs + kk·l_cs]`. With
     /// `accumulate` the product is added to `dst`, else it overwrites it. Runs on rayon's pool
@@ -867,5 +891,35 @@ mod tests {
             wrong_row.is_err(),
             "a start row of the wrong width must be refused"
         );
+    }
+
+    /// A selection of columns packs as the matrix of those columns copied out first would,
+    /// for selections within and across panels, repeated and out of order, and depths of one
+    /// row and of more than `KC` rows.
+    #[test]
+    fn selected_columns_pack_as_the_copied_columns() {
+        for (k, rs) in [(1usize, 40usize), (7, 40), (KC + 3, 37)] {
+            let rhs = fill(k * rs, 3, 1.0);
+            for columns in [
+                vec![0usize, 1, 2],
+                (0..rs).rev().collect::<Vec<_>>(),
+                vec![
+                    5, 5, 36, 0, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30,
+                ],
+                vec![],
+            ] {
+                let n = columns.len();
+                let mut copied = vec![0f32; k * n];
+                for kk in 0..k {
+                    for (j, &col) in columns.iter().enumerate() {
+                        copied[kk * n + j] = rhs[kk * rs + col];
+                    }
+                }
+                let want = PackedRhs::new(&copied, k, n, (n, 1));
+                let got = PackedRhs::columns(&rhs, k, rs, &columns);
+                assert_eq!((got.k, got.n), (want.k, want.n), "k {k}, {columns:?}");
+                assert_eq!(got.data, want.data, "k {k}, {columns:?}");
+            }
+        }
     }
 }

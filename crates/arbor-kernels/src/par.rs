@@ -132,6 +132,24 @@ impl<'a> Disjoint<'a> {
         // that no other live slice overlaps this one.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at), len) }
     }
+
+    /// `&buf[at..at + len]`, to read.
+    ///
+    /// # Safety
+    /// While the slice lives, no mutable slice from this buffer may overlap it.
+    ///
+    /// # Panics
+    /// When the range is not inside the buffer.
+    pub(crate) unsafe fn read(&self, at: usize, len: usize) -> &'a [f32] {
+        assert!(
+            at.checked_add(len).is_some_and(|end| end <= self.len),
+            "Disjoint::read: {at}..{at}+{len} outside a buffer of {}",
+            self.len
+        );
+        // SAFETY: inside the buffer (checked above), which lives for `'a`; the caller promises
+        // that no live mutable slice overlaps this one.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(at), len) }
+    }
 }
 
 /// `&buf[rows·width]`: the rows `r` of a row-major buffer whose rows are `width` long.

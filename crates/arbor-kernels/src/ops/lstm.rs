@@ -1299,6 +1299,8 @@ pub(crate) mod host {
     use crate::ops::linear::host::gemm_slices;
     use std::ops::Range;
 
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
     use crate::packed::{PackedRhs, Start, TASK_WORK};
     use crate::par::{self, Disjoint};
 
@@ -1508,7 +1510,8 @@ pub(crate) mod host {
     /// one parallel region per sequence. Split by steps instead, each step was three (the two
     /// products by columns, then the update by rows), each ending in a wait for the slower
     /// thread. With few rows, one task runs every step, splitting each product and update.
-    /// Both give the same bits: a row's values do not depend on which task computes it.
+    /// The LSTM splits its hidden units instead ([`Units`], [`unit_parts`]). All give the same
+    /// bits: a value does not depend on which task computes it.
     fn lstm_sequence_f32<T: HostTensor>(
         x: &T,
         given_pre: Option<&T>,
@@ -1547,6 +1550,50 @@ pub(crate) mod host {
         } else {
             Vec::new()
         };
+        let threads = if par::parallel() {
+            rayon::current_num_threads()
+        } else {
+            1
+        };
+        let parts = unit_parts(cell, threads, starts[t], d, h);
+        if parts > 1 {
+            let units = Units {
+                xx: &xx,
+                hh0: &hh0,
+                cc0: &cc0,
+                running: &running,
+                starts: &starts,
+                layout: &layout,
+                parts: (0..parts)
+                    .map(|k| Part::new(k * h / parts..(k + 1) * h / parts, &ww, &bb, &uu, d, h))
+                    .collect(),
+                progress: (0..t).map(|_| Progress::default()).collect(),
+                failed: AtomicBool::new(false),
+                dims: (t, d, h),
+                keep_gates,
+            };
+            // Every part's state and scratch allocated here, on the calling thread (as for
+            // the row tasks, below).
+            let mut work = vec![0f32; parts * units.part_work(b)];
+            // `h` of the step before and of the step being computed, alternately: a part
+            // writes its units of `h_t` while another still reads all of `h_{t−1}`.
+            let mut h_state = vec![0f32; 2 * b * h];
+            for (i, &r) in running.order.iter().enumerate() {
+                h_state[i * h..(i + 1) * h].copy_from_slice(&hh0[r * h..(r + 1) * h]);
+            }
+            {
+                let bufs = UnitBuffers {
+                    work: Disjoint::new(&mut work),
+                    h_state: Disjoint::new(&mut h_state),
+                    out: Disjoint::new(&mut out),
+                    saved: Disjoint::new(&mut saved),
+                };
+                let workers: Vec<usize> = (0..threads.min(parts)).collect();
+                par::each(&workers, &|_| units.work(&bufs));
+            }
+            let saved = keep_gates.then(|| T::from_f32(saved, Shape::new([starts[t], sw])));
+            return Some((T::from_f32(out, Shape::new(shape)), saved));
+        }
         let task = Forward {
             xx: &xx,
             gg: gg.as_deref(),
@@ -1562,11 +1609,6 @@ pub(crate) mod host {
             cell,
             dims: (t, d, h),
             keep_gates,
-        };
-        let threads = if par::parallel() {
-            rayon::current_num_threads()
-        } else {
-            1
         };
         let tasks = running.tasks(threads, TASK_ROWS, (d + h) * wd);
         let split_steps = tasks.len() == 1 && par::parallel();
@@ -1754,6 +1796,263 @@ pub(crate) mod host {
                 if let Some(at) = layout.c_last_at(r) {
                     // SAFETY: as above.
                     unsafe { out.slice(at, h) }.copy_from_slice(&cs[i * h..(i + 1) * h]);
+                }
+            }
+        }
+    }
+
+    /// Fewest hidden units a part of [`Units`] gets.
+    const PART_UNITS: usize = 16;
+
+    /// How many parts of its hidden units [`lstm_sequence_f32`] cuts `cell`'s layer into
+    /// ([`Units`]) for `threads` threads, `steps` row-steps in all (`Σ lengths`); 1 for the
+    /// row tasks ([`Forward`]) instead.
+    fn unit_parts(cell: SequenceCell, threads: usize, steps: usize, d: usize, h: usize) -> usize {
+        match cell {
+            SequenceCell::Lstm => {
+                let work = steps.saturating_mul((d + h) * 4 * h);
+                if threads > 1 && work >= 2 * TASK_WORK {
+                    threads.min(h / PART_UNITS).max(1)
+                } else {
+                    1
+                }
+            }
+            // Their master gates are cumulative softmaxes over the chunks of the whole row:
+            // a part of the units would need every master-gate column, so they keep the row
+            // tasks.
+            SequenceCell::OnLstm { .. }
+            | SequenceCell::FastTrees { .. }
+            | SequenceCell::ConvFastTrees { .. } => 1,
+        }
+    }
+
+    /// One part of the LSTM's hidden units for [`Units`]: its columns of `W`, `U` and `b`,
+    /// gate after gate (`[i, f, g, o]` of its units only), so that its pre-activations are
+    /// all its units' update reads.
+    struct Part {
+        units: Range<usize>,
+        /// `[d, 4·units]`.
+        w: PackedRhs,
+        /// `[h, 4·units]`.
+        u: PackedRhs,
+        /// `4·units` values.
+        bias: Vec<f32>,
+    }
+
+    impl Part {
+        /// The part of `units` of the layer with `W` `[d, 4h]`, `b` `[4h]` and `U` `[h, 4h]`.
+        fn new(
+            units: Range<usize>,
+            w: &[f32],
+            bias: &[f32],
+            u: &[f32],
+            d: usize,
+            h: usize,
+        ) -> Self {
+            let columns: Vec<usize> = (0..4)
+                .flat_map(|gate| gate * h + units.start..gate * h + units.end)
+                .collect();
+            Self {
+                w: PackedRhs::columns(w, d, 4 * h, &columns),
+                u: PackedRhs::columns(u, h, 4 * h, &columns),
+                bias: columns.iter().map(|&col| bias[col]).collect(),
+                units,
+            }
+        }
+    }
+
+    /// One step's progress in [`Units`]: parts handed out, parts finished.
+    #[derive(Default)]
+    struct Progress {
+        claimed: AtomicUsize,
+        done: AtomicUsize,
+    }
+
+    /// Sets its flag when dropped by a panic: a worker whose part panicked tells the others
+    /// to stop waiting for it.
+    struct OnUnwind<'a>(&'a AtomicBool);
+
+    impl Drop for OnUnwind<'_> {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                self.0.store(true, Ordering::Release);
+            }
+        }
+    }
+
+    /// The buffers [`Units`]' workers share: the parts' state and scratch, `h` of two steps
+    /// (the one read, the one written), the output and the saved gates.
+    struct UnitBuffers<'a> {
+        work: Disjoint<'a>,
+        h_state: Disjoint<'a>,
+        out: Disjoint<'a>,
+        saved: Disjoint<'a>,
+    }
+
+    /// The LSTM layer over a sequence, its hidden units cut into parts ([`unit_parts`]): at
+    /// every step each part computes its columns of the products for every running row and
+    /// then its units' update, which reads no other part's columns. So a step is one parallel
+    /// region ending in one wait (the next step's product reads all of `h_t`), and each part's
+    /// weights are a fraction of the layer's: with two parts each thread streams half of `W`
+    /// and `U` a step, where a row task streams all of them.
+    ///
+    /// Parts are claimed, not assigned: every worker claims the next unclaimed part of the
+    /// step, and waits for the step's parts to finish only when none is left. A part never
+    /// waits, so however few of the workers rayon starts (one, when the pool is busy), the
+    /// ones that run finish every step. Same bits as the row tasks: each element's sums run in
+    /// the same order.
+    struct Units<'a> {
+        xx: &'a [f32],
+        hh0: &'a [f32],
+        cc0: &'a [f32],
+        running: &'a Running,
+        starts: &'a [usize],
+        layout: &'a OutLayout,
+        parts: Vec<Part>,
+        progress: Vec<Progress>,
+        /// Set when a part panicked: the workers stop.
+        failed: AtomicBool,
+        /// `(t, d, h)`: steps, input width, hidden width.
+        dims: (usize, usize, usize),
+        keep_gates: bool,
+    }
+
+    impl Units<'_> {
+        /// The most units a part has.
+        fn part_units(&self) -> usize {
+            self.parts.iter().map(|p| p.units.len()).max().unwrap_or(0)
+        }
+
+        /// Scratch values one part needs for `b` rows: each row's `c`, pre-activations and
+        /// (gathered) input, and one row's activated gates and `c_{t−1}`.
+        fn part_work(&self, b: usize) -> usize {
+            let (_, d, _) = self.dims;
+            let hk = self.part_units();
+            b * (5 * hk + d) + 5 * hk
+        }
+
+        /// A worker: claims parts step after step until every step is done (or a part
+        /// panicked).
+        fn work(&self, bufs: &UnitBuffers) {
+            let (t, ..) = self.dims;
+            let parts = self.parts.len();
+            for s in 0..t {
+                if s > 0 && !self.wait(s - 1) {
+                    return;
+                }
+                let progress = &self.progress[s];
+                loop {
+                    let k = progress.claimed.fetch_add(1, Ordering::Relaxed);
+                    if k >= parts {
+                        break;
+                    }
+                    let unwind = OnUnwind(&self.failed);
+                    self.step(k, s, bufs);
+                    drop(unwind);
+                    progress.done.fetch_add(1, Ordering::Release);
+                }
+            }
+        }
+
+        /// Waits until every part of step `s` is done: false when a part panicked instead.
+        /// Spins (a part of a step is tens of microseconds or more), then yields.
+        fn wait(&self, s: usize) -> bool {
+            let parts = self.parts.len();
+            let mut spins = 0u32;
+            while self.progress[s].done.load(Ordering::Acquire) < parts {
+                if self.failed.load(Ordering::Acquire) {
+                    return false;
+                }
+                if spins < 1 << 12 {
+                    spins += 1;
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            true
+        }
+
+        /// Part `k` of step `s`: its columns of `b + x_t·W + h_{t−1}·U` for the running rows,
+        /// its units' update into `h_t`, its `c` state and the saved gates, and its units of
+        /// every row's output.
+        fn step(&self, k: usize, s: usize, bufs: &UnitBuffers) {
+            let (t, d, h) = self.dims;
+            let (layout, order) = (self.layout, &self.running.order);
+            let b = order.len();
+            let part = &self.parts[k];
+            let (u0, hk) = (part.units.start, part.units.len());
+            let (hm, pw) = (self.part_units(), 4 * part.units.len());
+            let n = self.running.at(s);
+            // SAFETY: part `k`'s share of `work`, which only the worker running part `k` of a
+            // step touches, one step after another (the waits order them).
+            let work = unsafe { bufs.work.slice(k * self.part_work(b), self.part_work(b)) };
+            let (cs, work) = work.split_at_mut(b * hm);
+            let (pre, work) = work.split_at_mut(b * 4 * hm);
+            let (xs, work) = work.split_at_mut(b * d);
+            let (act, c_prev) = work.split_at_mut(4 * hm);
+            let (cs, act, c_prev) = (&mut cs[..b * hk], &mut act[..pw], &mut c_prev[..hk]);
+            if s == 0 {
+                for (i, &r) in order.iter().enumerate() {
+                    cs[i * hk..(i + 1) * hk]
+                        .copy_from_slice(&self.cc0[r * h + u0..r * h + u0 + hk]);
+                }
+            }
+            let (read, write) = ((s % 2) * b * h, ((s + 1) % 2) * b * h);
+            if n > 0 {
+                let in_place = order.windows(2).all(|w| w[1] == w[0] + 1);
+                let (x_rows, x_strides): (&[f32], _) = if in_place {
+                    (&self.xx[(order[0] * t + s) * d..], (t * d, 1))
+                } else {
+                    Running::gather(&order[..n], s, t, d, self.xx, xs);
+                    (xs, (d, 1))
+                };
+                let pre = &mut pre[..n * pw];
+                part.w
+                    .product_from(false, n, pre, pw, Start::Row(&part.bias), x_rows, x_strides);
+                // SAFETY: `h_{t−1}`, which no part writes during step `s`.
+                let h_prev = unsafe { bufs.h_state.read(read, n * h) };
+                part.u.product_on(false, n, pre, pw, true, h_prev, (h, 1));
+            }
+            for i in 0..n {
+                let c = &mut cs[i * hk..(i + 1) * hk];
+                c_prev.copy_from_slice(c);
+                // SAFETY: this part's units of row `i` of `h_t`: no other part writes them,
+                // and no part reads `h_t` before every part of step `s` is done.
+                let h_out = unsafe { bufs.h_state.slice(write + i * h + u0, hk) };
+                cpu::lstm_step(&pre[i * pw..(i + 1) * pw], c_prev, hk, act, h_out, c);
+                if self.keep_gates {
+                    // The saved row holds `[i, f, g, o]` of every unit, then `c`.
+                    let at = (self.starts[s] + i) * 5 * h;
+                    for (gate, values) in act.chunks_exact(hk).enumerate() {
+                        // SAFETY: this part's units of step `s`'s saved row `i`.
+                        unsafe { bufs.saved.slice(at + gate * h + u0, hk) }.copy_from_slice(values);
+                    }
+                    unsafe { bufs.saved.slice(at + 4 * h + u0, hk) }.copy_from_slice(c);
+                }
+            }
+            // This part's units of every row's output, ended rows included (they keep their
+            // last state).
+            for (i, &r) in order.iter().enumerate() {
+                // SAFETY: this part's units of example `r`'s places in the output (and of
+                // `h_t`, written above), which no other part touches.
+                let dst = unsafe { bufs.out.slice(layout.h_at(r, s) + u0, hk) };
+                let src = if i < n {
+                    unsafe { bufs.h_state.read(write + i * h + u0, hk) }
+                } else if s == 0 {
+                    &self.hh0[r * h + u0..r * h + u0 + hk]
+                } else {
+                    unsafe { bufs.out.read(layout.h_at(r, s - 1) + u0, hk) }
+                };
+                dst.copy_from_slice(src);
+                let c = &cs[i * hk..(i + 1) * hk];
+                if let Some(at) = layout.c_at(r, s) {
+                    unsafe { bufs.out.slice(at + u0, hk) }.copy_from_slice(c);
+                }
+                if s + 1 == t {
+                    if let Some(at) = layout.c_last_at(r) {
+                        unsafe { bufs.out.slice(at + u0, hk) }.copy_from_slice(c);
+                    }
                 }
             }
         }

@@ -525,62 +525,121 @@ fn empty_sequences_give_the_initial_state() {
     check::<Autodiff<Flex>>();
 }
 
-/// With enough rows the forward runs one task per thread over its own rows for the whole
-/// sequence, and with one thread (or few rows) one task over every row: the output, and on
-/// `Autodiff` the output of the forward that keeps the gates, are the same bits either way,
-/// and the gradients agree. 64 ragged rows (zeros and ties included) so the cut falls between
-/// rows of different lengths.
+/// With enough work the forward splits across threads: the LSTM by its hidden units (two or
+/// three parts, one wait per step), the ordered cells by rows (one task per thread over its
+/// own rows for the whole sequence); with one thread, one task over every row. The output, and
+/// on `Autodiff` the output of the forward that keeps the gates, are the same bits every way,
+/// and the gradients (read from the saved gates, which the LSTM's parts write unit range by
+/// unit range) agree. 64 ragged rows (zeros and ties included) so the row cut falls between
+/// rows of different lengths and the LSTM's parts gather their inputs, and 64 rows of one
+/// length, whose inputs are read in place.
 #[test]
-fn row_tasks_give_the_bits_of_one_task() {
+fn parallel_tasks_give_the_bits_of_one_task() {
     let (b, t, h) = (64, 10, 48);
-    let lengths: Vec<usize> = (0..b).map(|r| (r * 7 + 3) % (t + 1)).collect();
+    let ragged: Vec<usize> = (0..b).map(|r| (r * 7 + 3) % (t + 1)).collect();
     let pool = |threads: usize| {
         rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build()
             .expect("a local pool")
     };
-    for cell in cells(h) {
-        for &every_c in layouts(cell) {
-            let context = format!("{cell:?} every_c {every_c}");
-            let run = |threads: usize| {
-                pool(threads).install(|| {
-                    let out = to_vec(lstm(
-                        lstm_inputs::<Flex>(b, t, h, cell),
-                        &lengths,
-                        cell,
-                        true,
-                        every_c,
-                    ));
-                    let tracked =
-                        lstm_inputs::<Autodiff<Flex>>(b, t, h, cell).map(|x| x.require_grad());
-                    let kept = lstm(tracked, &lengths, cell, true, every_c);
-                    (out, to_vec(kept))
-                })
-            };
-            let (one, one_kept) = run(1);
-            let (two, two_kept) = run(2);
-            assert_eq!(one, two, "evaluation, {context}");
-            assert_eq!(
-                one_kept, two_kept,
-                "the forward that keeps the gates, {context}"
-            );
-            assert_eq!(
-                one, one_kept,
-                "keeping the gates changed the output, {context}"
-            );
-            let grads = |threads| {
-                pool(threads).install(|| {
-                    lstm_grads::<Autodiff<Flex>>(true, b, t, h, &lengths, cell, every_c)
-                })
-            };
-            let (g1, g2) = (grads(1), grads(2));
-            for (name, (a, b)) in ["d x", "d w", "d b", "d u", "d h0", "d c0"]
-                .iter()
-                .zip(g1.iter().zip(&g2))
-            {
-                assert_close(a, b, 1e-5, &format!("{name}, {context}"));
+    for lengths in [ragged, vec![t; b]] {
+        for cell in cells(h) {
+            for &every_c in layouts(cell) {
+                let context = format!("{cell:?} every_c {every_c}, lengths {lengths:?}");
+                let run = |threads: usize| {
+                    pool(threads).install(|| {
+                        let out = to_vec(lstm(
+                            lstm_inputs::<Flex>(b, t, h, cell),
+                            &lengths,
+                            cell,
+                            true,
+                            every_c,
+                        ));
+                        let tracked =
+                            lstm_inputs::<Autodiff<Flex>>(b, t, h, cell).map(|x| x.require_grad());
+                        let kept = lstm(tracked, &lengths, cell, true, every_c);
+                        (out, to_vec(kept))
+                    })
+                };
+                let (one, one_kept) = run(1);
+                assert_eq!(
+                    one, one_kept,
+                    "keeping the gates changed the output, {context}"
+                );
+                let grads = |threads| {
+                    pool(threads).install(|| {
+                        lstm_grads::<Autodiff<Flex>>(true, b, t, h, &lengths, cell, every_c)
+                    })
+                };
+                let g1 = grads(1);
+                for threads in [2, 3] {
+                    let (many, many_kept) = run(threads);
+                    assert_eq!(one, many, "evaluation, {threads} threads, {context}");
+                    assert_eq!(
+                        one_kept, many_kept,
+                        "the forward that keeps the gates, {threads} threads, {context}"
+                    );
+                    let g = grads(threads);
+                    for (name, (a, b)) in ["d x", "d w", "d b", "d u", "d h0", "d c0"]
+                        .iter()
+                        .zip(g1.iter().zip(&g))
+                    {
+                        assert_close(a, b, 1e-5, &format!("{name}, {threads} threads, {context}"));
+                    }
+                }
             }
         }
     }
+}
+
+/// The LSTM's parts are claimed, not assigned: with the pool's other thread busy for the
+/// whole call, the one worker that runs computes every part of every step, and the output is
+/// the one-thread output (an op that waited for a second worker would never return).
+#[test]
+fn lstm_parts_finish_when_only_one_worker_runs() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (b, t, h) = (64, 10, 48);
+    let cell = SequenceCell::Lstm;
+    let lengths = vec![t; b];
+    let pool = |threads: usize| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("a local pool")
+    };
+    let run = move || {
+        to_vec(lstm(
+            lstm_inputs::<Flex>(b, t, h, cell),
+            &lengths,
+            cell,
+            true,
+            false,
+        ))
+    };
+    let want = pool(1).install(run.clone());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let busy = AtomicBool::new(true);
+        let got = pool(2).install(|| {
+            let (got, ()) = rayon::join(
+                || {
+                    let got = run();
+                    busy.store(false, Ordering::Release);
+                    got
+                },
+                || {
+                    while busy.load(Ordering::Acquire) {
+                        std::hint::spin_loop();
+                    }
+                },
+            );
+            got
+        });
+        tx.send(got).expect("the test waits for the output");
+    });
+    let got = rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("the op returned with the pool's other thread busy");
+    assert_eq!(want, got);
 }
