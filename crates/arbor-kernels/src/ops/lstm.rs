@@ -1555,22 +1555,25 @@ pub(crate) mod host {
         } else {
             1
         };
+        let seq = Sequence {
+            xx: &xx,
+            hh0: &hh0,
+            cc0: &cc0,
+            running: &running,
+            starts: &starts,
+            layout: &layout,
+            dims: (t, d, h),
+            keep_gates,
+        };
         let parts = unit_parts(cell, threads, starts[t], d, h);
         if parts > 1 {
             let units = Units {
-                xx: &xx,
-                hh0: &hh0,
-                cc0: &cc0,
-                running: &running,
-                starts: &starts,
-                layout: &layout,
+                seq,
                 parts: (0..parts)
                     .map(|k| Part::new(k * h / parts..(k + 1) * h / parts, &ww, &bb, &uu, d, h))
                     .collect(),
                 progress: (0..t).map(|_| Progress::default()).collect(),
                 failed: AtomicBool::new(false),
-                dims: (t, d, h),
-                keep_gates,
             };
             // Every part's state and scratch allocated here, on the calling thread (as for
             // the row tasks, below).
@@ -1595,20 +1598,13 @@ pub(crate) mod host {
             return Some((T::from_f32(out, Shape::new(shape)), saved));
         }
         let task = Forward {
-            xx: &xx,
+            seq,
             gg: gg.as_deref(),
             bb: &bb,
-            hh0: &hh0,
-            cc0: &cc0,
-            running: &running,
-            starts: &starts,
-            layout: &layout,
             // `W` writes `pre`'s columns after the given ones.
             w_packed: PackedRhs::new(&ww, d, wd - given, (wd - given, 1)),
             u_packed: PackedRhs::new(&uu, h, uw, (uw, 1)),
             cell,
-            dims: (t, d, h),
-            keep_gates,
         };
         let tasks = running.tasks(threads, TASK_ROWS, (d + h) * wd);
         let split_steps = tasks.len() == 1 && par::parallel();
@@ -1626,22 +1622,29 @@ pub(crate) mod host {
         Some((T::from_f32(out, Shape::new(shape)), saved))
     }
 
-    /// What every row task of [`lstm_sequence_f32`] reads.
-    struct Forward<'a> {
+    /// What both ways of running the layer ([`Forward`]'s row tasks, [`Units`]' parts) read:
+    /// the input, the initial state, the running order and where the outputs go.
+    struct Sequence<'a> {
         xx: &'a [f32],
-        gg: Option<&'a [f32]>,
-        bb: &'a [f32],
         hh0: &'a [f32],
         cc0: &'a [f32],
         running: &'a Running,
+        /// [`Running::step_starts`]: each step's first saved row.
         starts: &'a [usize],
         layout: &'a OutLayout,
-        w_packed: PackedRhs,
-        u_packed: PackedRhs,
-        cell: SequenceCell,
         /// `(t, d, h)`: steps, input width, hidden width.
         dims: (usize, usize, usize),
         keep_gates: bool,
+    }
+
+    /// What every row task of [`lstm_sequence_f32`] reads.
+    struct Forward<'a> {
+        seq: Sequence<'a>,
+        gg: Option<&'a [f32]>,
+        bb: &'a [f32],
+        w_packed: PackedRhs,
+        u_packed: PackedRhs,
+        cell: SequenceCell,
     }
 
     impl Forward<'_> {
@@ -1662,15 +1665,16 @@ pub(crate) mod host {
             out: &Disjoint,
             saved: &Disjoint,
         ) {
-            let (t, d, h) = self.dims;
-            let (cell, keep_gates, layout) = (self.cell, self.keep_gates, self.layout);
+            let (t, d, h) = self.seq.dims;
+            let (cell, keep_gates, layout) = (self.cell, self.seq.keep_gates, self.seq.layout);
             let (wd, uw, given) = (cell.width(h), cell.u_width(h), cell.given());
             let sw = wd + h;
-            let order = &self.running.order[rows.clone()];
+            let order = &self.seq.running.order[rows.clone()];
             let m = order.len();
             // This task's rows running step `s`: a prefix of its range, as the running rows
             // are a prefix of the order.
-            let running_at = |s: usize| self.running.at(s).clamp(rows.start, rows.end) - rows.start;
+            let running_at =
+                |s: usize| self.seq.running.at(s).clamp(rows.start, rows.end) - rows.start;
             let per_row = Self::row_work(d, h, wd);
             // SAFETY: this task's rows' share of `work`, which no other task's range reaches.
             let work = unsafe { work.slice(rows.start * per_row, m * per_row) };
@@ -1680,8 +1684,8 @@ pub(crate) mod host {
             let (xs, pre) = work.split_at_mut(m * d);
             // The state in the running order.
             for (i, &r) in order.iter().enumerate() {
-                hs[i * h..(i + 1) * h].copy_from_slice(&self.hh0[r * h..(r + 1) * h]);
-                cs[i * h..(i + 1) * h].copy_from_slice(&self.cc0[r * h..(r + 1) * h]);
+                hs[i * h..(i + 1) * h].copy_from_slice(&self.seq.hh0[r * h..(r + 1) * h]);
+                cs[i * h..(i + 1) * h].copy_from_slice(&self.seq.cc0[r * h..(r + 1) * h]);
             }
             // Row `i`'s given pre-activations (`ConvFastTrees`' master gates) before the
             // products of step `s`, which write the columns after them.
@@ -1701,9 +1705,9 @@ pub(crate) mod host {
                 let n = running_at(s);
                 let n_next = if s + 1 < t { running_at(s + 1) } else { 0 };
                 let (x_rows, x_strides): (&[f32], _) = match order.first() {
-                    Some(&first) if in_place => (&self.xx[(first * t + s) * d..], (t * d, 1)),
+                    Some(&first) if in_place => (&self.seq.xx[(first * t + s) * d..], (t * d, 1)),
                     _ => {
-                        Running::gather(&order[..n], s, t, d, self.xx, xs);
+                        Running::gather(&order[..n], s, t, d, self.seq.xx, xs);
                         (xs, (d, 1))
                     }
                 };
@@ -1721,7 +1725,7 @@ pub(crate) mod host {
                 let (acts, aw): (&mut [f32], usize) = if keep_gates && n > 0 {
                     // SAFETY: step `s`'s saved rows of this task's running rows, which no
                     // other task's range reaches.
-                    let at = (self.starts[s] + rows.start) * sw;
+                    let at = (self.seq.starts[s] + rows.start) * sw;
                     (unsafe { saved.slice(at, n * sw) }, sw)
                 } else {
                     (&mut [], 0)
@@ -1902,19 +1906,11 @@ pub(crate) mod host {
     /// ones that run finish every step. Same bits as the row tasks: each element's sums run in
     /// the same order.
     struct Units<'a> {
-        xx: &'a [f32],
-        hh0: &'a [f32],
-        cc0: &'a [f32],
-        running: &'a Running,
-        starts: &'a [usize],
-        layout: &'a OutLayout,
+        seq: Sequence<'a>,
         parts: Vec<Part>,
         progress: Vec<Progress>,
         /// Set when a part panicked: the workers stop.
         failed: AtomicBool,
-        /// `(t, d, h)`: steps, input width, hidden width.
-        dims: (usize, usize, usize),
-        keep_gates: bool,
     }
 
     impl Units<'_> {
@@ -1926,7 +1922,7 @@ pub(crate) mod host {
         /// Scratch values one part needs for `b` rows: each row's `c`, pre-activations and
         /// (gathered) input, and one row's activated gates and `c_{t−1}`.
         fn part_work(&self, b: usize) -> usize {
-            let (_, d, _) = self.dims;
+            let (_, d, _) = self.seq.dims;
             let hk = self.part_units();
             b * (5 * hk + d) + 5 * hk
         }
@@ -1934,7 +1930,7 @@ pub(crate) mod host {
         /// A worker: claims parts step after step until every step is done (or a part
         /// panicked).
         fn work(&self, bufs: &UnitBuffers) {
-            let (t, ..) = self.dims;
+            let (t, ..) = self.seq.dims;
             let parts = self.parts.len();
             for s in 0..t {
                 if s > 0 && !self.wait(s - 1) {
@@ -1977,13 +1973,13 @@ pub(crate) mod host {
         /// its units' update into `h_t`, its `c` state and the saved gates, and its units of
         /// every row's output.
         fn step(&self, k: usize, s: usize, bufs: &UnitBuffers) {
-            let (t, d, h) = self.dims;
-            let (layout, order) = (self.layout, &self.running.order);
+            let (t, d, h) = self.seq.dims;
+            let (layout, order) = (self.seq.layout, &self.seq.running.order);
             let b = order.len();
             let part = &self.parts[k];
             let (u0, hk) = (part.units.start, part.units.len());
             let (hm, pw) = (self.part_units(), 4 * part.units.len());
-            let n = self.running.at(s);
+            let n = self.seq.running.at(s);
             // SAFETY: part `k`'s share of `work`, which only the worker running part `k` of a
             // step touches, one step after another (the waits order them).
             let work = unsafe { bufs.work.slice(k * self.part_work(b), self.part_work(b)) };
@@ -1995,16 +1991,16 @@ pub(crate) mod host {
             if s == 0 {
                 for (i, &r) in order.iter().enumerate() {
                     cs[i * hk..(i + 1) * hk]
-                        .copy_from_slice(&self.cc0[r * h + u0..r * h + u0 + hk]);
+                        .copy_from_slice(&self.seq.cc0[r * h + u0..r * h + u0 + hk]);
                 }
             }
             let (read, write) = ((s % 2) * b * h, ((s + 1) % 2) * b * h);
             if n > 0 {
                 let in_place = order.windows(2).all(|w| w[1] == w[0] + 1);
                 let (x_rows, x_strides): (&[f32], _) = if in_place {
-                    (&self.xx[(order[0] * t + s) * d..], (t * d, 1))
+                    (&self.seq.xx[(order[0] * t + s) * d..], (t * d, 1))
                 } else {
-                    Running::gather(&order[..n], s, t, d, self.xx, xs);
+                    Running::gather(&order[..n], s, t, d, self.seq.xx, xs);
                     (xs, (d, 1))
                 };
                 let pre = &mut pre[..n * pw];
@@ -2021,9 +2017,9 @@ pub(crate) mod host {
                 // and no part reads `h_t` before every part of step `s` is done.
                 let h_out = unsafe { bufs.h_state.slice(write + i * h + u0, hk) };
                 cpu::lstm_step(&pre[i * pw..(i + 1) * pw], c_prev, hk, act, h_out, c);
-                if self.keep_gates {
+                if self.seq.keep_gates {
                     // The saved row holds `[i, f, g, o]` of every unit, then `c`.
-                    let at = (self.starts[s] + i) * 5 * h;
+                    let at = (self.seq.starts[s] + i) * 5 * h;
                     for (gate, values) in act.chunks_exact(hk).enumerate() {
                         // SAFETY: this part's units of step `s`'s saved row `i`.
                         unsafe { bufs.saved.slice(at + gate * h + u0, hk) }.copy_from_slice(values);
@@ -2040,7 +2036,7 @@ pub(crate) mod host {
                 let src = if i < n {
                     unsafe { bufs.h_state.read(write + i * h + u0, hk) }
                 } else if s == 0 {
-                    &self.hh0[r * h + u0..r * h + u0 + hk]
+                    &self.seq.hh0[r * h + u0..r * h + u0 + hk]
                 } else {
                     unsafe { bufs.out.read(layout.h_at(r, s - 1) + u0, hk) }
                 };
