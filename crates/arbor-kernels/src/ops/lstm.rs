@@ -1574,6 +1574,7 @@ pub(crate) mod host {
                     .collect(),
                 progress: (0..t).map(|_| Progress::default()).collect(),
                 failed: AtomicBool::new(false),
+                in_place: Sequence::consecutive(&running.order),
             };
             // Every part's state and scratch allocated here, on the calling thread (as for
             // the row tasks, below).
@@ -1637,6 +1638,34 @@ pub(crate) mod host {
         keep_gates: bool,
     }
 
+    impl Sequence<'_> {
+        /// Whether the examples `order` are consecutive, so that their rows of `x` at one step
+        /// are a constant stride apart and [`Sequence::inputs`] reads them in place.
+        fn consecutive(order: &[usize]) -> bool {
+            order.windows(2).all(|w| w[1] == w[0] + 1)
+        }
+
+        /// Step `s`'s input rows of the first `n` examples of `order` and their strides: read
+        /// in place when the examples are `consecutive`, else gathered into `xs`.
+        fn inputs<'b>(
+            &'b self,
+            order: &[usize],
+            consecutive: bool,
+            s: usize,
+            n: usize,
+            xs: &'b mut [f32],
+        ) -> (&'b [f32], (usize, usize)) {
+            let (t, d, _) = self.dims;
+            match order.first() {
+                Some(&first) if consecutive => (&self.xx[(first * t + s) * d..], (t * d, 1)),
+                _ => {
+                    Running::gather(&order[..n], s, t, d, self.xx, xs);
+                    (xs, (d, 1))
+                }
+            }
+        }
+    }
+
     /// What every row task of [`lstm_sequence_f32`] reads.
     struct Forward<'a> {
         seq: Sequence<'a>,
@@ -1697,20 +1726,14 @@ pub(crate) mod host {
             };
             // The task's examples are consecutive (`x`'s rows of one step a constant stride
             // apart), so the input product reads them in place instead of gathering them.
-            let in_place = order.windows(2).all(|w| w[1] == w[0] + 1);
+            let in_place = Sequence::consecutive(order);
             for (i, row) in pre[..running_at(0) * wd].chunks_exact_mut(wd).enumerate() {
                 prefill(row, i, 0);
             }
             for s in 0..t {
                 let n = running_at(s);
                 let n_next = if s + 1 < t { running_at(s + 1) } else { 0 };
-                let (x_rows, x_strides): (&[f32], _) = match order.first() {
-                    Some(&first) if in_place => (&self.seq.xx[(first * t + s) * d..], (t * d, 1)),
-                    _ => {
-                        Running::gather(&order[..n], s, t, d, self.seq.xx, xs);
-                        (xs, (d, 1))
-                    }
-                };
+                let (x_rows, x_strides) = self.seq.inputs(order, in_place, s, n, xs);
                 let w_pre = &mut pre[given..];
                 let bias = Start::Row(self.bb);
                 self.w_packed
@@ -1911,6 +1934,8 @@ pub(crate) mod host {
         progress: Vec<Progress>,
         /// Set when a part panicked: the workers stop.
         failed: AtomicBool,
+        /// [`Sequence::consecutive`] of the whole running order.
+        in_place: bool,
     }
 
     impl Units<'_> {
@@ -1980,9 +2005,10 @@ pub(crate) mod host {
             let (u0, hk) = (part.units.start, part.units.len());
             let (hm, pw) = (self.part_units(), 4 * part.units.len());
             let n = self.seq.running.at(s);
+            let per_part = self.part_work(b);
             // SAFETY: part `k`'s share of `work`, which only the worker running part `k` of a
             // step touches, one step after another (the waits order them).
-            let work = unsafe { bufs.work.slice(k * self.part_work(b), self.part_work(b)) };
+            let work = unsafe { bufs.work.slice(k * per_part, per_part) };
             let (cs, work) = work.split_at_mut(b * hm);
             let (pre, work) = work.split_at_mut(b * 4 * hm);
             let (xs, work) = work.split_at_mut(b * d);
@@ -1996,13 +2022,7 @@ pub(crate) mod host {
             }
             let (read, write) = ((s % 2) * b * h, ((s + 1) % 2) * b * h);
             if n > 0 {
-                let in_place = order.windows(2).all(|w| w[1] == w[0] + 1);
-                let (x_rows, x_strides): (&[f32], _) = if in_place {
-                    (&self.seq.xx[(order[0] * t + s) * d..], (t * d, 1))
-                } else {
-                    Running::gather(&order[..n], s, t, d, self.seq.xx, xs);
-                    (xs, (d, 1))
-                };
+                let (x_rows, x_strides) = self.seq.inputs(order, self.in_place, s, n, xs);
                 let pre = &mut pre[..n * pw];
                 part.w
                     .product_from(false, n, pre, pw, Start::Row(&part.bias), x_rows, x_strides);

@@ -525,6 +525,14 @@ fn empty_sequences_give_the_initial_state() {
     check::<Autodiff<Flex>>();
 }
 
+/// A rayon pool of `threads` threads, for the tests that compare thread counts.
+fn pool(threads: usize) -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("a local pool")
+}
+
 /// With enough work the forward splits across threads: the LSTM by its hidden units (two or
 /// three parts, one wait per step), the ordered cells by rows (one task per thread over its
 /// own rows for the whole sequence); with one thread, one task over every row. The output, and
@@ -537,12 +545,6 @@ fn empty_sequences_give_the_initial_state() {
 fn parallel_tasks_give_the_bits_of_one_task() {
     let (b, t, h) = (64, 10, 48);
     let ragged: Vec<usize> = (0..b).map(|r| (r * 7 + 3) % (t + 1)).collect();
-    let pool = |threads: usize| {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .expect("a local pool")
-    };
     for lengths in [ragged, vec![t; b]] {
         for cell in cells(h) {
             for &every_c in layouts(cell) {
@@ -602,12 +604,6 @@ fn lstm_parts_finish_when_only_one_worker_runs() {
     let (b, t, h) = (64, 10, 48);
     let cell = SequenceCell::Lstm;
     let lengths = vec![t; b];
-    let pool = |threads: usize| {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .expect("a local pool")
-    };
     let run = move || {
         to_vec(lstm(
             lstm_inputs::<Flex>(b, t, h, cell),
