@@ -126,8 +126,13 @@ impl PackedRhs {
                 c += len;
             }
             // The panel is `k` rows of `NR` values, written in order.
-            for (kk, out) in data.chunks_exact_mut(NR).enumerate() {
+            for (kk, out) in data.as_chunks_mut::<NR>().0.iter_mut().enumerate() {
                 let row = &rhs[kk * rs..];
+                if let [(0, col, NR)] = runs[..] {
+                    // A whole panel in one run: a copy of known length (no `memmove` call).
+                    out.copy_from_slice(&row[col..col + NR]);
+                    continue;
+                }
                 for &(at, col, len) in &runs {
                     out[at..at + len].copy_from_slice(&row[col..col + len]);
                 }
