@@ -546,7 +546,10 @@ fn the_transition_classifier_reads_h_or_h_and_c() {
     let (flat, _) = loss(Tensor::zeros([dt, 2], &dev::<Ad>()));
     assert!((flat - std::f64::consts::LN_2).abs() < 1e-6, "{flat}");
     let (value, g) = loss(tensor::<Ad, 2>([dt, 2], 3.0, 9));
-    assert!((value - flat).abs() > 1e-3, "the loss ignores c: {value}");
+    // A loss that ignored c would equal `flat` to the bit. How far it moves depends on the
+    // tracker's c, whose weights come from the shared generator: 2.7·10⁻⁴ in one CI run, which
+    // an earlier bound of 10⁻³ failed.
+    assert!((value - flat).abs() > 1e-5, "the loss ignores c: {value}");
     assert!(
         g.iter().any(|v| v.abs() > 0.0),
         "no gradient reaches the c rows"
