@@ -11,7 +11,7 @@ use arbor_encoders::{
     ClassifierInput, Decisions, EncoderInput, SentenceEncoder, Spinn, SpinnConfig, SpinnError,
     SpinnVariant,
 };
-use burn::module::Param;
+use burn::module::{Param, Reinitializer};
 use burn::prelude::*;
 use burn::tensor::TensorData;
 use common::*;
@@ -524,9 +524,12 @@ fn the_transition_classifier_reads_h_or_h_and_c() {
     let lengths = [3usize, 5, 2];
     let trees = random_trees(&lengths, 7);
     let x = padded_batch::<Ad>(&lengths, 5, d_in, 8);
-    // One model for both losses (its other weights come from the backends' global generator,
-    // which the tests of this binary share while running in parallel).
-    let base = build(Some(ClassifierInput::HiddenCell));
+    // One model for both losses, its weights drawn from a generator of its own (Burn's
+    // `Reinitializer`): the backends' global one is shared by the tests of this binary running
+    // in parallel, so the tracker's c, and how far it moves the loss, would vary between runs.
+    let base = Reinitializer::new()
+        .random_float(11, -0.5, 0.5)
+        .apply(build(Some(ClassifierInput::HiddenCell)));
     let loss = |c_rows: Tensor<Ad, 2>| {
         let mut m = base.clone();
         let c = m.classifier.as_mut().unwrap();
@@ -546,10 +549,11 @@ fn the_transition_classifier_reads_h_or_h_and_c() {
     let (flat, _) = loss(Tensor::zeros([dt, 2], &dev::<Ad>()));
     assert!((flat - std::f64::consts::LN_2).abs() < 1e-6, "{flat}");
     let (value, g) = loss(tensor::<Ad, 2>([dt, 2], 3.0, 9));
-    // A loss that ignored c would equal `flat` to the bit. How far it moves depends on the
-    // tracker's c, whose weights come from the shared generator: 2.7·10⁻⁴ in one CI run, which
-    // an earlier bound of 10⁻³ failed.
-    assert!((value - flat).abs() > 1e-5, "the loss ignores c: {value}");
+    // A loss that ignored c would equal `flat` to the bit.
+    assert!(
+        (value - flat).abs() > 1e-3,
+        "the loss ignores c: {value} against {flat}"
+    );
     assert!(
         g.iter().any(|v| v.abs() > 0.0),
         "no gradient reaches the c rows"

@@ -56,28 +56,21 @@ impl PackedRhs {
                 "PackedRhs: rhs too short"
             );
         }
-        let panels = n.div_ceil(NR);
-        let mut data = vec![0f32; panels * k * NR];
+        let mut packed = Self::zeros(k, n);
         if cs == 1 {
-            // Rows contiguous: copy each row's panel-wide pieces.
-            for kk in 0..k {
-                let row = &rhs[kk * rs..kk * rs + n];
-                for (j, piece) in row.chunks(NR).enumerate() {
-                    let at = (j * k + kk) * NR;
-                    data[at..at + piece.len()].copy_from_slice(piece);
-                }
-            }
+            // Rows contiguous: every column, as one run per panel.
+            packed.pack_columns(rhs, rs, &(0..n).collect::<Vec<_>>());
         } else {
             // Columns contiguous (a transposed matrix) or any other strides: walk each column
             // down, so the reads are sequential when `rs` is 1.
             for col in 0..n {
                 let (j, c) = (col / NR, col % NR);
                 for kk in 0..k {
-                    data[(j * k + kk) * NR + c] = rhs[kk * rs + col * cs];
+                    packed.data[(j * k + kk) * NR + c] = rhs[kk * rs + col * cs];
                 }
             }
         }
-        Self { k, n, data }
+        packed
     }
 
     /// A `k × n` right-hand side of zeros, to be filled by [`PackedRhs::pack_columns`]: the

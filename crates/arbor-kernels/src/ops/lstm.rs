@@ -1872,33 +1872,30 @@ pub(crate) mod host {
         u: PackedRhs,
         /// `4·units` values.
         bias: Vec<f32>,
+        /// The layer's columns the part computes: its units of each gate, gate after gate.
+        columns: Vec<usize>,
     }
 
     impl Part {
         /// The part of `units` of the layer with `b` `[4h]`, its weights allocated (zeros)
         /// for [`Part::pack`]: on the calling thread, like the op's other buffers.
         fn new(units: Range<usize>, bias: &[f32], d: usize, h: usize) -> Self {
-            let columns = Self::columns(&units, h);
+            let columns: Vec<usize> = (0..4)
+                .flat_map(|gate| gate * h + units.start..gate * h + units.end)
+                .collect();
             Self {
                 w: PackedRhs::zeros(d, columns.len()),
                 u: PackedRhs::zeros(h, columns.len()),
                 bias: columns.iter().map(|&col| bias[col]).collect(),
+                columns,
                 units,
             }
         }
 
-        /// The layer's columns this part computes: its units of each gate, gate after gate.
-        fn columns(units: &Range<usize>, h: usize) -> Vec<usize> {
-            (0..4)
-                .flat_map(|gate| gate * h + units.start..gate * h + units.end)
-                .collect()
-        }
-
         /// Packs the part's columns of `W` `[d, 4h]` and `U` `[h, 4h]`.
         fn pack(&mut self, w: &[f32], u: &[f32], h: usize) {
-            let columns = Self::columns(&self.units, h);
-            self.w.pack_columns(w, 4 * h, &columns);
-            self.u.pack_columns(u, 4 * h, &columns);
+            self.w.pack_columns(w, 4 * h, &self.columns);
+            self.u.pack_columns(u, 4 * h, &self.columns);
         }
     }
 
