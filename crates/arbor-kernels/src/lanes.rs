@@ -80,6 +80,22 @@ pub(crate) fn dot8(a: &[f32], b: &[f32]) -> f32 {
     sum_dot8(a, b, 0.0)
 }
 
+/// Whether every value of `x` is finite: `Σ 0·x` in eight partial sums, which is zero when
+/// they all are and NaN when one is infinite or NaN (vectorised, where `all(is_finite)` stops
+/// at each element to branch).
+#[inline(always)]
+pub(crate) fn all_finite(x: &[f32]) -> bool {
+    let mut acc = [0f32; 8];
+    let whole = x.len() / 8 * 8;
+    for c in (0..whole).step_by(8) {
+        let c = chunk(x, c);
+        for l in 0..8 {
+            acc[l] += 0.0 * c[l];
+        }
+    }
+    acc.iter().chain(&x[whole..]).all(|v| v.is_finite())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +123,21 @@ mod tests {
                     .map(|(&x, &g)| g as f64 * (x - m) as f64)
                     .sum(),
             );
+        }
+    }
+
+    #[test]
+    fn all_finite_finds_any_non_finite_value_at_any_place() {
+        for len in [0usize, 1, 7, 8, 9, 23, 64, 101] {
+            let x: Vec<f32> = (0..len).map(|i| (i as f32 * 0.37).sin() * 1e30).collect();
+            assert!(all_finite(&x), "{len}");
+            for at in 0..len {
+                for bad in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
+                    let mut y = x.clone();
+                    y[at] = bad;
+                    assert!(!all_finite(&y), "{len}: {bad} at {at}");
+                }
+            }
         }
     }
 }

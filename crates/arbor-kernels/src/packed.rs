@@ -83,6 +83,11 @@ impl PackedRhs {
         }
     }
 
+    /// Whether every value is finite (the panels' padding is zeros).
+    pub(crate) fn all_finite(&self) -> bool {
+        crate::lanes::all_finite(&self.data)
+    }
+
     /// Packs into `self` (`k × columns.len()`, from [`PackedRhs::zeros`]) the matrix whose
     /// column `j` is column `columns[j]` of the row-major `rhs` (row stride `rs`): a selection
     /// of another matrix's columns, packed without copying them out first.

@@ -1301,6 +1301,7 @@ pub(crate) mod host {
 
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+    use crate::lanes;
     use crate::packed::{PackedRhs, Start, TASK_WORK};
     use crate::par::{self, Disjoint};
 
@@ -1583,6 +1584,7 @@ pub(crate) mod host {
                 progress: (0..t).map(|_| Progress::default()).collect(),
                 failed: AtomicBool::new(false),
                 in_place: Sequence::consecutive(&running.order),
+                h0_zero: hh0.iter().all(|&v| v == 0.0),
             };
             // Every part's state and scratch allocated here, on the calling thread (as for
             // the row tasks, below).
@@ -1874,6 +1876,9 @@ pub(crate) mod host {
         bias: Vec<f32>,
         /// The layer's columns the part computes: its units of each gate, gate after gate.
         columns: Vec<usize>,
+        /// Whether the part's `U` is finite (set by [`Part::pack`]): then `0·U` is zero, and
+        /// a zero initial state's product is left out ([`Units::step`]).
+        u_finite: bool,
     }
 
     impl Part {
@@ -1889,6 +1894,7 @@ pub(crate) mod host {
                 bias: columns.iter().map(|&col| bias[col]).collect(),
                 columns,
                 units,
+                u_finite: false,
             }
         }
 
@@ -1896,6 +1902,7 @@ pub(crate) mod host {
         fn pack(&mut self, w: &[f32], u: &[f32], h: usize) {
             self.w.pack_columns(w, 4 * h, &self.columns);
             self.u.pack_columns(u, 4 * h, &self.columns);
+            self.u_finite = self.u.all_finite();
         }
     }
 
@@ -1947,6 +1954,8 @@ pub(crate) mod host {
         failed: AtomicBool,
         /// [`Sequence::consecutive`] of the whole running order.
         in_place: bool,
+        /// Whether the initial `h` is all zeros.
+        h0_zero: bool,
     }
 
     impl Units<'_> {
@@ -2037,9 +2046,14 @@ pub(crate) mod host {
                 let pre = &mut pre[..n * pw];
                 part.w
                     .product_from(false, n, pre, pw, Start::Row(&part.bias), x_rows, x_strides);
-                // SAFETY: `h_{t−1}`, which no part writes during step `s`.
-                let h_prev = unsafe { bufs.h_state.read(read, n * h) };
-                part.u.product_on(false, n, pre, pw, true, h_prev, (h, 1));
+                // A zero initial state with a finite `U` adds zeros at the first step (1/25 of
+                // the in256 LSTM's products in the bench, where `h_0` is zero); a non-finite
+                // `U` makes NaNs there, as the product would.
+                if s > 0 || !(self.h0_zero && part.u_finite) {
+                    // SAFETY: `h_{t−1}`, which no part writes during step `s`.
+                    let h_prev = unsafe { bufs.h_state.read(read, n * h) };
+                    part.u.product_on(false, n, pre, pw, true, h_prev, (h, 1));
+                }
             }
             for i in 0..n {
                 let c = &mut cs[i * hk..(i + 1) * hk];
@@ -2198,6 +2212,7 @@ pub(crate) mod host {
         // (1, wd) and (1, uw)).
         let wt_packed = PackedRhs::new(&ww, dw_cols, dw_rows, (1, dw_cols));
         let ut_packed = PackedRhs::new(&uu, uw, h, (1, uw));
+        let h0_zero = hh0.iter().all(|&v| v == 0.0);
         for s in (0..t).rev() {
             let n = running.at(s);
             // Ended rows: the gradients pass to the state before this step unchanged, plus
@@ -2314,16 +2329,20 @@ pub(crate) mod host {
                 &dp[given..],
                 (wd, 1),
             );
-            gemm_slices(
-                (h, uw, n),
-                &mut d_u,
-                uw,
-                true,
-                &h_before,
-                (1, h),
-                dp_u,
-                (wd, 1),
-            );
+            // `h_{t−1}ᵀ·δ_t` is zero at the first step from a zero initial state, unless `δ_t`
+            // is not finite (then the product's NaNs are kept).
+            if s > 0 || !h0_zero || !lanes::all_finite(dp_u) {
+                gemm_slices(
+                    (h, uw, n),
+                    &mut d_u,
+                    uw,
+                    true,
+                    &h_before,
+                    (1, h),
+                    dp_u,
+                    (wd, 1),
+                );
+            }
             for row in dp.chunks_exact(wd) {
                 for (acc, &v) in d_b.iter_mut().zip(&row[given..]) {
                     *acc += v;

@@ -639,3 +639,106 @@ fn lstm_parts_finish_when_only_one_worker_runs() {
         .expect("the op returned with the pool's other thread busy");
     assert_eq!(want, got);
 }
+
+/// From a zero initial state the LSTM's parts leave out the first step's `h_0·U` and the
+/// backward its `h_0ᵀ·δ_0` (both zero): the output is the bits of one task (which computes
+/// them), the gradients the reference's. Where those products are not zero, a non-finite `U`
+/// (forward) or `δ_0` (backward, from a NaN in the first step's output gradient), they are
+/// computed, and the NaNs fall where the reference puts them.
+#[test]
+fn a_zero_initial_state_leaves_out_the_first_products_and_keeps_their_nans() {
+    type Ad = Autodiff<Flex>;
+    let (b, t, h) = (64, 10, 48);
+    let cell = SequenceCell::Lstm;
+    // The places of the NaNs (compared as lists of indices: short messages).
+    let nans = |v: &[f64]| {
+        v.iter()
+            .enumerate()
+            .filter(|(_, x)| x.is_nan())
+            .map(|(k, _)| k)
+            .collect::<Vec<_>>()
+    };
+    let ragged: Vec<usize> = (0..b).map(|r| (r * 7 + 3) % (t + 1)).collect();
+    for lengths in [ragged, vec![t; b]] {
+        for inf_in_u in [false, true] {
+            let inputs = |xs: [Tensor<Flex, 3>; 6]| {
+                let [x, w, bias, u, h0, c0] = xs;
+                let u = if inf_in_u {
+                    u.slice_assign(
+                        [0..1, 5..6, 7..8],
+                        Tensor::full([1, 1, 1], f32::INFINITY, &Default::default()),
+                    )
+                } else {
+                    u
+                };
+                [x, w, bias, u, h0.zeros_like(), c0]
+            };
+            let context = format!("inf in U {inf_in_u}, lengths {lengths:?}");
+            let run = |threads: usize| {
+                pool(threads).install(|| {
+                    to_vec(lstm(
+                        inputs(lstm_inputs::<Flex>(b, t, h, cell)),
+                        &lengths,
+                        cell,
+                        true,
+                        false,
+                    ))
+                })
+            };
+            let one = run(1);
+            let two = run(2);
+            assert_eq!(nans(&one), nans(&two), "NaNs, {context}");
+            assert_eq!(!nans(&one).is_empty(), inf_in_u, "{context}");
+            for (x, y) in one.iter().zip(&two).filter(|(x, _)| !x.is_nan()) {
+                assert_eq!(x, y, "{context}");
+            }
+        }
+        // The backward: a NaN in the output gradient at the first step of example 0 makes
+        // `δ_0` NaN there, and `dU` NaN through `h_0ᵀ·δ_0` alone.
+        for nan_at_first in [false, true] {
+            let grads = |fused: bool| {
+                pool(2).install(|| {
+                    let xs = inputs_ad(b, t, h, cell).map(|x| x.require_grad());
+                    let mut w = to_vec(out_weights::<Ad>(b, t, h, cell, false));
+                    if nan_at_first {
+                        w[3] = f64::NAN;
+                    }
+                    let w = Tensor::<Ad, 1>::from_floats(
+                        w.iter().map(|&v| v as f32).collect::<Vec<_>>().as_slice(),
+                        &Default::default(),
+                    )
+                    .reshape([b * (t + 1), h]);
+                    let g = lstm(xs.clone(), &lengths, cell, fused, false)
+                        .mul(w)
+                        .sum()
+                        .backward();
+                    xs.iter()
+                        .map(|x| to_vec(x.grad(&g).unwrap()))
+                        .collect::<Vec<_>>()
+                })
+            };
+            let (fused, reference) = (grads(true), grads(false));
+            for (name, (a, r)) in ["d x", "d w", "d b", "d u", "d h0", "d c0"]
+                .iter()
+                .zip(fused.iter().zip(&reference))
+            {
+                let context =
+                    format!("{name}, NaN at the first step {nan_at_first}, lengths {lengths:?}");
+                assert_eq!(nans(a), nans(r), "NaNs, {context}");
+                let finite = |v: &[f64]| {
+                    v.iter()
+                        .map(|x| if x.is_nan() { 0.0 } else { *x })
+                        .collect::<Vec<_>>()
+                };
+                assert_close(&finite(a), &finite(r), 5e-5, &context);
+            }
+            assert_eq!(!nans(&fused[3]).is_empty(), nan_at_first, "d u");
+        }
+    }
+}
+
+/// [`lstm_inputs`] with a zero initial `h`, on `Autodiff<Flex>`.
+fn inputs_ad(b: usize, t: usize, h: usize, cell: SequenceCell) -> [Tensor<Autodiff<Flex>, 3>; 6] {
+    let [x, w, bias, u, h0, c0] = lstm_inputs::<Autodiff<Flex>>(b, t, h, cell);
+    [x, w, bias, u, h0.zeros_like(), c0]
+}
