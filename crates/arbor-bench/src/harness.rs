@@ -249,6 +249,44 @@ pub struct Record {
     pub ratio_vs_authors: Option<f64>,
 }
 
+impl Record {
+    /// Sets `times_ms` and everything computed from them: the median, fastest and slowest
+    /// runs, the spread, the throughput and the time per composition.
+    fn set_times(&mut self, times_ms: Vec<f64>) {
+        self.median_ms = median(&times_ms);
+        self.min_ms = times_ms.iter().copied().fold(f64::INFINITY, f64::min);
+        self.max_ms = times_ms.iter().copied().fold(0.0, f64::max);
+        self.spread_pct = 100.0 * (self.max_ms - self.min_ms) / self.median_ms;
+        self.items_per_s = self.items as f64 / (self.median_ms / 1e3);
+        self.us_per_composition = self.compositions.map(|c| self.median_ms * 1e3 / c as f64);
+        self.times_ms = times_ms;
+    }
+}
+
+/// The records of several rounds of the same workloads (`arbor-bench --rounds`) as one record
+/// per workload and mode, in the order they first appear: the timed runs of every round in
+/// order, the statistics over all of them, and the highest peak memory of any round.
+pub fn merge_rounds(records: Vec<Record>) -> Vec<Record> {
+    let mut merged: Vec<Record> = Vec::new();
+    for r in records {
+        match merged
+            .iter_mut()
+            .find(|m| m.name == r.name && m.mode == r.mode)
+        {
+            Some(m) => {
+                let mut times = std::mem::take(&mut m.times_ms);
+                times.extend(&r.times_ms);
+                m.peak_rss_bytes = m.peak_rss_bytes.max(r.peak_rss_bytes);
+                m.device_memory_bytes = m.device_memory_bytes.max(r.device_memory_bytes);
+                m.compositions = r.compositions.or(m.compositions);
+                m.set_times(times);
+            }
+            None => merged.push(r),
+        }
+    }
+    merged
+}
+
 /// The median of a non-empty slice.
 pub fn median(values: &[f64]) -> f64 {
     let mut v = values.to_vec();
@@ -323,11 +361,8 @@ pub fn measure(
             }
             times.push(once(&mut run)?.as_secs_f64() * 1e3);
         }
-        let median_ms = median(&times);
         let composed = compositions.as_ref().map(|c| c.get()).filter(|&c| c > 0);
-        let min_ms = times.iter().copied().fold(f64::INFINITY, f64::min);
-        let max_ms = times.iter().copied().fold(0.0, f64::max);
-        let record = Record {
+        let mut record = Record {
             name: name.clone(),
             group: group.clone(),
             mode,
@@ -336,22 +371,23 @@ pub fn measure(
             unit: unit.to_string(),
             run: run_info.clone(),
             warmup: settings.warmup,
-            spread_pct: 100.0 * (max_ms - min_ms) / median_ms,
-            items_per_s: items as f64 / (median_ms / 1e3),
-            times_ms: times,
-            median_ms,
-            min_ms,
-            max_ms,
+            times_ms: Vec::new(),
+            median_ms: 0.0,
+            min_ms: 0.0,
+            max_ms: 0.0,
+            spread_pct: 0.0,
+            items_per_s: 0.0,
             peak_rss_bytes: peak_rss_bytes(),
             device_memory_bytes: (probe.device_memory)(),
             sweep: sweep.clone(),
             compositions: composed,
-            us_per_composition: composed.map(|c| median_ms * 1e3 / c as f64),
+            us_per_composition: None,
             pytorch: None,
             ratio_vs_pytorch: None,
             pytorch_authors: None,
             ratio_vs_authors: None,
         };
+        record.set_times(times);
         progress(&record);
         records.push(record);
     }
@@ -391,6 +427,55 @@ mod tests {
             device_memory: Box::new(|| None),
             cleanup: Box::new(|| {}),
         }
+    }
+
+    #[test]
+    fn rounds_merge_into_one_record_per_workload_and_mode() {
+        let workload = |name: &'static str| {
+            Workload::new("t", name, serde_json::json!({}), 10, "tokens", || {
+                Box::new(|_| 1.0)
+            })
+        };
+        let settings = Settings {
+            warmup: 0,
+            min_reps: 2,
+            max_reps: 2,
+            min_time_s: 0.0,
+            slow_run_s: 10.0,
+            slow_reps: 1,
+        };
+        let info = RunInfo::collect("test", "cpu");
+        let run = |name| measure(workload(name), &settings, &probe(), &info, |_| {}).unwrap();
+        // Two rounds of `a`, one of `b`, the rounds' times and peaks set by hand.
+        let (mut a1, b, mut a2) = (run("a"), run("b"), run("a"));
+        let set = |r: &mut Record, times: Vec<f64>, peak: u64| {
+            r.set_times(times);
+            r.peak_rss_bytes = Some(peak);
+        };
+        set(&mut a1[0], vec![3.0, 1.0], 5);
+        set(&mut a1[1], vec![8.0, 8.0], 9);
+        set(&mut a2[0], vec![2.0, 10.0], 7);
+        set(&mut a2[1], vec![6.0, 4.0], 2);
+        let merged = merge_rounds([a1, b, a2].concat());
+        let names: Vec<(&str, Mode)> = merged.iter().map(|r| (r.name.as_str(), r.mode)).collect();
+        assert_eq!(
+            names,
+            [
+                ("t/a", Mode::Forward),
+                ("t/a", Mode::ForwardBackward),
+                ("t/b", Mode::Forward),
+                ("t/b", Mode::ForwardBackward)
+            ]
+        );
+        let (f, fb) = (&merged[0], &merged[1]);
+        assert_eq!(f.times_ms, [3.0, 1.0, 2.0, 10.0]);
+        assert_eq!((f.median_ms, f.min_ms, f.max_ms), (2.5, 1.0, 10.0));
+        assert_eq!(f.spread_pct, 100.0 * 9.0 / 2.5);
+        assert_eq!(f.items_per_s, 10.0 / 2.5e-3);
+        assert_eq!(f.peak_rss_bytes, Some(7));
+        assert_eq!(fb.times_ms, [8.0, 8.0, 6.0, 4.0]);
+        assert_eq!((fb.median_ms, fb.peak_rss_bytes), (7.0, Some(9)));
+        assert_eq!(merged[2].times_ms.len(), 2);
     }
 
     #[test]

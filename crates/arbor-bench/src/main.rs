@@ -10,6 +10,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
+use arbor_bench::harness;
 use arbor_bench::versus::{self, TwinSpec, Versus};
 use arbor_bench::{
     run_suite, selected, twin_workloads, workload_names, write_outputs, Mode, Probe, Record,
@@ -65,6 +66,12 @@ struct Args {
     /// fails.
     #[arg(long, value_enum)]
     versus: Option<Against>,
+    /// Measure each workload this many times, each time in a fresh child process and, with
+    /// `--versus pytorch`, each time followed by its twins, and report every workload once,
+    /// over the timed runs of all its rounds (the peak memory: the highest). On a machine whose
+    /// speed drifts, both sides of a row then sample the same minutes.
+    #[arg(long, default_value_t = 1, value_parser = at_least_one, conflicts_with = "no_isolate")]
+    rounds: usize,
     /// With `--versus pytorch`: time the twins only, not the authors' own modules
     /// (`crates/arbor-bench/pytorch/authors.py`, which imports them from the checkouts that
     /// `cargo xtask references` fetches).
@@ -249,6 +256,7 @@ fn run<B: ArborBackend>(args: &Args, device: B::Device, probe: Probe) -> Result<
         let names: Vec<String> = workload_names::<B>(&device)
             .into_iter()
             .filter(|n| selected(n, &args.filter))
+            .flat_map(|n| std::iter::repeat_n(n, args.rounds))
             .collect();
         if names.is_empty() {
             bail!(
@@ -263,7 +271,7 @@ fn run<B: ArborBackend>(args: &Args, device: B::Device, probe: Probe) -> Result<
                 t.run_for::<B>(&device, done);
             }
         })?;
-        Report::from_records(&command, settings, records)
+        Report::from_records(&command, settings, harness::merge_rounds(records))
     };
     if let Some(t) = twins {
         t.finish(args, &mut report);
@@ -403,9 +411,10 @@ impl Twins {
                     let _ = std::fs::write(&self.spec_path, text);
                 }
                 self.outcome.notes = self.failures;
+                let lines = versus::merge_rounds(std::mem::take(&mut self.lines));
                 self.outcome
                     .notes
-                    .extend(versus::attach(&mut report.records, &self.lines));
+                    .extend(versus::attach(&mut report.records, &lines));
                 let jobs = args.jobs.unwrap_or(if args.quick { 2 } else { 1 });
                 let mut why = Vec::new();
                 if args.quick {

@@ -164,6 +164,49 @@ pub fn parse_twin_output(stdout: &str) -> Result<Vec<TwinLine>> {
     Ok(out)
 }
 
+/// The twins' lines of several rounds (`arbor-bench --rounds`) as one line per workload, mode
+/// and module, in the order they first appear: the timed runs of every round in order and the
+/// statistics over all of them; of a workload's failures, the first.
+pub fn merge_rounds(lines: Vec<TwinLine>) -> Vec<TwinLine> {
+    let mut merged: Vec<TwinLine> = Vec::new();
+    for line in lines {
+        let same = merged.iter_mut().find(|m| match (&**m, &line) {
+            (
+                TwinLine::Timed { name, mode, timing },
+                TwinLine::Timed {
+                    name: n,
+                    mode: md,
+                    timing: t,
+                },
+            ) => name == n && mode == md && timing.source == t.source,
+            (
+                TwinLine::Failed { name, source, .. },
+                TwinLine::Failed {
+                    name: n, source: s, ..
+                },
+            ) => name == n && source == s,
+            _ => false,
+        });
+        match (same, line) {
+            (Some(TwinLine::Timed { timing, .. }), TwinLine::Timed { timing: t, .. })
+                if !timing.times_s.is_empty() && !t.times_s.is_empty() =>
+            {
+                // Items per run, from the first round's throughput at its median.
+                let items = timing.items_per_s * timing.median_s;
+                timing.times_s.extend(&t.times_s);
+                timing.median_s = crate::harness::median(&timing.times_s);
+                timing.min_s = timing.min_s.min(t.min_s);
+                timing.max_s = timing.max_s.max(t.max_s);
+                timing.items_per_s = items / timing.median_s;
+                timing.compositions = t.compositions.or(timing.compositions);
+            }
+            (Some(_), _) => {}
+            (None, line) => merged.push(line),
+        }
+    }
+    merged
+}
+
 /// Attaches the PyTorch timings to the matching records (same name and mode): the twin's as
 /// `pytorch` with `ratio_vs_pytorch`, the authors' module's (a line with a `source`) as
 /// `pytorch_authors` with `ratio_vs_authors`. Returns one note per record left without a twin
@@ -402,6 +445,38 @@ arbor-twin: {"name": "cells/a", "group": "cells", "mode": "forward", "items": 10
 arbor-twin: {"name": "cells/a", "mode": "forward+backward", "median_s": 0.5, "min_s": 0.5, "max_s": 0.5, "items_per_s": 20.0, "threads": 2, "torch_version": "2.15.0", "compositions": 64}
 arbor-twin: {"name": "cells/b", "error": "no PyTorch twin"}
 "#;
+
+    #[test]
+    fn rounds_merge_into_one_line_per_workload_mode_and_module() {
+        let round = |times: &str, median: f64, authors_median: f64| {
+            let authors = format!(
+                r#"arbor-twin: {{"name": "cells/a", "mode": "forward", "times_s": [{authors_median}], "median_s": {authors_median}, "min_s": {authors_median}, "max_s": {authors_median}, "items_per_s": {}, "threads": 2, "torch_version": "2.15.0", "source": "o/n@c"}}"#,
+                10.0 / authors_median
+            );
+            let text = format!(
+                "arbor-twin: {{\"name\": \"cells/a\", \"mode\": \"forward\", \"times_s\": [{times}], \"median_s\": {median}, \"min_s\": 0.1, \"max_s\": 0.4, \"items_per_s\": {}, \"threads\": 2, \"torch_version\": \"2.15.0\"}}\n{authors}\narbor-twin: {{\"name\": \"cells/b\", \"error\": \"no PyTorch twin\"}}\n",
+                10.0 / median
+            );
+            parse_twin_output(&text).unwrap()
+        };
+        let lines = [round("0.2, 0.1", 0.15, 0.5), round("0.4, 0.3", 0.35, 0.7)].concat();
+        let merged = merge_rounds(lines);
+        assert_eq!(merged.len(), 3, "{merged:?}");
+        let TwinLine::Timed { timing, .. } = &merged[0] else {
+            panic!("{:?}", merged[0])
+        };
+        assert_eq!(timing.source, None);
+        assert_eq!(timing.times_s, [0.2, 0.1, 0.4, 0.3]);
+        assert!((timing.median_s - 0.25).abs() < 1e-12);
+        assert_eq!((timing.min_s, timing.max_s), (0.1, 0.4));
+        assert!((timing.items_per_s - 10.0 / 0.25).abs() < 1e-9);
+        let TwinLine::Timed { timing, .. } = &merged[1] else {
+            panic!("{:?}", merged[1])
+        };
+        assert_eq!(timing.source.as_deref(), Some("o/n@c"));
+        assert_eq!(timing.times_s, [0.5, 0.7]);
+        assert!(matches!(&merged[2], TwinLine::Failed { name, .. } if name == "cells/b"));
+    }
 
     #[test]
     fn parses_timings_and_failures() {

@@ -132,6 +132,7 @@ fn bad_flag_values_are_refused_naming_the_flag() {
         ("--warmup", "x"),
         ("--device", "tpu"),
         ("--versus", "tensorflow"),
+        ("--rounds", "0"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_arbor-bench"))
             .args(["--quick", flag, value, "--out"])
@@ -435,4 +436,69 @@ done; done
     // The spec file left behind holds every workload asked for.
     let spec = std::fs::read_to_string(out.join(arbor_bench::versus::SPEC_FILE)).unwrap();
     assert!(spec.contains(n8) && spec.contains(n16), "{spec}");
+}
+
+/// `--rounds 2`: the workload measured twice, each time in its own child followed by its twins
+/// (a stand-in interpreter that answers 2 ms in its first run and 4 ms in its second), and
+/// reported once per mode over both rounds' runs, on each side.
+#[cfg(unix)]
+#[test]
+fn rounds_alternate_arbor_and_the_twins_and_report_each_workload_once() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let python = dir.path().join("python");
+    let script = format!(
+        r#"#!/bin/sh
+if [ "$1" = "-c" ]; then echo 9.9-fake; exit 0; fi
+spec="$3"; out=$(dirname "$spec")
+asked=$(grep -o '"name":"[^"]*"' "$spec" | cut -d'"' -f4 | tr '\n' ' ')
+runs=$(grep -o '"name": "[^"]*"' "$out/{partial}" | wc -l)
+echo "asked: $asked| arbor records: $runs" >> "{log}"
+t=$(( $(wc -l < "{log}") * 2 ))
+for n in $asked; do for m in forward forward+backward; do
+echo "arbor-twin: {{\"name\": \"$n\", \"mode\": \"$m\", \"times_s\": [0.00$t], \"median_s\": 0.00$t, \"min_s\": 0.00$t, \"max_s\": 0.00$t, \"items_per_s\": 8000, \"threads\": 1, \"torch_version\": \"9.9-fake\"}}"
+done; done
+"#,
+        partial = arbor_bench::PARTIAL_FILE,
+        log = log.display()
+    );
+    std::fs::write(&python, script).unwrap();
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = dir.path().join("out");
+    let n8 = "gumbel/length/d100-affine-n8";
+    let run = Command::new(env!("CARGO_BIN_EXE_arbor-bench"))
+        .env("ARBOR_PYTHON", &python)
+        .args([
+            "--quick", "--jobs", "1", "--rounds", "2", "--versus", "pytorch", "--filter", n8,
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        log.lines().collect::<Vec<_>>(),
+        [
+            format!("asked: {n8} | arbor records: 2"),
+            format!("asked: {n8} | arbor records: 4"),
+        ],
+        "the twins after each round's arbor runs: {log}"
+    );
+    let report: Report =
+        serde_json::from_str(&std::fs::read_to_string(out.join("bench.json")).unwrap()).unwrap();
+    assert_eq!(report.records.len(), 2, "one record per mode");
+    for r in &report.records {
+        assert_eq!(
+            r.times_ms.len(),
+            2,
+            "one timed run a round with --quick: {}",
+            r.name
+        );
+        let twin = r.pytorch.as_ref().unwrap();
+        assert_eq!(twin.times_s, [0.002, 0.004]);
+        assert!((twin.median_s - 0.003).abs() < 1e-12, "{}", twin.median_s);
+    }
 }
