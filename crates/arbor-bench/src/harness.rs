@@ -429,6 +429,18 @@ mod tests {
         }
     }
 
+    /// Two timed runs per mode, no warm-up.
+    fn two_runs() -> Settings {
+        Settings {
+            warmup: 0,
+            min_reps: 2,
+            max_reps: 2,
+            min_time_s: 0.0,
+            slow_run_s: 10.0,
+            slow_reps: 1,
+        }
+    }
+
     #[test]
     fn rounds_merge_into_one_record_per_workload_and_mode() {
         let workload = |name: &'static str| {
@@ -436,14 +448,7 @@ mod tests {
                 Box::new(|_| 1.0)
             })
         };
-        let settings = Settings {
-            warmup: 0,
-            min_reps: 2,
-            max_reps: 2,
-            min_time_s: 0.0,
-            slow_run_s: 10.0,
-            slow_reps: 1,
-        };
+        let settings = two_runs();
         let info = RunInfo::collect("test", "cpu");
         let run = |name| measure(workload(name), &settings, &probe(), &info, |_| {}).unwrap();
         // Two rounds of `a`, one of `b`, the rounds' times and peaks set by hand.
@@ -497,14 +502,7 @@ mod tests {
             },
         )
         .with_compositions(counter);
-        let settings = Settings {
-            warmup: 0,
-            min_reps: 2,
-            max_reps: 2,
-            min_time_s: 0.0,
-            slow_run_s: 10.0,
-            slow_reps: 1,
-        };
+        let settings = two_runs();
         let info = RunInfo::collect("test", "cpu");
         let records = measure(workload, &settings, &probe(), &info, |_| {}).unwrap();
         assert_eq!(records.len(), 2);

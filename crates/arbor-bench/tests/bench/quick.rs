@@ -364,46 +364,17 @@ fn versus_without_torch_is_skipped_with_a_reason() {
 #[cfg(unix)]
 #[test]
 fn versus_runs_each_workloads_twins_right_after_its_arbor_runs() {
-    use std::os::unix::fs::PermissionsExt as _;
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("log");
-    let python = dir.path().join("python");
-    let script = format!(
-        r#"#!/bin/sh
-if [ "$1" = "-c" ]; then echo 9.9-fake; exit 0; fi
-spec="$3"; out=$(dirname "$spec")
-asked=$(grep -o '"name":"[^"]*"' "$spec" | cut -d'"' -f4 | tr '\n' ' ')
-done=$(grep -o '"name": "[^"]*"' "$out/{partial}" | cut -d'"' -f4 | sort -u | tr '\n' ' ')
-reps=$(grep -o '"reps":{{[^}}]*}}' "$spec")
-echo "asked: $asked| done: $done| $reps" >> "{log}"
-for n in $asked; do for m in forward forward+backward; do
-echo "arbor-twin: {{\"name\": \"$n\", \"mode\": \"$m\", \"median_s\": 0.002, \"min_s\": 0.001, \"max_s\": 0.003, \"items_per_s\": 8000, \"threads\": 1, \"torch_version\": \"9.9-fake\"}}"
-done; done
-"#,
-        partial = arbor_bench::PARTIAL_FILE,
-        log = log.display()
-    );
-    std::fs::write(&python, script).unwrap();
-    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = dir.path().join("out");
-    let run = Command::new(env!("CARGO_BIN_EXE_arbor-bench"))
-        .env("ARBOR_PYTHON", &python)
-        .args([
-            "--quick",
-            "--jobs",
-            "1",
-            "--versus",
-            "pytorch",
+    let (dir, log) = versus_with_stand_in(
+        r#"done=$(grep -o '"name": "[^"]*"' "$out/PARTIAL" | cut -d'"' -f4 | sort -u | tr '\n' ' ')
+reps=$(grep -o '"reps":{[^}]*}' "$spec")
+echo "asked: $asked| done: $done| $reps" >> "LOG""#,
+        r#"\"median_s\": 0.002, \"min_s\": 0.001, \"max_s\": 0.003"#,
+        &[
             "--filter",
             "gumbel/length/d100-affine-n8,gumbel/length/d100-affine-n16",
-            "--out",
-        ])
-        .arg(&out)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stderr}");
-    let log = std::fs::read_to_string(&log).unwrap();
+        ],
+    );
+    let out = dir.path().join("out");
     let lines: Vec<&str> = log.lines().collect();
     let (n8, n16) = (
         "gumbel/length/d100-affine-n8",
@@ -444,41 +415,15 @@ done; done
 #[cfg(unix)]
 #[test]
 fn rounds_alternate_arbor_and_the_twins_and_report_each_workload_once() {
-    use std::os::unix::fs::PermissionsExt as _;
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("log");
-    let python = dir.path().join("python");
-    let script = format!(
-        r#"#!/bin/sh
-if [ "$1" = "-c" ]; then echo 9.9-fake; exit 0; fi
-spec="$3"; out=$(dirname "$spec")
-asked=$(grep -o '"name":"[^"]*"' "$spec" | cut -d'"' -f4 | tr '\n' ' ')
-runs=$(grep -o '"name": "[^"]*"' "$out/{partial}" | wc -l)
-echo "asked: $asked| arbor records: $runs" >> "{log}"
-t=$(( $(wc -l < "{log}") * 2 ))
-for n in $asked; do for m in forward forward+backward; do
-echo "arbor-twin: {{\"name\": \"$n\", \"mode\": \"$m\", \"times_s\": [0.00$t], \"median_s\": 0.00$t, \"min_s\": 0.00$t, \"max_s\": 0.00$t, \"items_per_s\": 8000, \"threads\": 1, \"torch_version\": \"9.9-fake\"}}"
-done; done
-"#,
-        partial = arbor_bench::PARTIAL_FILE,
-        log = log.display()
-    );
-    std::fs::write(&python, script).unwrap();
-    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = dir.path().join("out");
     let n8 = "gumbel/length/d100-affine-n8";
-    let run = Command::new(env!("CARGO_BIN_EXE_arbor-bench"))
-        .env("ARBOR_PYTHON", &python)
-        .args([
-            "--quick", "--jobs", "1", "--rounds", "2", "--versus", "pytorch", "--filter", n8,
-            "--out",
-        ])
-        .arg(&out)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stderr}");
-    let log = std::fs::read_to_string(&log).unwrap();
+    let (dir, log) = versus_with_stand_in(
+        r#"runs=$(grep -o '"name": "[^"]*"' "$out/PARTIAL" | wc -l)
+echo "asked: $asked| arbor records: $runs" >> "LOG"
+t=$(( $(wc -l < "LOG") * 2 ))"#,
+        r#"\"times_s\": [0.00$t], \"median_s\": 0.00$t, \"min_s\": 0.00$t, \"max_s\": 0.00$t"#,
+        &["--rounds", "2", "--filter", n8],
+    );
+    let out = dir.path().join("out");
     assert_eq!(
         log.lines().collect::<Vec<_>>(),
         [
@@ -501,4 +446,50 @@ done; done
         assert_eq!(twin.times_s, [0.002, 0.004]);
         assert!((twin.median_s - 0.003).abs() < 1e-12, "{}", twin.median_s);
     }
+}
+
+/// `arbor-bench --quick --jobs 1 --versus pytorch` with `args`, the Python interpreter a
+/// stand-in (a shell script) that answers `-c` (the `import torch` probe) with a fake version,
+/// and for a run of the twins sets `$spec`, `$out` (the spec's folder) and `$asked` (the
+/// workloads the spec names), runs `log_lines` (where `PARTIAL` is the partial records' file
+/// and `LOG` the log) and answers every workload asked for in both modes with `timing` (the
+/// JSON fields of the timing, `$t` and the like expanded by the shell). Returns the folder
+/// (the report in its `out`) and the log.
+#[cfg(unix)]
+fn versus_with_stand_in(
+    log_lines: &str,
+    timing: &str,
+    args: &[&str],
+) -> (tempfile::TempDir, String) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let (log, python) = (dir.path().join("log"), dir.path().join("python"));
+    let log_lines = log_lines
+        .replace("PARTIAL", arbor_bench::PARTIAL_FILE)
+        .replace("LOG", &log.display().to_string());
+    let script = format!(
+        r#"#!/bin/sh
+if [ "$1" = "-c" ]; then echo 9.9-fake; exit 0; fi
+spec="$3"; out=$(dirname "$spec")
+asked=$(grep -o '"name":"[^"]*"' "$spec" | cut -d'"' -f4 | tr '\n' ' ')
+{log_lines}
+for n in $asked; do for m in forward forward+backward; do
+echo "arbor-twin: {{\"name\": \"$n\", \"mode\": \"$m\", {timing}, \"items_per_s\": 8000, \"threads\": 1, \"torch_version\": \"9.9-fake\"}}"
+done; done
+"#
+    );
+    std::fs::write(&python, script).unwrap();
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_arbor-bench"))
+        .env("ARBOR_PYTHON", &python)
+        .args(["--quick", "--jobs", "1", "--versus", "pytorch"])
+        .args(args)
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let log = std::fs::read_to_string(&log).unwrap();
+    (dir, log)
 }
