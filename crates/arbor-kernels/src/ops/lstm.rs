@@ -1584,7 +1584,7 @@ pub(crate) mod host {
                 progress: (0..t).map(|_| Progress::default()).collect(),
                 failed: AtomicBool::new(false),
                 in_place: Sequence::consecutive(&running.order),
-                h0_zero: hh0.iter().all(|&v| v == 0.0),
+                h0_zero: all_zero(&hh0),
             };
             // Every part's state and scratch allocated here, on the calling thread (as for
             // the row tasks, below).
@@ -1836,6 +1836,12 @@ pub(crate) mod host {
                 }
             }
         }
+    }
+
+    /// Whether an initial state is all zeros: then the first step's products by it are zeros,
+    /// which the forward's parts ([`Units::step`]) and the backward's `dU` leave out.
+    fn all_zero(state: &[f32]) -> bool {
+        state.iter().all(|&v| v == 0.0)
     }
 
     /// Fewest hidden units a part of [`Units`] gets.
@@ -2212,7 +2218,7 @@ pub(crate) mod host {
         // (1, wd) and (1, uw)).
         let wt_packed = PackedRhs::new(&ww, dw_cols, dw_rows, (1, dw_cols));
         let ut_packed = PackedRhs::new(&uu, uw, h, (1, uw));
-        let h0_zero = hh0.iter().all(|&v| v == 0.0);
+        let h0_zero = all_zero(&hh0);
         for s in (0..t).rev() {
             let n = running.at(s);
             // Ended rows: the gradients pass to the state before this step unchanged, plus

@@ -662,7 +662,7 @@ fn a_zero_initial_state_leaves_out_the_first_products_and_keeps_their_nans() {
     for lengths in [ragged, vec![t; b]] {
         for inf_in_u in [false, true] {
             let inputs = |xs: [Tensor<Flex, 3>; 6]| {
-                let [x, w, bias, u, h0, c0] = xs;
+                let [x, w, bias, u, h0, c0] = with_zero_h0(xs);
                 let u = if inf_in_u {
                     u.slice_assign(
                         [0..1, 5..6, 7..8],
@@ -671,7 +671,7 @@ fn a_zero_initial_state_leaves_out_the_first_products_and_keeps_their_nans() {
                 } else {
                     u
                 };
-                [x, w, bias, u, h0.zeros_like(), c0]
+                [x, w, bias, u, h0, c0]
             };
             let context = format!("inf in U {inf_in_u}, lengths {lengths:?}");
             let run = |threads: usize| {
@@ -698,7 +698,8 @@ fn a_zero_initial_state_leaves_out_the_first_products_and_keeps_their_nans() {
         for nan_at_first in [false, true] {
             let grads = |fused: bool| {
                 pool(2).install(|| {
-                    let xs = inputs_ad(b, t, h, cell).map(|x| x.require_grad());
+                    let xs =
+                        with_zero_h0(lstm_inputs::<Ad>(b, t, h, cell)).map(|x| x.require_grad());
                     let mut w = to_vec(out_weights::<Ad>(b, t, h, cell, false));
                     if nan_at_first {
                         w[3] = f64::NAN;
@@ -737,8 +738,8 @@ fn a_zero_initial_state_leaves_out_the_first_products_and_keeps_their_nans() {
     }
 }
 
-/// [`lstm_inputs`] with a zero initial `h`, on `Autodiff<Flex>`.
-fn inputs_ad(b: usize, t: usize, h: usize, cell: SequenceCell) -> [Tensor<Autodiff<Flex>, 3>; 6] {
-    let [x, w, bias, u, h0, c0] = lstm_inputs::<Autodiff<Flex>>(b, t, h, cell);
+/// [`lstm_inputs`]' tensors with the initial `h` set to zeros.
+fn with_zero_h0<B: Backend>(xs: [Tensor<B, 3>; 6]) -> [Tensor<B, 3>; 6] {
+    let [x, w, bias, u, h0, c0] = xs;
     [x, w, bias, u, h0.zeros_like(), c0]
 }
