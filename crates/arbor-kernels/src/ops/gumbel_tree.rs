@@ -208,13 +208,17 @@ pub(crate) mod cpu {
         pub(crate) d: usize,
     }
 
-    /// One incomplete sentence at one layer: its nodes and candidates (object ids, in order),
-    /// the Gumbel-softmax `y` over the candidates and the selected position.
+    /// One incomplete sentence at one layer: where its `k + 1` nodes and `k` candidates
+    /// (object ids, in order) and the Gumbel-softmax `y` over the candidates are in
+    /// [`Saved`]'s `record_nodes`, `record_cands` and `record_y`, and the selected position.
+    /// Offsets into three buffers reserved once, rather than three vectors of its own: no
+    /// allocation per sentence and layer (small blocks that lived from the forward to the
+    /// backward among the larger ones the pass frees).
     pub(crate) struct Layer {
         b: usize,
-        nodes: Vec<u32>,
-        cands: Vec<u32>,
-        y: Vec<f32>,
+        nodes: usize,
+        cands: usize,
+        k: usize,
         best: usize,
     }
 
@@ -244,8 +248,31 @@ pub(crate) mod cpu {
         children: Vec<(u32, u32)>,
         /// Per layer, its incomplete sentences.
         layers: Vec<Vec<Layer>>,
+        /// Every [`Layer`]'s nodes, candidates and `y`, one after the other.
+        record_nodes: Vec<u32>,
+        record_cands: Vec<u32>,
+        record_y: Vec<f32>,
         /// Every sentence's root object.
         roots: Vec<u32>,
+    }
+
+    impl Saved {
+        fn nodes(&self, rec: &Layer) -> &[u32] {
+            &self.record_nodes[rec.nodes..rec.nodes + rec.k + 1]
+        }
+
+        fn cands(&self, rec: &Layer) -> &[u32] {
+            &self.record_cands[rec.cands..rec.cands + rec.k]
+        }
+
+        fn y(&self, rec: &Layer) -> &[f32] {
+            &self.record_y[rec.cands..rec.cands + rec.k]
+        }
+
+        /// The object selected at `rec`'s layer.
+        fn selected(&self, rec: &Layer) -> u32 {
+            self.record_cands[rec.cands + rec.best]
+        }
     }
 
     /// [`forward`]'s outputs, row-major: `[batch, n + 1, D]` (root `h`, root `c`, the chosen
@@ -393,6 +420,14 @@ pub(crate) mod cpu {
             .map(|&len| len.saturating_sub(1) + 2 * len.saturating_sub(2))
             .sum();
         let objects = total + candidates;
+        // The layers' records: a sentence of `len` is incomplete at `len − 1` layers, with
+        // `len − 1 − t` candidates at layer `t`.
+        let records: usize = x.lengths.iter().map(|&len| len.saturating_sub(1)).sum();
+        let record_cands: usize = x
+            .lengths
+            .iter()
+            .map(|&len| len * len.saturating_sub(1) / 2)
+            .sum();
         let mut h = Vec::with_capacity(objects * d);
         let mut c = Vec::with_capacity(objects * d);
         for (b, &len) in x.lengths.iter().enumerate() {
@@ -422,6 +457,9 @@ pub(crate) mod cpu {
             bias: x.bias.map(<[f32]>::to_vec),
             children: Vec::with_capacity(candidates),
             layers: Vec::with_capacity(layers),
+            record_nodes: Vec::with_capacity(records + record_cands),
+            record_cands: Vec::with_capacity(record_cands),
+            record_y: Vec::with_capacity(record_cands),
             roots: Vec::with_capacity(batch),
         };
         let mut out = Outputs {
@@ -474,20 +512,24 @@ pub(crate) mod cpu {
                         best = j;
                     }
                 }
-                let mut y = vec![0f32; k];
-                softmax(&z[..k], &mut y);
-                out.probabilities[row..row + k].copy_from_slice(&y);
+                let at = s.record_y.len();
+                s.record_y.resize(at + k, 0f32);
+                let y = &mut s.record_y[at..];
+                softmax(&z[..k], y);
+                out.probabilities[row..row + k].copy_from_slice(y);
                 out.selected[b * layers + t] = best as i64;
                 let parent = cands[b][best];
                 let p = parent as usize;
                 out.out[(b * (n + 1) + 2 + t) * d..][..d].copy_from_slice(&s.h[p * d..(p + 1) * d]);
                 records.push(Layer {
                     b,
-                    nodes: nodes[b].clone(),
-                    cands: cands[b].clone(),
-                    y,
+                    nodes: s.record_nodes.len(),
+                    cands: s.record_cands.len(),
+                    k,
                     best,
                 });
+                s.record_nodes.extend_from_slice(&nodes[b]);
+                s.record_cands.extend_from_slice(&cands[b]);
                 // Merge: the parent replaces its two children; the pairs on either side of it
                 // are new.
                 let ns = &mut nodes[b];
@@ -516,6 +558,11 @@ pub(crate) mod cpu {
         debug_assert!(
             s.h.len() <= objects * d,
             "the reserved objects hold every object"
+        );
+        debug_assert_eq!(
+            s.record_cands.len(),
+            record_cands,
+            "every record's candidates"
         );
         (out, s)
     }
@@ -579,19 +626,23 @@ pub(crate) mod cpu {
         debug_assert_eq!(s.h.len() / d, objects + m);
     }
 
-    /// One sentence's share of [`backward`]'s running sums, indexed by the sentence's own object
-    /// numbers (its leaves, then its candidates in creation order), so that the sentences of a
-    /// layer can be walked in parallel, each owning its state.
-    struct SentenceGrads {
-        /// `[objects, D]`.
-        dh: Vec<f32>,
-        dc: Vec<f32>,
-        /// `[objects, 5D]`.
-        pp: Vec<f32>,
-        qq: Vec<f32>,
+    /// One sentence's share of [`backward`]'s running sums, so that the sentences of a layer
+    /// can be walked in parallel, each owning its state. The gradients are kept for the
+    /// sentence's nodes only, by node number (its `len` leaves, then the parent selected at
+    /// layer `t` as `len + t`): a candidate that is never selected is nobody's child and never
+    /// a node, so its `dh`, `dc`, `P` and `Q` stay zero and need no row (at n = 8, 15 rows a
+    /// sentence instead of about 23). Slices of one buffer per kind for the whole batch: five
+    /// allocations for the backward, not five a sentence.
+    struct SentenceGrads<'a> {
+        /// `[nodes, D]`.
+        dh: &'a mut [f32],
+        dc: &'a mut [f32],
+        /// `[nodes, 5D]`.
+        pp: &'a mut [f32],
+        qq: &'a mut [f32],
         /// Per candidate (local number minus the sentence's length), the sum of its score
         /// gradients over the layers.
-        dlogit_sum: Vec<f32>,
+        dlogit_sum: &'a mut [f32],
     }
 
     /// The gradients of [`forward`]'s `out` (`grad`, `[batch, n + 1, D]`), walking the layers
@@ -615,14 +666,17 @@ pub(crate) mod cpu {
         let leaves = s.leaves;
         let cands = objects - leaves;
         let scale = (d as f32).sqrt();
-        // Every object's sentence-local number; a candidate belongs to its left child's
-        // sentence, and its children were made before it.
+        // Every object's sentence-local number (its leaves, then its candidates in creation
+        // order); a candidate belongs to its left child's sentence, and its children were made
+        // before it. And every node's number in its sentence's state ([`SentenceGrads`]).
         let mut local = vec![0u32; objects];
         let mut owner = vec![0u32; objects];
+        let mut node = vec![u32::MAX; objects];
         let mut count: Vec<u32> = s.lengths.iter().map(|&len| len as u32).collect();
         for (b, (&s0, &len)) in s.start.iter().zip(&s.lengths).enumerate() {
             for i in 0..len {
                 local[s0 + i] = i as u32;
+                node[s0 + i] = i as u32;
                 owner[s0 + i] = b as u32;
             }
         }
@@ -632,21 +686,41 @@ pub(crate) mod cpu {
             local[leaves + ci] = count[b as usize];
             count[b as usize] += 1;
         }
+        for (t, records) in s.layers.iter().enumerate() {
+            for rec in records {
+                node[s.selected(rec) as usize] = (s.lengths[rec.b] + t) as u32;
+            }
+        }
         let lo = |u: u32| local[u as usize] as usize;
-        let mut states: Vec<SentenceGrads> = count
-            .iter()
-            .zip(&s.lengths)
-            .map(|(&m, &len)| {
-                let m = m as usize;
-                SentenceGrads {
-                    dh: vec![0f32; m * d],
-                    dc: vec![0f32; m * d],
-                    pp: vec![0f32; m * w],
-                    qq: vec![0f32; m * w],
-                    dlogit_sum: vec![0f32; m - len],
-                }
-            })
-            .collect();
+        let no = |u: u32| node[u as usize] as usize;
+        // A sentence of `len` leaves has `2·len − 1` nodes (none when empty).
+        let nodes = |len: usize| (2 * len).saturating_sub(1);
+        let all: usize = s.lengths.iter().map(|&len| nodes(len)).sum();
+        let (mut dh_all, mut dc_all) = (vec![0f32; all * d], vec![0f32; all * d]);
+        let (mut pp_all, mut qq_all) = (vec![0f32; all * w], vec![0f32; all * w]);
+        let mut dlogit_all = vec![0f32; cands];
+        let mut states: Vec<SentenceGrads> = Vec::with_capacity(batch);
+        {
+            let (mut dh, mut dc) = (&mut dh_all[..], &mut dc_all[..]);
+            let (mut pp, mut qq) = (&mut pp_all[..], &mut qq_all[..]);
+            let mut dl = &mut dlogit_all[..];
+            // The first `len` values of `v`, which keeps the rest.
+            fn cut<'a>(v: &mut &'a mut [f32], len: usize) -> &'a mut [f32] {
+                let (head, tail) = std::mem::take(v).split_at_mut(len);
+                *v = tail;
+                head
+            }
+            for (&m, &len) in count.iter().zip(&s.lengths) {
+                let k = nodes(len);
+                states.push(SentenceGrads {
+                    dh: cut(&mut dh, k * d),
+                    dc: cut(&mut dc, k * d),
+                    pp: cut(&mut pp, k * w),
+                    qq: cut(&mut qq, k * w),
+                    dlogit_sum: cut(&mut dl, m as usize - len),
+                });
+            }
+        }
         // The selected parents' own gate gradients, one row per merge, and each candidate's
         // row there (a candidate is selected at most once). After the layers they join the
         // score shares in `gq`'s memory as every candidate's summed gate gradient: no
@@ -689,7 +763,7 @@ pub(crate) mod cpu {
         }
         let gr = |b: usize, row: usize| &grad[(b * (n + 1) + row) * d..][..d];
         for (b, &root) in s.roots.iter().enumerate() {
-            let r = lo(root);
+            let r = no(root);
             let st = &mut states[b];
             add(&mut st.dh[r * d..(r + 1) * d], gr(b, 0));
             add(&mut st.dc[r * d..(r + 1) * d], gr(b, 1));
@@ -704,6 +778,7 @@ pub(crate) mod cpu {
             gq: &gq,
             cq: &cq,
             local: &local,
+            node: &node,
         };
         for t in (0..s.layers.len()).rev() {
             let records = &s.layers[t];
@@ -712,7 +787,7 @@ pub(crate) mod cpu {
             let r = records.len();
             full.clear();
             for rec in records {
-                let p = lo(rec.cands[rec.best]);
+                let p = no(s.selected(rec));
                 let dh = &mut states[rec.b].dh[p * d..(p + 1) * d];
                 add(dh, gr(rec.b, 2 + t));
                 full.extend_from_slice(dh);
@@ -720,7 +795,7 @@ pub(crate) mod cpu {
             for side in 0..2 {
                 gathered.clear();
                 for rec in records {
-                    let p = lo(rec.cands[rec.best]);
+                    let p = no(s.selected(rec));
                     let st = &states[rec.b];
                     let sums = if side == 0 { &st.pp } else { &st.qq };
                     gathered.extend_from_slice(&sums[p * w..(p + 1) * w]);
@@ -745,7 +820,7 @@ pub(crate) mod cpu {
                 .zip(full.chunks_exact(d).zip(best_gates.chunks_exact_mut(w)))
                 .map(|((rec, st), (f, bg))| (rec, st, f, bg))
                 .collect();
-            par::items(&mut work, &|item| item.0.cands.len() * 4 * w, &|chunk| {
+            par::items(&mut work, &|item| item.0.k * 4 * w, &|chunk| {
                 let mut scratch = Scratch::new(d);
                 for (rec, st, f, bg) in chunk.iter_mut() {
                     let chosen = gr(rec.b, 2 + t);
@@ -753,7 +828,7 @@ pub(crate) mod cpu {
                 }
             });
             for (rec, bg) in records.iter().zip(best_gates.chunks_exact(w)) {
-                let ci = rec.cands[rec.best] as usize - leaves;
+                let ci = s.selected(rec) as usize - leaves;
                 debug_assert_eq!(chosen_at[ci], u32::MAX, "a candidate is selected once");
                 chosen_at[ci] = (chosen.len() / w) as u32;
                 chosen.extend_from_slice(bg);
@@ -804,6 +879,7 @@ pub(crate) mod cpu {
             leaf_c[b * n * d..(b * n + len) * d].copy_from_slice(&st.dc[..len * d]);
         }
         drop(states);
+        drop((dh_all, dc_all, pp_all, qq_all, dlogit_all));
         drop(lh);
         // `dW = [h_lᵀ; h_rᵀ]·G` over the unique pairs, `db = Σ G`, `dq = Σ h·∂L/∂score / √D`.
         let mut weight = vec![0f32; 2 * d * w];
@@ -870,12 +946,13 @@ pub(crate) mod cpu {
 
     /// What every sentence's [`layer_backward`] reads: the forward's values, every candidate's
     /// response to `q / √D` (`gq` `[candidates, 5D]`, `cq` `[candidates, 2D]`) and every
-    /// object's sentence-local number.
+    /// object's sentence-local number and node number (see [`SentenceGrads`]).
     struct Shared<'a> {
         s: &'a Saved,
         gq: &'a [f32],
         cq: &'a [f32],
         local: &'a [u32],
+        node: &'a [u32],
     }
 
     /// One sentence's layer of [`backward`]: its selection's gradient, every candidate's score
@@ -939,16 +1016,18 @@ pub(crate) mod cpu {
         let d = s.d;
         let w = 5 * d;
         let lo = |u: u32| x.local[u as usize] as usize;
+        let no = |u: u32| x.node[u as usize] as usize;
         let len = s.lengths[rec.b];
-        let k = rec.cands.len();
+        let k = rec.k;
+        let (nodes, cands, y) = (s.nodes(rec), s.cands(rec), s.y(rec));
         let best = rec.best;
         let next = |i: usize| -> u32 {
             if i < best {
-                rec.nodes[i]
+                nodes[i]
             } else if i == best {
-                rec.cands[best]
+                cands[best]
             } else {
-                rec.nodes[i + 1]
+                nodes[i + 1]
             }
         };
         let Scratch {
@@ -963,25 +1042,25 @@ pub(crate) mod cpu {
         let mut suffix = 0f32;
         for i in (0..k).rev() {
             let g = next(i);
-            let gl = lo(g);
-            let (xi, xn) = (rec.nodes[i] as usize, rec.nodes[i + 1] as usize);
+            let gl = no(g);
+            let (xi, xn) = (nodes[i] as usize, nodes[i + 1] as usize);
             let gx = dot_grad(s, st, gl, xi);
-            ds[i] = dot_grad(s, st, gl, rec.cands[i] as usize) - gx
+            ds[i] = dot_grad(s, st, gl, cands[i] as usize) - gx
                 + suffix
                 + dot(chosen, &s.h[g as usize * d..(g as usize + 1) * d]);
             suffix += dot_grad(s, st, gl, xn) - gx;
         }
-        let sy = dot(&rec.y, ds);
+        let sy = dot(y, ds);
         for i in 0..k {
-            let u = rec.cands[i];
+            let u = cands[i];
             let ci = u as usize - s.leaves;
-            let dlogit = rec.y[i] * (ds[i] - sy) / s.tau;
+            let dlogit = y[i] * (ds[i] - sy) / s.tau;
             // The score's share of the candidate's cell backward: `dlogit` times the saved
             // response to `q / √D` (the cell backward is linear in its upstream); its own
             // gate gradient's share is added once, from the sum over the layers.
             st.dlogit_sum[lo(u) - len] += dlogit;
             let (l, r) = s.children[ci];
-            let (l, r) = (lo(l), lo(r));
+            let (l, r) = (no(l), no(r));
             let gq = &x.gq[ci * w..(ci + 1) * w];
             let cq = &x.cq[ci * 2 * d..(ci + 1) * 2 * d];
             axpy(&mut st.pp[l * w..(l + 1) * w], dlogit, gq);
@@ -990,7 +1069,7 @@ pub(crate) mod cpu {
             axpy(&mut st.dc[r * d..(r + 1) * d], dlogit, &cq[d..]);
             if i == best {
                 // The selected parent's own gradient, through its cell.
-                let p = lo(u);
+                let p = no(u);
                 cell_backward(
                     s,
                     ci,
