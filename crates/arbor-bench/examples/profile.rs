@@ -30,13 +30,19 @@ fn main() {
         .unwrap_or_else(|| panic!("no workload named {name} (arbor-bench --list)"));
     let mut run = (w.build)();
     run(mode);
-    let t = std::time::Instant::now();
-    for _ in 0..reps {
-        run(mode);
-    }
+    let mut times: Vec<f64> = (0..reps)
+        .map(|_| {
+            let t = std::time::Instant::now();
+            run(mode);
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    let mean = times.iter().sum::<f64>() / reps.max(1) as f64;
     println!(
-        "{name} {:?} {:.1} ms",
+        "{name} {:?} mean {mean:.1} ms, median {:.1}, fastest {:.1}",
         mode,
-        t.elapsed().as_secs_f64() * 1e3 / reps as f64
+        times.get(reps / 2).copied().unwrap_or(f64::NAN),
+        times.first().copied().unwrap_or(f64::NAN),
     );
 }
