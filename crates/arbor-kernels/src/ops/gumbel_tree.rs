@@ -631,7 +631,7 @@ pub(crate) mod cpu {
     /// sentence's nodes only, by node number (its `len` leaves, then the parent selected at
     /// layer `t` as `len + t`): a candidate that is never selected is nobody's child and never
     /// a node, so its `dh`, `dc`, `P` and `Q` stay zero and need no row (at n = 8, 15 rows a
-    /// sentence instead of about 23). Slices of one buffer per kind for the whole batch: five
+    /// sentence instead of about 24). Slices of one buffer per kind for the whole batch: five
     /// allocations for the backward, not five a sentence.
     struct SentenceGrads<'a> {
         /// `[nodes, D]`.
