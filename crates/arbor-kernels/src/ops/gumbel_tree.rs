@@ -422,7 +422,7 @@ pub(crate) mod cpu {
         let objects = total + candidates;
         // The layers' records: a sentence of `len` is incomplete at `len − 1` layers, with
         // `len − 1 − t` candidates at layer `t`.
-        let records: usize = x.lengths.iter().map(|&len| len.saturating_sub(1)).sum();
+        let record_count: usize = x.lengths.iter().map(|&len| len.saturating_sub(1)).sum();
         let record_cands: usize = x
             .lengths
             .iter()
@@ -457,7 +457,7 @@ pub(crate) mod cpu {
             bias: x.bias.map(<[f32]>::to_vec),
             children: Vec::with_capacity(candidates),
             layers: Vec::with_capacity(layers),
-            record_nodes: Vec::with_capacity(records + record_cands),
+            record_nodes: Vec::with_capacity(record_count + record_cands),
             record_cands: Vec::with_capacity(record_cands),
             record_y: Vec::with_capacity(record_cands),
             roots: Vec::with_capacity(batch),
