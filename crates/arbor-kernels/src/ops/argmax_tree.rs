@@ -119,7 +119,7 @@ pub fn argmax_tree<B: ArborBackend>(
 pub(crate) mod cpu {
     use crate::host::Rows;
     use crate::ops::gated_cell::cpu::{gated_cell, gated_output};
-    use crate::packed::PackedRhs;
+    use crate::packed::{PackedRhs, Start};
     use crate::par;
     use crate::GateLayout;
 
@@ -157,12 +157,14 @@ pub(crate) mod cpu {
     /// `p`.
     ///
     /// A pair's gates are `[h_l; h_r]·W + b = (h_l·W_l + b) + h_r·W_r` with `W_l`, `W_r` the
-    /// top and bottom halves of `W`, so every node's two projections are computed once, when it
-    /// appears (every leaf in one product, then the merged node of each sentence and layer),
-    /// and a candidate costs an addition: `D·10D` multiply-adds per new node instead of
-    /// `2·(2D·5D)` for the two new pairs around it, half the products' work after the first
-    /// layer. The sums are in another order than one product over `[h_l; h_r]`: the same
-    /// values to rounding.
+    /// top and bottom halves of `W`. Every node's right projection `h·W_r` is computed once,
+    /// when it appears (every leaf in one product, then the merged node of each sentence and
+    /// layer), and kept; the left one is computed for each new pair, as its gates are
+    /// composed: `D·15D` multiply-adds per new node instead of `2·(2D·5D)` for the two new
+    /// pairs around it. Keeping both projections would save a third of that, but they were
+    /// the pass's largest buffers (`[nodes, 5D]` each, 11.7 MB at the bench's d300 batch),
+    /// and the nodes' `h` that replace the left ones are a fifth of the size. The sums are in
+    /// another order than one product over `[h_l; h_r]`: the same values to rounding.
     pub(crate) fn argmax_tree(x: &Inputs<'_>, layout: &GateLayout) -> Outputs {
         let (n, d) = (x.n, x.d);
         let w = 5 * d;
@@ -174,11 +176,10 @@ pub(crate) mod cpu {
             start.push(total);
             total += len;
         }
-        // Nodes' `c` (read as children); a node's `h` is needed only for its projections, so
-        // the leaves' are copied for their product and dropped, and a merged node's is read
-        // from `cand_h` at its place.
-        let mut c = Vec::with_capacity(total * d);
+        // Nodes' `h` (for their left projections) and `c` (read as children).
+        let (mut h, mut c) = (Vec::with_capacity(total * d), Vec::with_capacity(total * d));
         for (b, &len) in x.lengths.iter().enumerate() {
+            x.leaf_h.extend(b * n, len, &mut h);
             x.leaf_c.extend(b * n, len, &mut c);
         }
         let (mut cand_h, mut cand_c) = (vec![0f32; total * d], vec![0f32; total * d]);
@@ -198,15 +199,11 @@ pub(crate) mod cpu {
         // `W_l` and `W_r` packed once for the pass: every layer multiplies a few rows (the
         // merged nodes, at most one per sentence) by both, which `gemm` would repack each time.
         let halves = Halves::new(x.weight, d);
-        // Every leaf's projections (`left` with the bias), in one product each.
-        let (mut left, mut right) = (vec![0f32; total * w], vec![0f32; total * w]);
-        {
-            let mut h = Vec::with_capacity(total * d);
-            for (b, &len) in x.lengths.iter().enumerate() {
-                x.leaf_h.extend(b * n, len, &mut h);
-            }
-            halves.project(&h, total, d, x.bias, (&mut left, &mut right));
-        }
+        // Every leaf's right projection, in one product.
+        let mut right = vec![0f32; total * w];
+        halves
+            .right
+            .product(total, &mut right, w, false, &h, (d, 1));
         let mut out = Outputs {
             root_h: vec![0f32; batch * d],
             root_c: vec![0f32; batch * d],
@@ -227,9 +224,9 @@ pub(crate) mod cpu {
             compose(
                 x,
                 layout,
-                &todo,
-                (&left, &right),
-                &c,
+                (&todo, &merged),
+                (&halves, &mut right),
+                (&h, &c),
                 &mut cand_h,
                 &mut cand_c,
                 &mut score,
@@ -261,6 +258,7 @@ pub(crate) mod cpu {
                 // Merge `(best_at, q)`: the parent takes `best_at`'s place, `q` leaves the list.
                 let p = best_at;
                 let q = next[p];
+                h[p * d..(p + 1) * d].copy_from_slice(&cand_h[p * d..(p + 1) * d]);
                 c[p * d..(p + 1) * d].copy_from_slice(&cand_c[p * d..(p + 1) * d]);
                 out.chosen[(b * layers + t) * d..][..d]
                     .copy_from_slice(&cand_h[p * d..(p + 1) * d]);
@@ -279,27 +277,6 @@ pub(crate) mod cpu {
                     merged.push(p);
                 }
             }
-            // The merged nodes that are in a new pair get their projections.
-            if !merged.is_empty() {
-                let m = merged.len();
-                scratch.h.clear();
-                for &p in &merged {
-                    scratch.h.extend_from_slice(&cand_h[p * d..(p + 1) * d]);
-                }
-                scratch.left.resize(m * w, 0.0);
-                scratch.right.resize(m * w, 0.0);
-                halves.project(
-                    &scratch.h,
-                    m,
-                    d,
-                    x.bias,
-                    (&mut scratch.left, &mut scratch.right),
-                );
-                for (row, &p) in merged.iter().enumerate() {
-                    left[p * w..(p + 1) * w].copy_from_slice(&scratch.left[row * w..][..w]);
-                    right[p * w..(p + 1) * w].copy_from_slice(&scratch.right[row * w..][..w]);
-                }
-            }
         }
         for (b, (&s0, &len)) in start.iter().zip(x.lengths).enumerate() {
             // A sentence's first node is never unlinked: it is the root at the end, the parent
@@ -315,12 +292,14 @@ pub(crate) mod cpu {
         out
     }
 
-    /// Work buffers reused across layers: the merged nodes' `h` and projections (`h`, `left`,
-    /// `right`), and a block of candidates' `c` and `h` in `compose` (`c`, `cand`).
+    /// Work buffers of `compose`, reused across layers: a block of pairs' left nodes' `h` and
+    /// projections (`h`, `left`), the merged nodes' `h` and right projections (`merged_h`,
+    /// `right`), and the block's candidates' `c` and `h` (`c`, `cand`).
     #[derive(Default)]
     struct Scratch {
         h: Vec<f32>,
         left: Vec<f32>,
+        merged_h: Vec<f32>,
         right: Vec<f32>,
         c: Vec<f32>,
         cand: Vec<f32>,
@@ -406,15 +385,17 @@ pub(crate) mod cpu {
 
     /// The candidate parent of every pair in `todo` (node rows `(left, right)`), written with
     /// its score at the left node's place in `cand_h`, `cand_c`, `score`: each pair's gates
-    /// are the sum of its nodes' projections (`proj`: `left`, `right`, `[nodes, 5D]` each),
-    /// then the fused cell update, for ranges of pairs on rayon's pool.
+    /// are its left node's projection (`h·W_l + b`, from the nodes' `h` and `halves`) plus its
+    /// right node's (`right`, `[nodes, 5D]`), then the fused cell update, for ranges of pairs
+    /// on rayon's pool. The nodes merged since the last call (`merged`, in a pair of `todo`)
+    /// get their right projections first, beside the first block's left ones.
     #[allow(clippy::too_many_arguments)]
     fn compose(
         x: &Inputs<'_>,
         layout: &GateLayout,
-        todo: &[(usize, usize)],
-        (left, right): (&[f32], &[f32]),
-        c: &[f32],
+        (todo, merged): (&[(usize, usize)], &[usize]),
+        (halves, right): (&Halves, &mut [f32]),
+        (h, c): (&[f32], &[f32]),
         cand_h: &mut [f32],
         cand_c: &mut [f32],
         score: &mut [f32],
@@ -424,11 +405,57 @@ pub(crate) mod cpu {
         let w = 5 * d;
         let node = |i: usize| i * d..(i + 1) * d;
         let scale = (d as f32).sqrt();
-        // Blocks of pairs, so the outputs' scratch stays small on the first layer (which has
-        // every pair of the batch) and the pass's peak memory is not raised by it.
-        const BLOCK: usize = 512;
-        for todo in todo.chunks(BLOCK) {
+        // Blocks of pairs, so the scratch stays small on the first layer (which has every pair
+        // of the batch) and the pass's peak memory is not raised by it; a later layer's new
+        // pairs (two a sentence) are one block.
+        const BLOCK: usize = 256;
+        for (block, todo) in todo.chunks(BLOCK).enumerate() {
             let rows = todo.len();
+            // The block's left projections as one product (split across the pool as `gemm`
+            // would): in the cell tasks below, whose ranges are a few pairs each, every task
+            // would stream all of `W_l` for its few rows.
+            s.h.clear();
+            for &(l, _) in todo {
+                s.h.extend_from_slice(&h[node(l)]);
+            }
+            s.left.resize(rows * w, 0.0);
+            let start = x.bias.map_or(Start::Zero, |b| Start::Row(&b[..w]));
+            let split = par::parallel();
+            let (out, lhs) = (&mut s.left[..], &s.h[..]);
+            let mut project_left = move || {
+                halves
+                    .left
+                    .product_from(split, rows, out, w, start, lhs, (d, 1))
+            };
+            let merged = if block == 0 { merged } else { &[] };
+            if merged.is_empty() {
+                project_left();
+            } else {
+                let m = merged.len();
+                s.merged_h.clear();
+                for &p in merged {
+                    s.merged_h.extend_from_slice(&h[node(p)]);
+                }
+                s.right.resize(m * w, 0.0);
+                let (out, lhs) = (&mut s.right[..], &s.merged_h[..]);
+                let mut project_right = move || {
+                    halves
+                        .right
+                        .product_on(split, m, out, w, false, lhs, (d, 1))
+                };
+                // A layer's products are a few rows each, too small for `PackedRhs` to split
+                // on their own: with more than one thread they run side by side.
+                if split {
+                    rayon::join(project_left, project_right);
+                } else {
+                    project_left();
+                    project_right();
+                }
+                for (row, &p) in merged.iter().enumerate() {
+                    right[p * w..(p + 1) * w].copy_from_slice(&s.right[row * w..][..w]);
+                }
+            }
+            let (left, right) = (&s.left, &*right);
             s.c.resize(rows * d, 0.0);
             s.cand.resize(rows * d, 0.0);
             par::rows(
@@ -439,21 +466,22 @@ pub(crate) mod cpu {
                     let [co, ho] = o else {
                         unreachable!("two outputs")
                     };
-                    // The gates of at most `CHUNK` pairs at a time, so the scratch stays small
-                    // (the first layer has every pair of the batch).
+                    // The gates of at most `CHUNK` pairs at a time.
                     const CHUNK: usize = 64;
                     let mut gates = Vec::with_capacity(CHUNK.min(r.len()) * w);
                     let (mut cl, mut cr) = (
                         Vec::with_capacity(CHUNK.min(r.len()) * d),
                         Vec::with_capacity(CHUNK.min(r.len()) * d),
                     );
+                    let first = r.start;
                     for (k, pairs) in todo[r].chunks(CHUNK).enumerate() {
                         gates.clear();
                         cl.clear();
                         cr.clear();
-                        for &(l, rr) in pairs {
+                        for (i, &(l, rr)) in pairs.iter().enumerate() {
+                            let row = first + k * CHUNK + i;
                             let (pl, pr) =
-                                (&left[l * w..(l + 1) * w], &right[rr * w..(rr + 1) * w]);
+                                (&left[row * w..(row + 1) * w], &right[rr * w..(rr + 1) * w]);
                             gates.extend(pl.iter().zip(pr).map(|(a, b)| a + b));
                             cl.extend_from_slice(&c[node(l)]);
                             cr.extend_from_slice(&c[node(rr)]);

@@ -84,7 +84,7 @@ fn fused_matches_the_layers_written_out<B: ArborBackend>(
     transposed: bool,
 ) {
     // 642 first-layer pairs: more than the kernel's 64-pair chunks of gate scratch and its
-    // 512-pair blocks of output scratch.
+    // 256-pair blocks of left projections and output scratch.
     let lengths: Vec<usize> = [9, 1, 2, 7, 3, 9, 5, 8, 4, 6, 9, 8, 7, 9, 2, 6, 9, 5, 9, 9]
         .into_iter()
         .cycle()
